@@ -1,0 +1,1 @@
+"""servebench.analysis (see DESIGN.md for what this layer owns)."""

@@ -1,0 +1,23 @@
+"""The `servebench` command: one typer app, one sub-app per command group.
+
+Each group lives in its own module and imports its heavy libraries inside the commands,
+so `servebench --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from servebench.cli import models
+
+app = typer.Typer(
+    name="servebench",
+    help="Find the model-serving setup that meets your latency goal at the lowest cost.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models")
+
+
+def main() -> None:
+    app()

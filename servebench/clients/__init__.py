@@ -1,0 +1,1 @@
+"""Async inference clients behind one protocol (see `base`)."""

@@ -1,0 +1,148 @@
+"""The one seam between the load engine and every inference protocol.
+
+The load engine sees only `InferenceClient`: it hands over a `Payload` built before the
+run and gets back an `InferResult` or an `InferenceError` with a classified kind. Adding
+a protocol therefore never touches the engine (the shape Locust's contrib clients have).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+class ErrorKind(StrEnum):
+    """Why a request failed; the value is what lands in the `error_kind` record column."""
+
+    TIMEOUT = "timeout"
+    CONNECTION_REFUSED = "connection_refused"
+    CONNECTION_RESET = "connection_reset"
+    HTTP_STATUS = "http_status"
+    GRPC_STATUS = "grpc_status"
+    SERVER_ERROR = "server_error"
+    BAD_RESPONSE = "bad_response"
+    CLIENT_ERROR = "client_error"
+
+
+class InferenceError(Exception):
+    """A failed request, already classified so the generator can count it and go on."""
+
+    def __init__(self, kind: ErrorKind, detail: str = "", status: int | str | None = None):
+        super().__init__(f"{kind.value}: {detail}" if detail else kind.value)
+        self.kind = kind
+        self.detail = detail
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named tensor at the served interface; -1 marks a dynamic dimension.
+
+    `shape` excludes the batch dimension, as Triton's config does with max_batch_size > 0.
+    """
+
+    name: str
+    dtype: str  # numpy dtype name, e.g. "float32"
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """What a served model takes and returns, read from the server's metadata."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    version: str = ""
+    max_batch_size: int = 0
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A request body built once before the run and reused for every request.
+
+    `inputs` keeps the arrays for checking; `encoded` is whatever the protocol sends on the
+    wire (a JSON body, a protobuf message, tritonclient InferInput objects), built by the
+    client's `make_payload` so that no encoding happens on the hot path.
+    """
+
+    batch_size: int
+    inputs: Mapping[str, np.ndarray]
+    encoded: Any = None
+    request_bytes: int = 0
+
+
+@dataclass
+class InferResult:
+    """A successful answer; outputs are already checked for shape and dtype."""
+
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    request_bytes: int = 0
+    response_bytes: int = 0
+
+
+@runtime_checkable
+class InferenceClient(Protocol):
+    """Something that can infer: connect, read the signature, infer a batch, close."""
+
+    async def connect(self) -> None: ...
+
+    async def signature(self) -> ModelSignature: ...
+
+    def make_payload(self, batch_size: int, seed: int = 0) -> Payload: ...
+
+    async def infer(self, payload: Payload) -> InferResult:
+        """Send one request; raise `InferenceError` (never anything else) on failure."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def random_inputs(
+    specs: tuple[TensorSpec, ...], batch_size: int, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded random data of the right dtype and shape; dynamic dims become 1."""
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = (batch_size, *(d if d > 0 else 1 for d in spec.shape))
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            arrays[spec.name] = rng.integers(0, 100, size=shape).astype(dtype)
+        elif dtype.kind == "b":
+            arrays[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            raise ValueError(f"input {spec.name!r}: unsupported dtype {spec.dtype!r}")
+    return arrays
+
+
+def check_outputs(
+    outputs: Mapping[str, np.ndarray], specs: tuple[TensorSpec, ...], batch_size: int
+) -> None:
+    """Raise BAD_RESPONSE when an answer has the wrong outputs, shape or dtype.
+
+    A wrong answer counted as a success would make a broken server look fast.
+    """
+    for spec in specs:
+        if spec.name not in outputs:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"output {spec.name!r} missing")
+        array = outputs[spec.name]
+        expected = (batch_size, *spec.shape)
+        if len(array.shape) != len(expected) or any(
+            e > 0 and a != e for a, e in zip(array.shape, expected, strict=True)
+        ):
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE,
+                f"output {spec.name!r} has shape {tuple(array.shape)}, expected {expected}",
+            )
+        if np.dtype(array.dtype) != np.dtype(spec.dtype):
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE,
+                f"output {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}",
+            )

@@ -1,0 +1,1 @@
+"""servebench.load (see DESIGN.md for what this layer owns)."""

@@ -1,0 +1,1 @@
+"""servebench.netem (see DESIGN.md for what this layer owns)."""

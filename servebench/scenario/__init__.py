@@ -1,0 +1,1 @@
+"""servebench.scenario (see DESIGN.md for what this layer owns)."""

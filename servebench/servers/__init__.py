@@ -1,0 +1,1 @@
+"""servebench.servers (see DESIGN.md for what this layer owns)."""

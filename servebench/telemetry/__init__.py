@@ -1,0 +1,1 @@
+"""servebench.telemetry (see DESIGN.md for what this layer owns)."""
