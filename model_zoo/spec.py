@@ -51,7 +51,9 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     layer_type: LayerType
-    depth: int = Field(ge=1, description="hidden layers (dense, recurrent, attention) or conv layers")
+    depth: int = Field(
+        ge=1, description="hidden layers (dense, recurrent, attention) or conv layers"
+    )
     width: int = Field(ge=1, description="units, channels or model dimension")
     input_shape: tuple[int, ...]
     num_outputs: int = Field(default=10, ge=1)

@@ -1,0 +1,78 @@
+"""TF Serving export: a SavedModel per model, `models.config`, `batching_parameters.txt`.
+
+Layout (what `tensorflow_model_server --model_config_file` expects):
+`<base>/<model>/<version>/saved_model.pb`, `<base>/models.config` and, when batching
+settings are given, `<base>/batching_parameters.txt`. The signature `serving_default` takes
+`input` and returns `output`, the same names the Triton export uses, so one client payload
+fits both servers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from google.protobuf import text_format
+
+from model_zoo.export.tfs_batching import TfsBatching
+from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+MODELS_CONFIG = "models.config"
+BATCHING_PARAMETERS = "batching_parameters.txt"
+# Where the official container sees the base directory when docker/ mounts it.
+CONTAINER_BASE = "/models"
+
+
+def export_savedmodel(keras_model, spec: ModelSpec, base: Path, version: int = 1) -> Path:
+    """Write the SavedModel for one spec and return its version directory.
+
+    `keras.Model.export()` would name the input `keras_tensor_N` (unstable across builds)
+    and the output `output_0`, so the endpoint is declared explicitly.
+    """
+    import keras
+    import tensorflow as tf
+
+    target = base / spec.id / str(version)
+    archive = keras.export.ExportArchive()
+    archive.track(keras_model)
+    signature = tf.TensorSpec(
+        (None, *spec.served_input_shape), tf.dtypes.as_dtype(spec.dtype), name=INPUT_NAME
+    )
+
+    def serve(input):
+        return {OUTPUT_NAME: keras_model(input, training=False)}
+
+    archive.add_endpoint("serving_default", serve, input_signature=[signature])
+    archive.write_out(str(target), verbose=False)
+    return target
+
+
+def models_config_text(model_names: Sequence[str], base_path_root: str = CONTAINER_BASE) -> str:
+    """`ModelServerConfig` listing every model, as text format TF Serving parses."""
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    for name in model_names:
+        entry = config.model_config_list.config.add()
+        entry.name = name
+        entry.base_path = f"{base_path_root.rstrip('/')}/{name}"
+        entry.model_platform = "tensorflow"
+    return text_format.MessageToString(config)
+
+
+def write_server_files(
+    base: Path,
+    model_names: Sequence[str],
+    batching: TfsBatching | None = None,
+    base_path_root: str = CONTAINER_BASE,
+) -> list[Path]:
+    """Write `models.config` (and `batching_parameters.txt` if batching is set)."""
+    written = [base / MODELS_CONFIG]
+    written[0].write_text(models_config_text(model_names, base_path_root))
+    if batching is not None:
+        written.append(base / BATCHING_PARAMETERS)
+        written[1].write_text(batching.to_text())
+    return written
