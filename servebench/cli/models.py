@@ -1,7 +1,368 @@
-"""`servebench models`: generate, list, export, check and serve model families."""
+"""`servebench models`: generate, list, export, check and serve model families.
+
+Heavy libraries (torch, TensorFlow, tritonclient) are imported inside the commands so that
+`--help` and `list` stay fast.
+"""
 
 from __future__ import annotations
 
-import typer
+import sys
+from pathlib import Path
+from typing import Annotated
 
-app = typer.Typer(help="Generate, list, export, check and serve model families.", no_args_is_help=True)
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Generate, list, export, check and serve model families.", no_args_is_help=True
+)
+# Piped output gets a wide table rather than ids cut at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error (no traceback: the message says what to fix) and exit 2."""
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+def _csv_ints(text: str, option: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise fail(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def _shape(text: str, option: str) -> list[int]:
+    try:
+        return [int(part) for part in text.lower().split("x")]
+    except ValueError:
+        raise fail(f"{option}: expected dims like 32x32x3, got {text!r}") from None
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="spec list to write (.yaml or .json)")],
+    types: Annotated[str, typer.Option(help="grid: layer types, comma-separated")] = "dense",
+    depths: Annotated[str, typer.Option(help="grid: depths, comma-separated")] = "2",
+    widths: Annotated[str, typer.Option(help="grid: widths, comma-separated")] = "64",
+    input_shape: Annotated[
+        list[str] | None,
+        typer.Option(help="per-type served input, e.g. conv=32x32x3 or dense=128 (repeatable)"),
+    ] = None,
+    num_outputs: Annotated[int, typer.Option(help="classifier outputs")] = 10,
+    heads: Annotated[int | None, typer.Option(help="attention heads")] = None,
+    seq_len: Annotated[
+        int | None, typer.Option(help="sequence length (lstm/gru/attention)")
+    ] = None,
+    kernel_size: Annotated[int | None, typer.Option(help="conv kernel size")] = None,
+    residual: Annotated[bool | None, typer.Option(help="conv residual blocks")] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="spec file: used as the family itself, or as the base with --mutate"),
+    ] = None,
+    mutate: Annotated[int, typer.Option(help="seeded random mutants of the base spec")] = 0,
+    seed: Annotated[int, typer.Option(help="mutation seed")] = 0,
+    resnet50: Annotated[bool, typer.Option(help="add the ResNet-50 reference (224x224x3)")] = False,
+    force: Annotated[bool, typer.Option(help="overwrite an existing output file")] = False,
+) -> None:
+    """Write a family of model specs: a grid, a spec file, or seeded mutants of a base."""
+    from model_zoo.mutate import dedupe, grid, random_mutations
+    from model_zoo.spec import SpecError, load_specs, resnet50_spec, save_specs
+
+    if out.exists() and not force:
+        raise fail(f"{out}: already exists; pass --force to overwrite it")
+    try:
+        if spec is not None:
+            family = load_specs(spec)
+            if mutate:
+                family = [family[0], *random_mutations(family[0], mutate, seed)]
+        else:
+            shapes = {}
+            for item in input_shape or []:
+                layer_type, _, dims = item.partition("=")
+                shapes[layer_type.strip()] = _shape(dims, "--input-shape")
+            knobs = {
+                "heads": heads,
+                "seq_len": seq_len,
+                "kernel_size": kernel_size,
+                "residual": residual,
+            }
+            family = grid(
+                [t.strip() for t in types.split(",") if t.strip()],
+                _csv_ints(depths, "--depths"),
+                _csv_ints(widths, "--widths"),
+                input_shapes=shapes,
+                num_outputs=num_outputs,
+                **{k: v for k, v in knobs.items() if v is not None},
+            )
+            if mutate:
+                family = [*family, *random_mutations(family[0], mutate, seed)]
+        if resnet50:
+            family.append(resnet50_spec())
+    except (SpecError, OSError) as err:
+        raise fail(str(err)) from None
+    family = dedupe(family)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_specs(family, out)
+    console.print(f"wrote {len(family)} specs to {out}")
+
+
+def _family_from(path: Path):
+    """Specs from a spec file or from an export folder's family.yaml."""
+    from model_zoo.export.family import FAMILY_FILE
+    from model_zoo.spec import SpecError, load_specs
+
+    target = path / FAMILY_FILE if path.is_dir() else path
+    if not target.is_file():
+        raise fail(f"{target}: no such spec file")
+    try:
+        return load_specs(target)
+    except SpecError as err:
+        raise fail(str(err)) from None
+
+
+@app.command("list")
+def list_models(
+    source: Annotated[Path, typer.Argument(help="spec file or export folder")],
+) -> None:
+    """Table of the family: id, type, depth, width, parameters, GFLOPs per sample."""
+    from model_zoo.counting import count
+
+    table = Table("id", "type", "depth", "width", "input", "params", "GFLOPs/sample", "weights MB")
+    for spec in _family_from(source):
+        cost = count(spec)
+        table.add_row(
+            spec.id,
+            spec.layer_type,
+            str(spec.depth),
+            str(spec.width),
+            "x".join(map(str, spec.served_input_shape)),
+            f"{cost.params:,}",
+            f"{cost.gflops:.4f}",
+            f"{cost.weight_bytes / 1e6:.2f}",
+        )
+    console.print(table)
+
+
+@app.command()
+def export(
+    source: Annotated[Path, typer.Argument(help="spec file")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="export folder")],
+    to: Annotated[str, typer.Option(help="triton, tfs or both")] = "both",
+    max_batch_size: Annotated[int, typer.Option(help="Triton max_batch_size")] = 32,
+    dynamic_batching: Annotated[bool, typer.Option(help="Triton dynamic batching")] = True,
+    preferred_batch_sizes: Annotated[
+        str, typer.Option(help="Triton preferred sizes, e.g. 4,8")
+    ] = "",
+    max_queue_delay_us: Annotated[int, typer.Option(help="Triton max queue delay (µs)")] = 0,
+    instances: Annotated[int, typer.Option(help="Triton instance count")] = 1,
+    instance_kind: Annotated[str, typer.Option(help="KIND_CPU or KIND_GPU")] = "KIND_CPU",
+    tfs_batching: Annotated[
+        bool, typer.Option(help="write TF Serving batching_parameters.txt")
+    ] = False,
+    tfs_batch_timeout_us: Annotated[int, typer.Option(help="TFS batch_timeout_micros")] = 1000,
+    tfs_batch_threads: Annotated[int, typer.Option(help="TFS num_batch_threads")] = 2,
+    seed: Annotated[int, typer.Option(help="weight seed")] = 0,
+    check: Annotated[bool, typer.Option(help="parity check after export")] = True,
+    force: Annotated[bool, typer.Option(help="replace models already in the folder")] = False,
+) -> None:
+    """Export a family to a Triton repository (ONNX + python-backend twin) and/or TF Serving."""
+    from model_zoo.export import (
+        ExportExistsError,
+        OnnxExportError,
+        TritonSettings,
+        TritonSettingsError,
+    )
+    from model_zoo.export.family import export_family
+    from model_zoo.export.tfs_batching import TfsBatching
+    from model_zoo.parity import ParityError
+
+    formats = {"triton": ("triton",), "tfs": ("tfs",), "both": ("triton", "tfs")}.get(to)
+    if formats is None:
+        raise fail(f"--to: expected triton, tfs or both, got {to!r}")
+    specs = _family_from(source)
+    try:
+        settings = TritonSettings(
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            preferred_batch_sizes=tuple(
+                _csv_ints(preferred_batch_sizes, "--preferred-batch-sizes")
+            ),
+            max_queue_delay_microseconds=max_queue_delay_us,
+            instance_count=instances,
+            instance_kind=instance_kind,
+        )
+        batching = (
+            TfsBatching(
+                max_batch_size=max_batch_size,
+                batch_timeout_micros=tfs_batch_timeout_us,
+                num_batch_threads=tfs_batch_threads,
+            )
+            if tfs_batching
+            else None
+        )
+    except (TritonSettingsError, ValueError) as err:
+        raise fail(str(err)) from None
+
+    def report(model) -> None:
+        seconds = ", ".join(f"{k} {v:.1f}s" for k, v in model.seconds.items())
+        parity = (
+            f" — parity ok ({max(model.parity.differences.values()):.1e})" if model.parity else ""
+        )
+        console.print(f"exported {model.spec_id}: {seconds}{parity}", highlight=False)
+
+    try:
+        export_family(
+            specs, out, formats=formats, triton_settings=settings, tfs_batching=batching,
+            seed=seed, check=check, force=force, on_model=report,
+        )  # fmt: skip
+    except (ExportExistsError, OnnxExportError, ParityError) as err:
+        raise fail(str(err)) from None
+    console.print(f"export folder: {out}")
+
+
+@app.command()
+def check(
+    export_dir: Annotated[Path, typer.Argument(help="a `models export` folder")],
+) -> None:
+    """Parity: the same seeded input through torch, onnxruntime and TensorFlow."""
+    from model_zoo.export.family import TFS_DIR, load_family
+    from model_zoo.export.triton import ONNX_FILENAME, STANDARD_REPOSITORY
+    from model_zoo.parity import ParityError, check_parity
+    from model_zoo.torch_builder import build_torch
+
+    try:
+        specs, seed = load_family(export_dir)
+    except FileNotFoundError as err:
+        raise fail(str(err)) from None
+    failures = 0
+    for spec in specs:
+        onnx_files = sorted((export_dir / STANDARD_REPOSITORY / spec.id).glob(f"*/{ONNX_FILENAME}"))
+        saved = sorted((export_dir / TFS_DIR / spec.id).glob("*/saved_model.pb"))
+        if not onnx_files and not saved:
+            console.print(f"[yellow]skip[/yellow] {spec.id}: no exported files", highlight=False)
+            continue
+        try:
+            report = check_parity(
+                spec,
+                build_torch(spec, seed=seed),
+                onnx_path=onnx_files[-1] if onnx_files else None,
+                savedmodel_dir=saved[-1].parent if saved else None,
+                seed=seed,
+            )
+            console.print(f"[green]ok[/green]   {report.describe()}", highlight=False)
+        except ParityError as err:
+            failures += 1
+            console.print(f"[red]FAIL[/red] {err}", highlight=False)
+    if failures:
+        raise typer.Exit(code=1)
+
+
+def _local_repository(path: Path) -> Path:
+    """The python-backend repository the bundled tritonserver can run.
+
+    An export folder is accepted as well as the repository itself; a standard repository
+    (onnxruntime platform) is refused with the path of its runnable twin, since the binary
+    shipped in the nvidia-pytriton wheel has only the python backend.
+    """
+    from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY
+
+    if (path / PYTHON_REPOSITORY).is_dir():
+        return path / PYTHON_REPOSITORY
+    configs = sorted(path.glob("*/config.pbtxt"))
+    if not configs:
+        raise fail(f"{path}: no model folders with config.pbtxt (not a Triton repository)")
+    if path.name == STANDARD_REPOSITORY and "onnxruntime_onnx" in configs[0].read_text():
+        raise fail(
+            f"{path}: the local tritonserver has only the python backend; "
+            f"serve {path.parent / PYTHON_REPOSITORY} instead"
+        )
+    return path
+
+
+def _smoke_infer(http_url: str, model: str) -> str:
+    """One inference with seeded inputs shaped from the server's own metadata."""
+    import time
+
+    import numpy as np
+    import tritonclient.http as httpclient
+    from tritonclient.utils import triton_to_np_dtype
+
+    client = httpclient.InferenceServerClient(http_url.removeprefix("http://"))
+    try:
+        metadata = client.get_model_metadata(model)
+        rng = np.random.default_rng(0)
+        inputs = []
+        for tensor in metadata["inputs"]:
+            shape = [1 if d < 0 else d for d in tensor["shape"]]
+            dtype = triton_to_np_dtype(tensor["datatype"])
+            infer_input = httpclient.InferInput(tensor["name"], shape, tensor["datatype"])
+            infer_input.set_data_from_numpy(rng.standard_normal(shape).astype(dtype))
+            inputs.append(infer_input)
+        started = time.perf_counter()
+        result = client.infer(model, inputs)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        outputs = {t["name"]: result.as_numpy(t["name"]) for t in metadata["outputs"]}
+    finally:
+        client.close()
+    shapes = ", ".join(f"{name} {tuple(array.shape)}" for name, array in outputs.items())
+    return f"{shapes} in {elapsed_ms:.1f} ms"
+
+
+@app.command()
+def serve(
+    repository: Annotated[Path, typer.Argument(help="export folder or Triton repository")],
+    models: Annotated[str, typer.Option(help="models to load, comma-separated (default all)")] = "",
+    once: Annotated[
+        bool, typer.Option(help="load, answer one inference per model, print, and stop")
+    ] = False,
+    run_dir: Annotated[Path | None, typer.Option(help="where the server log goes")] = None,
+) -> None:
+    """Start the local Triton on an exported repository and print its URLs until Ctrl-C."""
+    from servebench.servers.triton_install import TritonNotInstalledError
+    from servebench.servers.triton_local import LocalTriton, TritonError
+
+    repo = _local_repository(repository)
+    names = [n for n in models.split(",") if n] or sorted(
+        p.parent.name for p in repo.glob("*/config.pbtxt")
+    )
+    try:
+        with LocalTriton(repo, run_dir=run_dir) as server:
+            ep = server.endpoints
+            console.print(f"tritonserver ready in {server.startup_s:.2f} s (log {server.log_path})")
+            table = Table("model", "load s", *(["smoke inference"] if once else []))
+            for name in names:
+                load_s = server.load_model(name)
+                row = [name, f"{load_s:.2f}"]
+                if once:
+                    row.append(_smoke_infer(ep.http_url, name))
+                table.add_row(*row)
+            console.print(table)
+            console.print(
+                f"HTTP    {ep.http_url}\ngRPC    {ep.grpc_address}\nmetrics {ep.metrics_url}"
+            )
+            if not once:
+                console.print("serving; press Ctrl-C to stop")
+                _wait_for_interrupt(server)
+    except (TritonNotInstalledError, TritonError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    console.print("stopped")
+
+
+def _wait_for_interrupt(server) -> None:
+    """Block until Ctrl-C (or SIGTERM); say so if the server dies on its own first."""
+    import signal
+    import time
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        while server.is_running():
+            time.sleep(0.5)
+        console.print(f"[red]tritonserver exited[/red]; log tail:\n{server.log_tail()}")
+    except KeyboardInterrupt:
+        pass
