@@ -1,0 +1,262 @@
+"""Write Triton model repositories for a spec: the standard ONNX form and a local python form.
+
+Configs are built as Triton's own `ModelConfig` protobuf (shipped in tritonclient) and
+written with `text_format`, so a field name or enum typo is an error here, not a model that
+fails to load in a server later.
+
+Two repositories come from one export, differing only in how the model is executed:
+
+- `<out>/triton/<model>/`: `platform: "onnxruntime_onnx"`, what the official Triton
+  container runs (GPU machines);
+- `<out>/triton-python/<model>/`: `backend: "python"` plus a `model.py` that runs the same
+  `model.onnx` with onnxruntime, for the pip-installed `tritonserver` that only has the
+  python backend.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from google.protobuf import text_format
+from torch import nn
+from tritonclient.grpc import model_config_pb2 as mc
+
+from model_zoo.export.onnx import ExportExistsError, export_onnx
+from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+
+STANDARD_REPOSITORY = "triton"
+PYTHON_REPOSITORY = "triton-python"
+ONNX_FILENAME = "model.onnx"
+CONFIG_FILENAME = "config.pbtxt"
+PYTHON_MODEL_SOURCE = Path(__file__).with_name("triton_python_model.py")
+
+Form = Literal["onnx", "python"]
+InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
+
+_TRITON_DTYPES = {"float32": mc.TYPE_FP32}
+# Triton accepts model names that are valid directory names; restricting to this set keeps
+# them safe in URLs (`/v2/models/<name>`) and file systems alike.
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class TritonSettingsError(ValueError):
+    """A server setting Triton would reject; the message names the field."""
+
+
+class TritonConfigError(ValueError):
+    """A config text that does not parse into Triton's `ModelConfig`."""
+
+
+@dataclass(frozen=True)
+class TritonSettings:
+    """The per-model server settings a benchmark varies.
+
+    `max_batch_size=0` means the model takes no batch axis from Triton (the client's batch
+    is then part of the tensor shape, and dynamic batching is impossible).
+    """
+
+    max_batch_size: int = 32
+    dynamic_batching: bool = True
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = 0
+    instance_count: int = 1
+    instance_kind: InstanceKind = "KIND_CPU"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preferred_batch_sizes", tuple(self.preferred_batch_sizes))
+        if self.max_batch_size < 0:
+            raise TritonSettingsError(f"max_batch_size: must be >= 0, got {self.max_batch_size}")
+        if self.dynamic_batching and self.max_batch_size == 0:
+            raise TritonSettingsError(
+                "dynamic_batching: needs max_batch_size >= 1 (Triton batches along the batch axis)"
+            )
+        if self.preferred_batch_sizes and not self.dynamic_batching:
+            raise TritonSettingsError("preferred_batch_sizes: only apply with dynamic_batching on")
+        for size in self.preferred_batch_sizes:
+            if not 1 <= size <= self.max_batch_size:
+                raise TritonSettingsError(
+                    f"preferred_batch_sizes: {size} is outside 1..max_batch_size "
+                    f"({self.max_batch_size})"
+                )
+        if self.max_queue_delay_microseconds < 0:
+            raise TritonSettingsError(
+                f"max_queue_delay_microseconds: must be >= 0, got {self.max_queue_delay_microseconds}"
+            )
+        if self.max_queue_delay_microseconds and not self.dynamic_batching:
+            raise TritonSettingsError(
+                "max_queue_delay_microseconds: only applies with dynamic_batching on"
+            )
+        if self.instance_count < 1:
+            raise TritonSettingsError(f"instance_count: must be >= 1, got {self.instance_count}")
+        if self.instance_kind not in ("KIND_CPU", "KIND_GPU"):
+            raise TritonSettingsError(
+                f"instance_kind: must be KIND_CPU or KIND_GPU, got {self.instance_kind!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TritonExport:
+    """Where one model's two forms were written."""
+
+    name: str
+    version: int
+    standard_dir: Path  # <out>/triton/<name>
+    python_dir: Path  # <out>/triton-python/<name>
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.standard_dir / str(self.version) / ONNX_FILENAME
+
+
+def build_model_config(
+    spec: ModelSpec, settings: TritonSettings, *, name: str | None = None, form: Form = "onnx"
+) -> mc.ModelConfig:
+    """The `ModelConfig` for `spec`; `form` only decides platform vs python backend."""
+    name = _check_name(name or spec.id)
+    config = mc.ModelConfig(name=name, max_batch_size=settings.max_batch_size)
+    if form == "onnx":
+        config.platform = "onnxruntime_onnx"
+    elif form == "python":
+        config.backend = "python"
+    else:
+        raise ValueError(f"form: must be 'onnx' or 'python', got {form!r}")
+    # With max_batch_size 0 Triton sees no implicit batch axis, so it is spelled out as -1.
+    batch_axis = [] if settings.max_batch_size > 0 else [-1]
+    dtype = _TRITON_DTYPES[spec.dtype]
+    config.input.add(name=INPUT_NAME, data_type=dtype, dims=[*batch_axis, *spec.served_input_shape])
+    config.output.add(
+        name=OUTPUT_NAME, data_type=dtype, dims=[*batch_axis, *spec.served_output_shape]
+    )
+    config.instance_group.add(
+        count=settings.instance_count,
+        kind=mc.ModelInstanceGroup.Kind.Value(settings.instance_kind),
+    )
+    if settings.dynamic_batching:
+        batching = config.dynamic_batching
+        batching.preferred_batch_size.extend(settings.preferred_batch_sizes)
+        batching.max_queue_delay_microseconds = settings.max_queue_delay_microseconds
+    return config
+
+
+def render_config(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse_config(text: str, where: str = "config.pbtxt") -> mc.ModelConfig:
+    """Parse config text into `ModelConfig`, naming `where` if it does not parse."""
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as err:
+        raise TritonConfigError(f"{where}: not a Triton ModelConfig: {err}") from None
+
+
+def export_triton(
+    module: nn.Module,
+    spec: ModelSpec,
+    out: Path,
+    settings: TritonSettings | None = None,
+    *,
+    name: str | None = None,
+    version: int = 1,
+    force: bool = False,
+) -> TritonExport:
+    """Export `module` to ONNX once and write both repositories under `out`.
+
+    Both model folders are checked before anything is written, so a refused export leaves
+    the tree as it was; with `force=True` existing folders of this model are replaced
+    whole (a stale higher version would otherwise be the one Triton serves).
+    """
+    settings = settings or TritonSettings()
+    name = _check_name(name or spec.id)
+    out = Path(out)
+    standard_dir = out / STANDARD_REPOSITORY / name
+    python_dir = out / PYTHON_REPOSITORY / name
+    _claim_model_dirs([standard_dir, python_dir], force=force)
+    onnx_path = export_onnx(module, spec, standard_dir / str(version) / ONNX_FILENAME)
+    write_triton_model(
+        onnx_path,
+        spec,
+        out / STANDARD_REPOSITORY,
+        settings,
+        name=name,
+        version=version,
+        form="onnx",
+        force=True,
+    )
+    write_triton_model(
+        onnx_path,
+        spec,
+        out / PYTHON_REPOSITORY,
+        settings,
+        name=name,
+        version=version,
+        form="python",
+        force=True,
+    )
+    return TritonExport(
+        name=name, version=version, standard_dir=standard_dir, python_dir=python_dir
+    )
+
+
+def write_triton_model(
+    onnx_path: Path,
+    spec: ModelSpec,
+    repository: Path,
+    settings: TritonSettings,
+    *,
+    name: str | None = None,
+    version: int = 1,
+    form: Form = "onnx",
+    force: bool = False,
+) -> Path:
+    """Write `<repository>/<name>/` for an existing ONNX file and return that folder.
+
+    The ONNX file is copied into the version folder unless it is already there.
+    """
+    if version < 1:
+        raise ValueError(f"version: must be >= 1, got {version}")
+    config = build_model_config(spec, settings, name=name, form=form)
+    model_dir = Path(repository) / config.name
+    version_dir = model_dir / str(version)
+    target = version_dir / ONNX_FILENAME
+    onnx_path = Path(onnx_path)
+    if not onnx_path.is_file():
+        raise FileNotFoundError(f"{onnx_path}: no ONNX file to put into the repository")
+    if model_dir.resolve() in onnx_path.resolve().parents and not target.exists():
+        raise ValueError(f"{onnx_path}: lies inside {model_dir}, which this write would replace")
+    if not (target.exists() and target.samefile(onnx_path)):
+        # An ONNX file already in place is this model's (export_triton writes it there).
+        _claim_model_dirs([model_dir], force=force)
+        version_dir.mkdir(parents=True)
+        shutil.copyfile(onnx_path, target)
+    if form == "python":
+        shutil.copyfile(PYTHON_MODEL_SOURCE, version_dir / "model.py")
+    text = render_config(config)
+    parse_config(text, where=str(model_dir / CONFIG_FILENAME))  # by construction, but cheap
+    (model_dir / CONFIG_FILENAME).write_text(text)
+    return model_dir
+
+
+def _claim_model_dirs(model_dirs: list[Path], *, force: bool) -> None:
+    """Refuse (or with force, clear) model folders that already hold files."""
+    taken = [d for d in model_dirs if d.exists() and (not d.is_dir() or any(d.iterdir()))]
+    if taken and not force:
+        listed = ", ".join(str(d) for d in taken)
+        raise ExportExistsError(f"{listed}: already holds files; pass force=True to replace")
+    for model_dir in taken:
+        if model_dir.is_dir():
+            shutil.rmtree(model_dir)
+        else:
+            model_dir.unlink()
+
+
+def _check_name(name: str) -> str:
+    if not _NAME_PATTERN.match(name):
+        raise ValueError(
+            f"name: {name!r} is not a usable Triton model name (letters, digits, '_', '.', '-')"
+        )
+    return name

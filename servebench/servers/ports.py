@@ -1,0 +1,24 @@
+"""Free loopback ports for servers that servebench starts itself."""
+
+from __future__ import annotations
+
+import socket
+from contextlib import ExitStack
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """`count` distinct ports that were free on `host` a moment ago.
+
+    The sockets are held open together so the kernel cannot hand out the same port twice,
+    then closed so the server can bind them. Another process may still take one in between;
+    launchers retry with fresh ports when a bind fails.
+    """
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports

@@ -1,0 +1,97 @@
+"""Shared fixtures: the real local Triton, started on free loopback ports in tmp dirs.
+
+`local_triton` / `local_triton_module` are factories: call them with a model repository
+(and any `LocalTriton` keyword) to get a started server; every server a factory started is
+stopped when the fixture's scope ends. Tests that need Triton skip, with the reason, where
+the nvidia-pytriton wheel is missing.
+
+`triton_dense_model` is one small dense model, exported from the real torch builder and
+served for the whole session, for tests that just need "a Triton model to talk to" (clients,
+load engine). Do not unload it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
+from servebench.servers.triton_local import LocalTriton
+
+
+class TritonFactory:
+    """Starts `LocalTriton`s with run dirs under pytest's tmp dir; stops them on close."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._servers: list[LocalTriton] = []
+
+    def __call__(self, repository: Path, **kwargs: Any) -> LocalTriton:
+        kwargs.setdefault("run_dir", self._tmp.mktemp("triton-run"))
+        server = LocalTriton(repository, **kwargs)
+        self._servers.append(server)
+        server.start()
+        return server
+
+    def close(self) -> None:
+        for server in reversed(self._servers):
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def triton_install() -> TritonInstall:
+    try:
+        return TritonInstall.locate()
+    except TritonNotInstalledError as err:
+        pytest.skip(f"local Triton unavailable: {err}")
+
+
+@pytest.fixture
+def local_triton(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonFactory]:
+    factory = TritonFactory(tmp_path_factory)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="module")
+def local_triton_module(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonFactory]:
+    factory = TritonFactory(tmp_path_factory)
+    yield factory
+    factory.close()
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    server: LocalTriton
+    name: str
+    spec: Any  # model_zoo.spec.ModelSpec
+    module: Any  # the torch module the export came from, for reference outputs
+
+
+@pytest.fixture(scope="session")
+def triton_dense_model(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServedModel]:
+    # Imported here so that test sessions that never use the model do not pay for torch.
+    from model_zoo.export import TritonSettings, export_triton
+    from model_zoo.spec import ModelSpec
+    from model_zoo.torch_builder import build_torch
+
+    spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
+    module = build_torch(spec, seed=0)
+    out = tmp_path_factory.mktemp("triton-dense-export")
+    export = export_triton(module, spec, out, TritonSettings(max_batch_size=64))
+    factory = TritonFactory(tmp_path_factory)
+    try:
+        server = factory(out / "triton-python", load_models=[export.name])
+        yield ServedModel(server=server, name=export.name, spec=spec, module=module)
+    finally:
+        factory.close()
