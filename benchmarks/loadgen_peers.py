@@ -1,0 +1,351 @@
+"""How fast is servebench's load generator next to Locust, hey and wrk? (issue 3)
+
+Starts nginx (Debian package) on a free loopback port serving a fixed JSON answer, pinned
+with taskset to one core; then runs each load tool pinned to another core, one after the
+other, each with 64 keep-alive connections POSTing the same 100-byte JSON body for the same
+time, and reports the sustained request rate of each (closed loop: as fast as the answers
+come back), plus servebench's ratios to the others. Also runs servebench open loop at
+2,000 req/s and reports its schedule lag (goal: p99 < 1 ms).
+
+    .venv/bin/python benchmarks/loadgen_peers.py [--seconds 10] [--repeat 3] [--json out.json]
+
+Tools that are missing are reported and skipped. A "bare aiohttp + uvloop" row (64 tasks
+in a tight request loop, no scheduling, no records) shows what the HTTP library alone
+allows, so the engine's own cost can be read off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BODY = (
+    b'{"inputs":[{"name":"input","shape":[1,4],"datatype":"FP32",'
+    b'"data":[0.125,0.25,0.5,0.75]}],"id":"b1"}'
+)
+ANSWER = '{"outputs":[{"name":"output","shape":[1,2],"datatype":"FP32","data":[0.5,0.25]}]}'
+CONNECTIONS = 64
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{
+      default_type application/json;
+      return 200 '{answer}';
+    }}
+  }}
+}}
+"""
+
+LOCUSTFILE = """
+from locust import FastHttpUser, constant, task
+
+BODY = {body!r}
+
+
+class Peer(FastHttpUser):
+    wait_time = constant(0)
+
+    @task
+    def post(self):
+        self.client.post("/", data=BODY, headers={{"Content-Type": "application/json"}})
+"""
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = {body}
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def pinned(core: int, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(core), *argv]
+
+
+def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    if proc.returncode not in (0, 3):  # servebench exits 3 on an INVALID verdict
+        raise RuntimeError(f"{argv[3]} failed ({proc.returncode}): {proc.stderr[-800:]}")
+    return proc.stdout
+
+
+def requests_per_second(output: str) -> float:
+    """hey and wrk both print a 'Requests/sec:' line."""
+    for line in output.splitlines():
+        if line.strip().startswith("Requests/sec:"):
+            return float(line.split(":")[1])
+    raise RuntimeError(f"no Requests/sec in output:\n{output[-800:]}")
+
+
+def bench_wrk(url: str, core: int, seconds: int, tmp: Path) -> float:
+    script = tmp / "post.lua"
+    script.write_text(WRK_SCRIPT.format(body=json.dumps(BODY.decode())))
+    out = run_tool(
+        pinned(core, ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", str(script), url]),
+        seconds + 30,
+    )
+    return requests_per_second(out)
+
+
+def bench_hey(url: str, core: int, seconds: int, tmp: Path) -> float:
+    body = tmp / "body.json"
+    body.write_bytes(BODY)
+    argv = ["hey", "-z", f"{seconds}s", "-c", str(CONNECTIONS), "-cpus", "1", "-m", "POST"]
+    argv += ["-T", "application/json", "-D", str(body), url]
+    return requests_per_second(run_tool(pinned(core, argv), seconds + 30, {"GOMAXPROCS": "1"}))
+
+
+def bench_locust(url: str, core: int, seconds: int, tmp: Path) -> float:
+    locustfile = tmp / "locustfile.py"
+    locustfile.write_text(LOCUSTFILE.format(body=BODY))
+    prefix = tmp / "locust"
+    argv = [
+        str(Path(sys.executable).with_name("locust")),
+        "-f",
+        str(locustfile),
+        "--headless",
+        "--processes",
+        "1",
+        "-u",
+        str(CONNECTIONS),
+        "-r",
+        "1000",
+        "-t",
+        f"{seconds + 1}s",
+        "--host",
+        url.rstrip("/"),
+        "--csv",
+        str(prefix),
+        "--only-summary",
+        "--reset-stats",
+        "--loglevel",
+        "WARNING",
+    ]
+    run_tool(pinned(core, argv), seconds + 60)
+    with open(f"{prefix}_stats.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["Name"] == "Aggregated":
+                if int(row["Failure Count"]):
+                    raise RuntimeError(f"locust saw {row['Failure Count']} failures")
+                return float(row["Requests/s"])
+    raise RuntimeError("locust wrote no Aggregated row")
+
+
+def servebench_load(url: str, core: int, args: list[str], seconds: float, tmp: Path) -> dict:
+    body = tmp / "body.json"
+    body.write_bytes(BODY)
+    out = tmp / "summary.json"
+    argv = [
+        sys.executable,
+        "-c",
+        "from servebench.cli import main; main()",
+        "load",
+        "--url",
+        url,
+        "--body-file",
+        str(body),
+        "--connections",
+        str(CONNECTIONS),
+        "--json",
+        str(out),
+        *args,
+    ]
+    run_tool(pinned(core, argv), seconds + 60)
+    return json.loads(out.read_text())
+
+
+def bench_servebench(url: str, core: int, seconds: int, tmp: Path) -> float:
+    args = ["--concurrency", str(CONNECTIONS), "--duration", str(seconds), "--warmup", "1"]
+    summary = servebench_load(url, core, args, seconds + 1, tmp)
+    if summary["errors"]:
+        raise RuntimeError(f"servebench saw errors: {summary['errors_by_kind']}")
+    return float(summary["throughput_rps"])
+
+
+def bench_bare(url: str, core: int, seconds: int, tmp: Path) -> float:
+    out = run_tool(
+        pinned(core, [sys.executable, __file__, "--bare", url, str(seconds)]), seconds + 30
+    )
+    return float(out.strip().splitlines()[-1])
+
+
+def bare_aiohttp(url: str, seconds: float) -> None:
+    """64 tasks POSTing in a tight loop with aiohttp on uvloop: the library's own ceiling."""
+    import asyncio
+
+    import aiohttp
+    import uvloop
+    from aiohttp.payload import BytesPayload
+    from yarl import URL
+
+    async def main() -> None:
+        target = URL(url)
+        body = BytesPayload(BODY, content_type="application/json")
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=CONNECTIONS),
+            timeout=aiohttp.ClientTimeout(total=None),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        ) as session:
+            done = 0
+            start = time.perf_counter()
+            end = start + seconds
+
+            async def worker() -> None:
+                nonlocal done
+                while time.perf_counter() < end:
+                    response = await session.request("POST", target, data=body)
+                    await response.read()
+                    response.release()
+                    done += 1
+
+            await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+            print(done / (time.perf_counter() - start))
+
+    uvloop.run(main())
+
+
+TOOLS = {
+    "servebench": bench_servebench,
+    "bare aiohttp+uvloop": bench_bare,
+    "Locust FastHttpUser": bench_locust,
+    "hey": bench_hey,
+    "wrk": bench_wrk,
+}
+NEEDS = {"Locust FastHttpUser": "locust", "hey": "hey", "wrk": "wrk"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=10, help="length of each run")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per tool (median reported)")
+    parser.add_argument("--lag-rate", type=float, default=2000.0, help="open-loop rate for lag")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    for tool in ("nginx", "taskset"):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            sys.exit(f"{tool} is missing: apt-get install nginx util-linux")
+    cores = sorted(os.sched_getaffinity(0))
+    server_core, client_core = (cores[0], cores[1]) if len(cores) > 1 else (cores[0], cores[0])
+    available = {}
+    for name, fn in TOOLS.items():
+        need = NEEDS.get(name)
+        exe = (
+            Path(sys.executable).with_name("locust")
+            if need == "locust"
+            else shutil.which(need or "")
+        )
+        if need and not (exe and Path(exe).exists()):
+            print(f"skipping {name}: {need} not installed")
+            continue
+        available[name] = fn
+
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    with tempfile.TemporaryDirectory(prefix="loadgen-peers-") as tmpdir:
+        tmp = Path(tmpdir)
+        port = free_port()
+        conf = tmp / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(dir=tmp, port=port, answer=ANSWER))
+        server = subprocess.Popen(
+            pinned(server_core, [nginx, "-c", str(conf), "-p", str(tmp)]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_port(port)
+            url = f"http://127.0.0.1:{port}/"
+            print(
+                f"nginx on core {server_core}, clients on core {client_core}, "
+                f"{CONNECTIONS} connections, {len(BODY)}-byte JSON POST, {args.seconds} s runs, "
+                f"load average before: {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+            rates: dict[str, list[float]] = {name: [] for name in available}
+            for _ in range(args.repeat):
+                for name, fn in available.items():  # round robin spreads machine noise
+                    rate = fn(url, client_core, args.seconds, tmp)
+                    rates[name].append(rate)
+                    print(f"  {name:<22} {rate:>10,.0f} req/s", flush=True)
+            lag = servebench_load(
+                url,
+                client_core,
+                ["--rate", f"{args.lag_rate:g}", "--duration", str(args.seconds), "--warmup", "1"],
+                args.seconds + 1,
+                tmp,
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    report(rates, lag, args)
+
+
+def report(rates: dict[str, list[float]], lag: dict, args: argparse.Namespace) -> None:
+    median = {name: statistics.median(values) for name, values in rates.items() if values}
+    ours = median.get("servebench")
+    print()
+    print(f"{'tool':<24}{'req/s (median)':>16}{'runs':>24}{'servebench / tool':>20}")
+    for name, value in median.items():
+        ratio = f"{ours / value:.2f}x" if ours and name != "servebench" else ""
+        runs = " ".join(f"{v:,.0f}" for v in rates[name])
+        print(f"{name:<24}{value:>16,.0f}{runs:>24}{ratio:>20}")
+    print()
+    print(
+        f"servebench open loop at {args.lag_rate:g} req/s: achieved {lag['achieved_rate']:.1f} "
+        f"req/s, schedule lag p99 {lag['schedule_lag_p99'] * 1e3:.3f} ms, "
+        f"{lag['late_share']:.2%} sent > 1 ms late, latency p50 {lag['latency_p50'] * 1e3:.3f} ms "
+        f"p99 {lag['latency_p99'] * 1e3:.3f} ms, verdict {lag['verdict']}"
+    )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"rates": rates, "median": median, "lag": lag}, indent=2) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--bare":
+        bare_aiohttp(sys.argv[2], float(sys.argv[3]))
+    else:
+        main()

@@ -1,0 +1,141 @@
+"""A generic HTTP client behind the inference protocol: send one fixed body to one URL.
+
+It knows no model format: the "payload" is the body given at construction, sent as is,
+and a response counts as good when its status is the expected one. That is what the
+generator's own tests and the comparison with other load tools (hey, wrk, Locust) need: an
+endpoint whose cost is only HTTP.
+
+Speed matters here because it bounds the generator's measured capacity: the body is
+wrapped in an aiohttp payload once, the URL is parsed once, aiohttp's own per-request
+timers are off (the engine's sweeper enforces the timeout), and cookies are not kept.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Mapping
+
+import aiohttp
+from aiohttp.payload import BytesPayload
+from yarl import URL
+
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceError,
+    InferResult,
+    ModelSignature,
+    Payload,
+)
+
+DEFAULT_BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0.1,0.2,0.3,0.4]}]}'
+_RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
+
+
+class RawHttpClient:
+    """POST (or GET) one fixed body to one URL with a pool of keep-alive connections."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str = "",
+        *,
+        version: str | None = None,
+        method: str = "POST",
+        body: bytes | str | None = None,
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
+        expect_status: int | None = 200,
+        connections: int = 64,
+        timeout: float | None = None,
+    ):
+        parsed = URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"url: {url!r} is not an http(s) URL with a host")
+        method = method.upper()
+        if method not in ("GET", "POST", "PUT"):
+            raise ValueError(f"method: {method!r} is not one of GET, POST, PUT")
+        if connections < 1:
+            raise ValueError(f"connections: must be >= 1, got {connections}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
+        if body is None:
+            body = DEFAULT_BODY if method != "GET" else b""
+        self.url = parsed
+        self.model = model
+        self.version = version
+        self.method = method
+        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        self.content_type = content_type
+        self.headers = dict(headers or {})
+        self.expect_status = expect_status
+        self.connections = connections
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    async def connect(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            auto_decompress=False,
+            trust_env=False,
+            headers=self.headers,
+        )
+
+    async def signature(self) -> ModelSignature:
+        """A raw endpoint has no tensors: the signature only names it."""
+        return ModelSignature(name=self.model or str(self.url), inputs=(), outputs=())
+
+    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+        encoded = None
+        if self.method != "GET" or self.body:
+            encoded = BytesPayload(self.body, content_type=self.content_type)
+        return Payload(
+            batch_size=batch_size, inputs={}, encoded=encoded, request_bytes=len(self.body)
+        )
+
+    async def infer(self, payload: Payload) -> InferResult:
+        session = self._session
+        if session is None:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        try:
+            response = await session.request(self.method, self.url, data=payload.encoded)
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+        except TimeoutError as exc:
+            raise InferenceError(ErrorKind.TIMEOUT, str(exc) or "timed out") from exc
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                raise InferenceError(ErrorKind.CONNECTION_REFUSED, str(exc)) from exc
+            raise InferenceError(ErrorKind.CLIENT_ERROR, str(exc)) from exc
+        except aiohttp.ServerDisconnectedError as exc:
+            raise InferenceError(ErrorKind.CONNECTION_RESET, str(exc) or "disconnected") from exc
+        except aiohttp.ClientOSError as exc:
+            kind = (
+                ErrorKind.CONNECTION_RESET if exc.errno in _RESET_ERRNOS else ErrorKind.CLIENT_ERROR
+            )
+            raise InferenceError(kind, str(exc)) from exc
+        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, str(exc)) from exc
+        except aiohttp.ClientError as exc:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{type(exc).__name__}: {exc}") from exc
+        status = response.status
+        if self.expect_status is not None and status != self.expect_status:
+            raise InferenceError(
+                ErrorKind.HTTP_STATUS,
+                f"HTTP {status} (expected {self.expect_status})",
+                status=status,
+            )
+        return InferResult(request_bytes=payload.request_bytes, response_bytes=len(body))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,412 @@
+"""The issuing engine: sends requests on schedule (open loop) or from N workers (closed loop).
+
+It sees only `InferenceClient`. Accuracy choices, each for a measured reason:
+- Timestamps are `time.perf_counter()` (ns resolution); uvloop's `loop.time()` is
+  cached per loop iteration in whole milliseconds.
+- The open-loop issuer waits for each send on a timerfd (`timer.py`): the loop's own
+  timers have 1 ms granularity. Where there is no timerfd it sleeps on the loop timer
+  until ~2 ms before the send and then yields (`sleep(0)`, still serving I/O) until due.
+- Latency is completion - intended send in open loop (no coordinated omission) and
+  completion - actual send in closed loop; both times are recorded, so schedule lag is too.
+- Per-request timeouts come from one sweeper task over an insertion-ordered dict of
+  deadlines rather than an `asyncio.timeout` per request: deadlines are monotone (same
+  timeout, sends in time order), so a sweep stops at the first live one, and the hot path
+  pays one dict insert and one delete instead of a timer-heap entry.
+- Records go to array-backed columns and are handed, a chunk at a time, to one writer
+  thread that converts and writes them, so the event loop never encodes Parquet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from servebench.clients.base import InferenceClient, InferenceError, Payload
+from servebench.load.records import (
+    CLIENT_ERROR_CODE,
+    ERROR_CODE,
+    OK,
+    TIMEOUT_CODE,
+    Chunk,
+    Clock,
+    RecordBuffer,
+    RecordSink,
+    chunk_to_batch,
+)
+from servebench.load.settings import LoadSettings
+from servebench.load.stats import Columns, Measurements, agree, window_stats
+from servebench.load.summary import WindowStats
+from servebench.load.timer import PreciseTimer, precise_timer
+
+log = logging.getLogger(__name__)
+
+# How long before a send the issuer stops trusting the loop timer and starts yielding.
+SPIN_AHEAD = 0.002
+# Longest single sleep, so a stop request is noticed promptly even at very low rates.
+MAX_NAP = 0.05
+
+
+@dataclass
+class EngineReport:
+    """What one engine (one process) measured; `summarize_reports` turns reports into a summary.
+
+    Offsets are seconds from the common schedule start, so reports of several processes
+    that share a start merge by concatenation.
+    """
+
+    columns: Columns
+    first_offset: float | None = None  # first and last measured intended send, global schedule
+    last_offset: float | None = None
+    windows: list[WindowStats] = field(default_factory=list)
+    stable: bool | None = None
+    stop_reason: str | None = None
+
+
+class LoadEngine:
+    """Runs one load against one connected client; `part=(i, n)` runs the i-th of n shares."""
+
+    def __init__(
+        self,
+        client: InferenceClient,
+        payload: Payload,
+        settings: LoadSettings,
+        sink: RecordSink | None = None,
+        *,
+        start_at: float | None = None,
+        part: tuple[int, int] = (0, 1),
+    ):
+        if not 0 <= part[0] < part[1]:
+            raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
+        self.client = client
+        self.payload = payload
+        self.settings = settings
+        self.sink = sink
+        self.start_at = start_at  # wall-clock start shared by cooperating processes
+        self.part = part
+        self._buffer = RecordBuffer()
+        self._active: dict[int, tuple[float, asyncio.Task]] = {}
+        self._expired: set[int] = set()
+        self._inflight = 0
+        self._slot_waiter: asyncio.Future | None = None
+        self._drained: asyncio.Future | None = None
+        self._stopping = False
+        self._stop_reason: str | None = None
+        self._pending: list[Future] = []
+        self._client_bug_logged = False
+        self._first_offset: float | None = None
+        self._last_offset: float | None = None
+        self._windows: list[WindowStats] = []
+        self._stable: bool | None = None
+        self._timer: PreciseTimer | None = None
+
+    def stop(self, reason: str | None = "stop requested") -> None:
+        """Stop issuing, let requests in flight finish, and keep everything measured.
+
+        A `reason` marks the run as stopped early (the verdict says so); None is a
+        normal end, used by stability mode once the windows agree.
+        """
+        if reason and not self._stop_reason:
+            self._stop_reason = reason
+        self._stopping = True
+
+    async def run(self) -> EngineReport:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._clock = Clock(time.time(), perf_counter())
+        if self.start_at is None:
+            start = perf_counter()
+        else:
+            start = self._clock.perf0 + (self.start_at - self._clock.wall0)
+        self._start = start
+        self._measure_from = start + s.warmup
+        self._measurements = Measurements(
+            start, batch_size=s.batch_size, latency_from_send=s.mode == "closed"
+        )
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
+        if s.arrivals is not None:
+            self._timer = precise_timer(loop)
+        background = [loop.create_task(self._sweep())]
+        if s.stability is not None:
+            background.append(loop.create_task(self._monitor()))
+        try:
+            await self._sleep_until(start)
+            if s.arrivals is not None:
+                await self._issue_open()
+                await self._drain()
+            else:
+                await self._run_closed()
+        except BaseException as exc:
+            if not self._stop_reason:
+                self._stop_reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            for _, task in list(self._active.values()):
+                task.cancel()
+            raise
+        finally:
+            for task in background:
+                task.cancel()
+            if self._timer is not None:
+                self._timer.close()
+            self._finish_records()
+        return self._report()
+
+    # -- open loop ---------------------------------------------------------------------
+
+    async def _issue_open(self) -> None:
+        s = self.settings
+        assert s.arrivals is not None
+        index, parts = self.part
+        start = self._start
+        create_task = self._loop.create_task
+        call = self._call
+        cap = s.max_in_flight if s.max_in_flight is not None else math.inf
+        measure_at = s.warmup
+        # Stop once both minimums are met; a missing one counts as met.
+        end = s.warmup + s.duration if s.duration is not None else -math.inf
+        count = s.count if s.count is not None else 0
+        by_schedule = s.duration is not None or s.count is not None
+        measured = 0
+        seq = -1
+        for offset in s.arrivals.offsets():
+            seq += 1
+            is_measured = offset >= measure_at
+            if is_measured:
+                if by_schedule and offset >= end and measured >= count:
+                    break
+                measured += 1
+                if self._first_offset is None:
+                    self._first_offset = offset
+                self._last_offset = offset
+            if parts > 1 and seq % parts != index:
+                continue
+            due = start + offset
+            if due > perf_counter():
+                await self._sleep_until(due, precise=True)
+            if self._stopping:
+                break
+            while self._inflight >= cap:
+                self._slot_waiter = self._loop.create_future()
+                await self._slot_waiter
+            self._inflight += 1
+            create_task(call(seq, due, is_measured))
+
+    async def _drain(self) -> None:
+        if self._inflight == 0:
+            return
+        self._drained = self._loop.create_future()
+        # The sweeper cancels anything past its deadline, so this wait is bounded; the
+        # margin only guards against a client that swallows cancellation.
+        try:
+            await asyncio.wait_for(asyncio.shield(self._drained), self.settings.timeout + 5.0)
+        except TimeoutError:
+            log.warning("%d requests still in flight after the timeout; abandoned", self._inflight)
+            for _, task in list(self._active.values()):
+                task.cancel()
+
+    # -- closed loop -------------------------------------------------------------------
+
+    async def _run_closed(self) -> None:
+        s = self.settings
+        assert s.concurrency is not None
+        index, parts = self.part
+        workers = s.concurrency // parts + (1 if index < s.concurrency % parts else 0)
+        self._closed_seq = 0
+        self._closed_measured = 0
+        if s.count is not None:
+            self._closed_count = s.count // parts + (1 if index < s.count % parts else 0)
+        else:
+            self._closed_count = 0
+        await asyncio.gather(*(self._worker() for _ in range(workers)))
+
+    async def _worker(self) -> None:
+        s = self.settings
+        index, parts = self.part
+        think = s.think_time
+        end = self._measure_from + s.duration if s.duration is not None else -math.inf
+        by_schedule = s.duration is not None or s.count is not None
+        call = self._call
+        while not self._stopping:
+            if think:
+                intended = perf_counter() + think
+                await self._sleep_until(intended)
+                if self._stopping:
+                    break
+            else:
+                intended = perf_counter()
+            is_measured = intended >= self._measure_from
+            if is_measured:
+                if by_schedule and intended >= end and self._closed_measured >= self._closed_count:
+                    break
+                self._closed_measured += 1
+            seq = self._closed_seq * parts + index
+            self._closed_seq += 1
+            self._inflight += 1
+            await call(seq, intended, is_measured)
+
+    # -- one request -------------------------------------------------------------------
+
+    async def _call(self, seq: int, intended: float, measured: bool) -> None:
+        """Send one request and record it; never raises except on engine cancellation."""
+        payload = self.payload
+        send = perf_counter()
+        self._active[seq] = (send + self.settings.timeout, asyncio.current_task())
+        try:
+            result = await self.client.infer(payload)
+            done = perf_counter()
+            code = OK
+            request_bytes = result.request_bytes or payload.request_bytes
+            response_bytes = result.response_bytes
+        except InferenceError as exc:
+            done = perf_counter()
+            code = ERROR_CODE.get(exc.kind, CLIENT_ERROR_CODE)
+            request_bytes, response_bytes = payload.request_bytes, 0
+        except asyncio.CancelledError:
+            if seq not in self._expired:
+                self._release(seq)
+                raise
+            done = perf_counter()
+            self._expired.discard(seq)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            code = TIMEOUT_CODE
+            request_bytes, response_bytes = payload.request_bytes, 0
+        except Exception as exc:  # a client broke its contract; count it, keep going
+            done = perf_counter()
+            code = CLIENT_ERROR_CODE
+            request_bytes, response_bytes = payload.request_bytes, 0
+            if not self._client_bug_logged:
+                self._client_bug_logged = True
+                log.warning("client raised %r instead of InferenceError", exc, exc_info=exc)
+        self._release(seq)
+        if measured:
+            n = self._buffer.add(seq, intended, send, done, code, request_bytes, response_bytes)
+            if n >= self.settings.chunk_rows:
+                self._flush()
+
+    def _release(self, seq: int) -> None:
+        self._active.pop(seq, None)
+        self._inflight -= 1
+        waiter = self._slot_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self._inflight == 0 and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- timing ------------------------------------------------------------------------
+
+    async def _sleep_until(self, due: float, precise: bool = False) -> None:
+        """Return at `due` (perf_counter) or on a stop; `precise` is for the issuer only."""
+        while True:
+            now = perf_counter()
+            delay = due - now
+            if delay <= 0 or self._stopping:
+                return
+            if not precise:
+                await asyncio.sleep(min(delay, MAX_NAP))
+            elif self._timer is not None:
+                await self._timer.sleep_until(min(due, now + MAX_NAP))
+            elif delay > SPIN_AHEAD:
+                await asyncio.sleep(min(delay - SPIN_AHEAD, MAX_NAP))
+            else:
+                await asyncio.sleep(0)
+
+    async def _sweep(self) -> None:
+        """Cancel requests past their deadline; the cancellation is recorded as a timeout."""
+        interval = min(0.05, self.settings.timeout / 4)
+        active = self._active
+        while True:
+            await asyncio.sleep(interval)
+            now = perf_counter()
+            expired = []
+            for seq, (deadline, task) in active.items():
+                if deadline > now:
+                    break
+                expired.append((seq, task))
+            for seq, task in expired:
+                del active[seq]
+                self._expired.add(seq)
+                task.cancel()
+
+    # -- stability ---------------------------------------------------------------------
+
+    async def _monitor(self) -> None:
+        st = self.settings.stability
+        assert st is not None
+        t = self._measure_from
+        for i in range(st.max_windows):
+            end = t + st.window
+            await self._sleep_until(end)
+            if self._stopping and self._stop_reason:
+                break
+            await self._sync_flush()
+            cols = self._measurements.completed_between(t - self._start, end - self._start)
+            self._windows.append(
+                window_stats(i, cols, t - self._start, end - self._start, st.percentile)
+            )
+            if len(self._windows) >= st.agree and agree(self._windows[-st.agree :], st.tolerance):
+                self._stable = True
+                break
+            t = end
+        else:
+            self._stable = False
+        self.stop(None)
+
+    # -- records -----------------------------------------------------------------------
+
+    def _flush(self) -> Future:
+        for f in self._pending:
+            if f.done() and f.exception():
+                raise RuntimeError("writing records failed") from f.exception()
+        future = self._executor.submit(self._write, self._buffer.take())
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(future)
+        return future
+
+    async def _sync_flush(self) -> None:
+        await asyncio.wrap_future(self._flush())
+
+    def _write(self, chunk: Chunk) -> None:
+        self._measurements.add(chunk)
+        if self.sink is not None and len(chunk):
+            self.sink.write(
+                chunk_to_batch(
+                    chunk,
+                    trial_id=self.settings.trial_id,
+                    batch_size=self.settings.batch_size,
+                    clock=self._clock,
+                    latency_from_send=self.settings.mode == "closed",
+                )
+            )
+
+    def _finish_records(self) -> None:
+        """Write what is buffered and wait for the writer, even when the run failed."""
+        self._executor.shutdown(wait=True)
+        failed = [f.exception() for f in self._pending if f.exception()]
+        self._pending = []
+        self._write(self._buffer.take())
+        if failed:
+            raise RuntimeError("writing records failed") from failed[0]
+
+    def _report(self) -> EngineReport:
+        columns = self._measurements.columns()
+        if self._windows:
+            st = self.settings.stability
+            assert st is not None
+            last = self._windows[-st.agree :]
+            columns = columns.select(
+                (columns.completion >= last[0].start) & (columns.completion < last[-1].end)
+            )
+        return EngineReport(
+            columns=columns,
+            first_offset=self._first_offset,
+            last_offset=self._last_offset,
+            windows=list(self._windows),
+            stable=self._stable,
+            stop_reason=self._stop_reason,
+        )

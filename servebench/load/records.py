@@ -1,0 +1,256 @@
+"""Per-request records: the hot-path buffer, the Arrow schema and the Parquet sink.
+
+One row per measured request, with exactly the columns DESIGN.md names. Times are wall
+clock seconds (epoch) as float64; latency is seconds. The generator appends to `array`
+columns (no per-request objects kept) and hands full chunks to a sink off the event
+loop; the Parquet sink writes each chunk as a row group, so memory stays flat and a run
+that fails keeps every chunk written before it failed.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servebench.clients.base import ErrorKind
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("trial_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("intended_time", pa.float64(), nullable=False),
+        pa.field("send_time", pa.float64(), nullable=False),
+        pa.field("completion_time", pa.float64(), nullable=False),
+        pa.field("latency", pa.float64(), nullable=False),
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("error_kind", pa.string()),
+        pa.field("batch_size", pa.int32(), nullable=False),
+        pa.field("request_bytes", pa.int64(), nullable=False),
+        pa.field("response_bytes", pa.int64(), nullable=False),
+    ],
+    metadata={"servebench.records": "1", "time_unit": "s"},
+)
+
+# Error kinds travel through the hot path as small ints; code 0 means success.
+ERROR_KINDS: tuple[ErrorKind, ...] = tuple(ErrorKind)
+ERROR_CODE: dict[ErrorKind, int] = {kind: i + 1 for i, kind in enumerate(ERROR_KINDS)}
+OK = 0
+TIMEOUT_CODE = ERROR_CODE[ErrorKind.TIMEOUT]
+CLIENT_ERROR_CODE = ERROR_CODE[ErrorKind.CLIENT_ERROR]
+_KIND_BY_CODE = np.array([None, *(k.value for k in ERROR_KINDS)], dtype=object)
+
+
+def kind_name(code: int) -> str | None:
+    return _KIND_BY_CODE[code]
+
+
+def kind_code(name: str | None) -> int:
+    return OK if name is None else ERROR_CODE[ErrorKind(name)]
+
+
+@dataclass
+class Chunk:
+    """A block of records in raw form: perf_counter times, error codes.
+
+    `latency_from_send` says which definition of latency applies (closed loop) so the
+    conversion to records computes it once for the whole block.
+    """
+
+    seq: np.ndarray
+    intended: np.ndarray
+    send: np.ndarray
+    completion: np.ndarray
+    code: np.ndarray
+    request_bytes: np.ndarray
+    response_bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.seq.size)
+
+
+class RecordBuffer:
+    """Append-only columns for the hot path; `take()` hands them over as a `Chunk`.
+
+    `array.array` appends store machine values (no Python object survives the call) and
+    convert to numpy without copying, which is why they are used instead of lists.
+    """
+
+    __slots__ = ("_cols",)
+
+    def __init__(self) -> None:
+        self._cols = self._fresh()
+
+    @staticmethod
+    def _fresh() -> tuple[array, ...]:
+        return (
+            array("q"),
+            array("d"),
+            array("d"),
+            array("d"),
+            array("b"),
+            array("q"),
+            array("q"),
+        )
+
+    def add(
+        self,
+        seq: int,
+        intended: float,
+        send: float,
+        completion: float,
+        code: int,
+        request_bytes: int,
+        response_bytes: int,
+    ) -> int:
+        """Append one record; returns the number buffered so the caller can flush."""
+        c = self._cols
+        c[0].append(seq)
+        c[1].append(intended)
+        c[2].append(send)
+        c[3].append(completion)
+        c[4].append(code)
+        c[5].append(request_bytes)
+        c[6].append(response_bytes)
+        return len(c[0])
+
+    def __len__(self) -> int:
+        return len(self._cols[0])
+
+    def take(self) -> Chunk:
+        cols, self._cols = self._cols, self._fresh()
+        seq, intended, send, completion, code, req, resp = (
+            np.frombuffer(col, dtype=dtype) if len(col) else np.empty(0, dtype)
+            for col, dtype in zip(
+                cols,
+                (np.int64, np.float64, np.float64, np.float64, np.int8, np.int64, np.int64),
+                strict=True,
+            )
+        )
+        return Chunk(seq, intended, send, completion, code, req, resp)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Maps perf_counter readings to wall-clock seconds, fixed once per run."""
+
+    wall0: float
+    perf0: float
+
+    def wall(self, perf: np.ndarray) -> np.ndarray:
+        return perf - self.perf0 + self.wall0
+
+
+def chunk_to_batch(
+    chunk: Chunk,
+    *,
+    trial_id: str,
+    batch_size: int,
+    clock: Clock,
+    latency_from_send: bool,
+) -> pa.RecordBatch:
+    """Build the Arrow record batch for a chunk (vectorised; runs off the event loop)."""
+    n = len(chunk)
+    start = chunk.send if latency_from_send else chunk.intended
+    latency = chunk.completion - start
+    ok = chunk.code == OK
+    kinds = pa.array(_KIND_BY_CODE[chunk.code], type=pa.string())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(n, trial_id, dtype=object), type=pa.string()),
+            pa.array(chunk.seq),
+            pa.array(clock.wall(chunk.intended)),
+            pa.array(clock.wall(chunk.send)),
+            pa.array(clock.wall(chunk.completion)),
+            pa.array(latency),
+            pa.array(ok),
+            kinds,
+            pa.array(np.full(n, batch_size, dtype=np.int32)),
+            pa.array(chunk.request_bytes),
+            pa.array(chunk.response_bytes),
+        ],
+        schema=RECORD_SCHEMA,
+    )
+
+
+class RecordSink(Protocol):
+    """Where record batches go; `write` is called from one writer thread, in order."""
+
+    def write(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ParquetRecordWriter:
+    """Streams record batches into one Parquet file, one row group per batch.
+
+    The file is valid once closed; `close` runs in the engine's `finally`, so an
+    exception or a stop still leaves a readable file with everything measured so far.
+    A hard kill (SIGKILL, power loss) loses the footer and with it the file: Parquet has
+    no partial-file recovery, which is the price of the format DESIGN.md chose.
+    """
+
+    def __init__(self, path: str | Path, *, compression: str = "zstd"):
+        self.path = Path(path)
+        if self.path.exists() and self.path.is_dir():
+            raise ValueError(f"records file {self.path}: is a directory")
+        if not self.path.parent.is_dir():
+            raise ValueError(f"records file {self.path}: folder {self.path.parent} does not exist")
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
+            self.path, RECORD_SCHEMA, compression=compression
+        )
+        self._lock = threading.Lock()
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        with self._lock:
+            if self._writer is None:
+                raise RuntimeError(f"records file {self.path}: already closed")
+            if batch.num_rows:
+                self._writer.write_batch(batch)
+                self.rows += batch.num_rows
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    def __enter__(self) -> ParquetRecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MemoryRecordSink:
+    """Keeps batches in memory: for tests and short runs that want a table back."""
+
+    def __init__(self) -> None:
+        self.batches: list[pa.RecordBatch] = []
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.batches.append(batch)
+
+    def close(self) -> None:
+        pass
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=RECORD_SCHEMA)
+
+
+def read_records(path: str | Path, trial_id: str | None = None) -> pa.Table:
+    """Read a records file (optionally one trial) and check it has the record columns."""
+    path = Path(path)
+    filters = [("trial_id", "==", trial_id)] if trial_id is not None else None
+    table = pq.read_table(path, filters=filters)
+    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"records file {path}: missing columns {missing}")
+    return table.select(RECORD_SCHEMA.names)

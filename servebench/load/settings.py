@@ -1,0 +1,127 @@
+"""What a load run does: arrivals or workers, when to stop, limits, and how to judge it.
+
+Validation happens here, once, with messages that name the field, so the engine's hot
+path can trust every value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from servebench.load.arrivals import ArrivalProcess
+
+
+@dataclass(frozen=True)
+class StabilitySettings:
+    """perf_analyzer's stability mode: windows until the last `agree` ones agree."""
+
+    window: float = 5.0  # seconds per measurement window (perf_analyzer -p)
+    tolerance: float = 0.10  # allowed deviation from the windows' mean (perf_analyzer -s)
+    percentile: float = 99.0  # the latency compared besides throughput
+    max_windows: int = 10  # perf_analyzer -r
+    agree: int = 3
+
+    def __post_init__(self) -> None:
+        _positive("stability.window", self.window)
+        _positive("stability.tolerance", self.tolerance)
+        if not 0 < self.percentile < 100:
+            raise ValueError(f"stability.percentile: must be in (0, 100), got {self.percentile}")
+        if self.agree < 2:
+            raise ValueError(f"stability.agree: needs at least 2 windows, got {self.agree}")
+        if self.max_windows < self.agree:
+            raise ValueError(
+                f"stability.max_windows: must be >= agree ({self.agree}), got {self.max_windows}"
+            )
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """One load run. Give `arrivals` for open loop or `concurrency` for closed loop.
+
+    Stop rules (MLPerf style): `duration` only, `count` only, or both (run until both
+    minimums are met); `stability` replaces them. `warmup` seconds come first and are not
+    recorded. Latency is measured from the intended send time in open loop and from the
+    actual send in closed loop.
+    """
+
+    arrivals: ArrivalProcess | None = None
+    concurrency: int | None = None
+    think_time: float = 0.0
+    duration: float | None = None
+    count: int | None = None
+    warmup: float = 0.0
+    stability: StabilitySettings | None = None
+    timeout: float = 10.0
+    max_in_flight: int | None = 10_000
+    batch_size: int = 1
+    seed: int = 0
+    trial_id: str = ""
+    processes: int = 1
+    late_threshold: float = 1e-3
+    late_limit: float = 0.01
+    max_error_share: float = 0.01
+    chunk_rows: int = 8192
+
+    def __post_init__(self) -> None:
+        if (self.arrivals is None) == (self.concurrency is None):
+            raise ValueError(
+                "load: give exactly one of arrivals (open loop) or concurrency (closed loop)"
+            )
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"load.concurrency: must be >= 1, got {self.concurrency}")
+        if self.think_time < 0 or not math.isfinite(self.think_time):
+            raise ValueError(f"load.think_time: must be >= 0 s, got {self.think_time}")
+        if self.think_time and self.arrivals is not None:
+            raise ValueError("load.think_time: only applies to closed loop (concurrency)")
+        if self.stability is not None:
+            if self.duration is not None or self.count is not None:
+                raise ValueError(
+                    "load.stability: decides when to stop itself; drop duration and count"
+                )
+            if self.processes != 1:
+                raise ValueError("load.stability: needs processes = 1 (windows are judged live)")
+        elif self.duration is None and self.count is None:
+            raise ValueError("load: give duration, count, or both (or stability)")
+        if self.duration is not None:
+            _positive("load.duration", self.duration)
+        if self.count is not None and self.count < 1:
+            raise ValueError(f"load.count: must be >= 1, got {self.count}")
+        if self.warmup < 0 or not math.isfinite(self.warmup):
+            raise ValueError(f"load.warmup: must be >= 0 s, got {self.warmup}")
+        _positive("load.timeout", self.timeout)
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"load.max_in_flight: must be >= 1, got {self.max_in_flight}")
+        if self.batch_size < 1:
+            raise ValueError(f"load.batch_size: must be >= 1, got {self.batch_size}")
+        if self.processes < 1:
+            raise ValueError(f"load.processes: must be >= 1, got {self.processes}")
+        if self.concurrency is not None and self.processes > self.concurrency:
+            raise ValueError(
+                f"load.processes: {self.processes} processes need at least as many workers, "
+                f"concurrency is {self.concurrency}"
+            )
+        _positive("load.late_threshold", self.late_threshold)
+        if not 0 <= self.late_limit <= 1:
+            raise ValueError(f"load.late_limit: must be a share in [0, 1], got {self.late_limit}")
+        if not 0 <= self.max_error_share <= 1:
+            raise ValueError(
+                f"load.max_error_share: must be a share in [0, 1], got {self.max_error_share}"
+            )
+        if self.chunk_rows < 1:
+            raise ValueError(f"load.chunk_rows: must be >= 1, got {self.chunk_rows}")
+
+    @property
+    def mode(self) -> str:
+        return "open" if self.arrivals is not None else "closed"
+
+    def describe(self) -> str:
+        if self.arrivals is not None:
+            return self.arrivals.describe()
+        think = f", think {self.think_time * 1e3:g} ms" if self.think_time else ""
+        return f"concurrency {self.concurrency}{think}"
+
+
+def _positive(name: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")

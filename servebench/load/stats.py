@@ -1,0 +1,219 @@
+"""Statistics computed from per-request records.
+
+`Columns` is the part of the records statistics need; it comes either from the chunks a
+running engine produces (`Measurements`, kept compact: float32, offsets from the run's
+start, about 17 bytes a request) or from a records table read back from Parquet
+(`columns_from_table`). Both go through the same `summarize`, so a summary can always be
+recomputed from the file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from servebench.load.records import OK, Chunk, kind_code, kind_name
+from servebench.load.summary import LoadSummary, WindowStats
+
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+LATE_THRESHOLD = 1e-3
+
+
+@dataclass
+class Columns:
+    """One entry per measured request; times are seconds from any common origin."""
+
+    latency: np.ndarray
+    lag: np.ndarray  # actual send - intended send
+    send: np.ndarray
+    completion: np.ndarray
+    code: np.ndarray  # 0 = ok, else records.ERROR_CODE
+    batch_size: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.code.size)
+
+    def select(self, mask: np.ndarray) -> Columns:
+        return Columns(
+            self.latency[mask],
+            self.lag[mask],
+            self.send[mask],
+            self.completion[mask],
+            self.code[mask],
+            self.batch_size[mask],
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[Columns]) -> Columns:
+        if not parts:
+            f = np.empty(0, np.float32)
+            return Columns(f, f, f, f, np.empty(0, np.int8), np.empty(0, np.int32))
+        return Columns(
+            *(
+                np.concatenate([getattr(p, name) for p in parts])
+                for name in ("latency", "lag", "send", "completion", "code", "batch_size")
+            )
+        )
+
+
+class Measurements:
+    """The compact columns of every measured request of one run, fed chunk by chunk.
+
+    `add` runs on the writer thread and readers run on the event loop, hence the lock.
+    """
+
+    def __init__(self, origin: float, *, batch_size: int, latency_from_send: bool):
+        self.origin = origin
+        self.batch_size = batch_size
+        self.latency_from_send = latency_from_send
+        self._parts: list[Columns] = []
+        self._lock = threading.Lock()
+
+    def add(self, chunk: Chunk) -> None:
+        if not len(chunk):
+            return
+        start = chunk.send if self.latency_from_send else chunk.intended
+        part = Columns(
+            latency=(chunk.completion - start).astype(np.float32),
+            lag=(chunk.send - chunk.intended).astype(np.float32),
+            send=(chunk.send - self.origin).astype(np.float32),
+            completion=(chunk.completion - self.origin).astype(np.float32),
+            code=chunk.code.copy(),
+            batch_size=np.full(len(chunk), self.batch_size, dtype=np.int32),
+        )
+        with self._lock:
+            self._parts.append(part)
+
+    def extend(self, other: Columns) -> None:
+        with self._lock:
+            self._parts.append(other)
+
+    def columns(self) -> Columns:
+        with self._lock:
+            merged = Columns.concat(self._parts)
+            self._parts = [merged] if len(merged) else []
+        return merged
+
+    def completed_between(self, start: float, end: float) -> Columns:
+        """Requests that completed in [start, end) (offsets from the origin)."""
+        cols = self.columns()
+        return cols.select((cols.completion >= start) & (cols.completion < end))
+
+
+def columns_from_table(
+    table: pa.Table, *, origin: float | None = None, latency_from_send: bool | None = None
+) -> Columns:
+    """Columns from a records table; latency is taken as recorded unless told otherwise.
+
+    `origin` is the wall-clock time offsets count from (the schedule start); by default
+    the earliest intended send.
+    """
+    send = table["send_time"].to_numpy()
+    intended = table["intended_time"].to_numpy()
+    completion = table["completion_time"].to_numpy()
+    if latency_from_send is None:
+        latency = table["latency"].to_numpy()
+    else:
+        latency = completion - (send if latency_from_send else intended)
+    if origin is None:
+        origin = float(pc.min(table["intended_time"]).as_py() or 0.0) if table.num_rows else 0.0
+    kinds = table["error_kind"].to_pylist()
+    return Columns(
+        latency=latency,
+        lag=send - intended,
+        send=send - origin,
+        completion=completion - origin,
+        code=np.fromiter((kind_code(k) for k in kinds), dtype=np.int8, count=len(kinds)),
+        batch_size=table["batch_size"].to_numpy().astype(np.int32),
+    )
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """Nearest-rank percentile (an observed latency, as perf_analyzer reports); nan if empty."""
+    if values.size == 0:
+        return float("nan")
+    return float(np.percentile(values, q, method="inverted_cdf"))
+
+
+def rate(count: int, span: float) -> float:
+    """Events per second over a span holding `count` events: (n - 1) gaps in the span."""
+    return (count - 1) / span if count >= 2 and span > 0 else 0.0
+
+
+def summarize(
+    cols: Columns,
+    *,
+    mode: str,
+    target_rate: float | None,
+    late_threshold: float = LATE_THRESHOLD,
+) -> LoadSummary:
+    """Everything measured about a set of requests; the verdict is added by the caller."""
+    n = len(cols)
+    ok_mask = cols.code == OK
+    ok = int(ok_mask.sum())
+    latency = cols.latency[ok_mask].astype(np.float64)
+    codes, counts = np.unique(cols.code[~ok_mask], return_counts=True)
+    errors_by_kind = {kind_name(int(c)): int(k) for c, k in zip(codes, counts, strict=True)}
+    lag = cols.lag.astype(np.float64)
+    ok_completion = cols.completion[ok_mask].astype(np.float64)
+    completion_span = float(ok_completion.max() - ok_completion.min()) if ok >= 2 else 0.0
+    send = cols.send.astype(np.float64)
+    send_span = float(send.max() - send.min()) if n >= 2 else 0.0
+    throughput = rate(ok, completion_span)
+    mean_batch = float(cols.batch_size[ok_mask].mean()) if ok else 0.0
+    quantiles = {q: percentile(latency, q) for q in PERCENTILES}
+    return LoadSummary(
+        mode=mode,
+        count=n,
+        ok=ok,
+        errors=n - ok,
+        errors_by_kind=errors_by_kind,
+        target_rate=target_rate,
+        achieved_rate=rate(n, send_span),
+        throughput_rps=throughput,
+        throughput_ips=throughput * mean_batch,
+        latency_mean=float(latency.mean()) if ok else float("nan"),
+        latency_p50=quantiles[50.0],
+        latency_p90=quantiles[90.0],
+        latency_p95=quantiles[95.0],
+        latency_p99=quantiles[99.0],
+        latency_p99_9=quantiles[99.9],
+        latency_max=float(latency.max()) if ok else float("nan"),
+        schedule_lag_p99=percentile(lag, 99.0),
+        late_share=float((lag > late_threshold).mean()) if n else 0.0,
+        duration=float(max(cols.completion.max() - send.min(), 0.0)) if n else 0.0,
+    )
+
+
+def window_stats(index: int, cols: Columns, start: float, end: float, q: float) -> WindowStats:
+    """perf_analyzer's window numbers: completions in the window and their percentile."""
+    ok_mask = cols.code == OK
+    ok = int(ok_mask.sum())
+    return WindowStats(
+        index=index,
+        start=start,
+        end=end,
+        completed=len(cols),
+        errors=len(cols) - ok,
+        throughput_rps=ok / (end - start),
+        latency=percentile(cols.latency[ok_mask].astype(np.float64), q),
+    )
+
+
+def agree(windows: Sequence[WindowStats], tolerance: float) -> bool:
+    """True when every window's throughput and latency lie within ±tolerance of their mean."""
+    if not windows:
+        return False
+    for values in ([w.throughput_rps for w in windows], [w.latency for w in windows]):
+        arr = np.asarray(values, dtype=np.float64)
+        if not np.all(np.isfinite(arr)):
+            return False
+        mean = arr.mean()
+        if mean <= 0 or np.any(np.abs(arr - mean) > tolerance * mean):
+            return False
+    return True

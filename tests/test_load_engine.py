@@ -1,0 +1,229 @@
+"""The engine with an in-process client: stop rules, warm-up, timeouts, the in-flight cap,
+records, stability mode and what survives a failure. No network, so timings are tight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceError,
+    InferResult,
+    ModelSignature,
+    Payload,
+)
+from servebench.load import (
+    INVALID,
+    RECORD_SCHEMA,
+    LoadSettings,
+    MemoryRecordSink,
+    ParquetRecordWriter,
+    StabilitySettings,
+    constant,
+    linear,
+    read_records,
+    run,
+    run_load,
+)
+
+
+class FakeClient:
+    """Answers after `delay` seconds; can fail in chosen ways at a chosen call."""
+
+    def __init__(self, delay=0.001, fail_at=None, error=None):
+        self.delay = delay
+        self.fail_at = fail_at
+        self.error = error
+        self.calls = 0
+
+    async def connect(self):
+        pass
+
+    async def signature(self):
+        return ModelSignature(name="fake", inputs=(), outputs=())
+
+    def make_payload(self, batch_size, seed=0):
+        return Payload(batch_size=batch_size, inputs={}, encoded=b"x" * 100, request_bytes=100)
+
+    async def infer(self, payload):
+        self.calls += 1
+        if self.fail_at is not None and self.calls >= self.fail_at:
+            raise self.error
+        await asyncio.sleep(self.delay)
+        return InferResult(request_bytes=payload.request_bytes, response_bytes=50)
+
+    async def close(self):
+        pass
+
+
+def load(client, sink=None, **kwargs):
+    return asyncio.run(run_load(client, LoadSettings(**kwargs), sink=sink))
+
+
+def test_stop_on_count_only():
+    s = load(FakeClient(), arrivals=constant(1000), count=300)
+    assert s.count == 300 and s.ok == 300
+    assert s.achieved_rate == pytest.approx(1000, rel=0.02)
+
+
+@pytest.mark.parametrize("count, expected", [(800, 800), (100, 500)])
+def test_duration_and_count_run_until_both_are_met(count, expected):
+    s = load(FakeClient(), arrivals=constant(1000), duration=0.5, count=count)
+    assert s.count == expected
+
+
+def test_warmup_is_not_recorded():
+    sink = MemoryRecordSink()
+    s = load(FakeClient(), sink, arrivals=constant(1000), warmup=0.2, duration=0.3)
+    seq = sink.table()["seq"].to_numpy()
+    assert s.count == 300 == len(seq)
+    assert seq.min() == 200 and seq.max() == 499
+
+
+def test_closed_loop_count_and_latency_from_send():
+    sink = MemoryRecordSink()
+    s = load(FakeClient(delay=0.002), sink, concurrency=4, count=200, think_time=0.001)
+    t = sink.table().to_pandas()
+    assert s.count == 200 == len(t) and s.mode == "closed"
+    assert np.allclose(t.latency, t.completion_time - t.send_time, rtol=0, atol=1e-6)
+    assert len(set(t.seq)) == 200
+    assert s.latency_p50 == pytest.approx(0.002, abs=0.0015)
+
+
+def test_records_have_the_design_columns_and_open_loop_latency():
+    sink = MemoryRecordSink()
+    s = load(FakeClient(), sink, arrivals=constant(500), duration=0.4, batch_size=8, trial_id="t1")
+    table = sink.table()
+    assert (
+        table.schema.names
+        == RECORD_SCHEMA.names
+        == [
+            "trial_id",
+            "seq",
+            "intended_time",
+            "send_time",
+            "completion_time",
+            "latency",
+            "ok",
+            "error_kind",
+            "batch_size",
+            "request_bytes",
+            "response_bytes",
+        ]
+    )
+    t = table.to_pandas()
+    assert len(t) == s.count == 200
+    assert (t.trial_id == "t1").all() and (t.batch_size == 8).all() and t.ok.all()
+    assert t.error_kind.isna().all()
+    assert np.allclose(t.latency, t.completion_time - t.intended_time, rtol=0, atol=1e-6)
+    assert (t.send_time >= t.intended_time - 1e-6).all()
+    assert (t.request_bytes == 100).all() and (t.response_bytes == 50).all()
+    assert s.throughput_ips == pytest.approx(8 * s.throughput_rps)
+
+
+def test_timeouts_are_cancelled_and_classified():
+    s = load(FakeClient(delay=5.0), arrivals=constant(100), count=10, timeout=0.1)
+    assert s.errors_by_kind == {"timeout": 10}
+    assert s.verdict == INVALID
+    assert s.duration < 1.0  # the sweeper cut them at ~0.1 s, not 5 s
+
+
+def test_client_errors_do_not_stop_the_run():
+    s = load(
+        FakeClient(fail_at=51, error=InferenceError(ErrorKind.SERVER_ERROR, "model failed")),
+        arrivals=constant(1000),
+        count=100,
+    )
+    assert s.count == 100 and s.errors_by_kind == {"server_error": 50}
+    s = load(FakeClient(fail_at=1, error=ValueError("bug")), arrivals=constant(1000), count=20)
+    assert s.errors_by_kind == {"client_error": 20}
+
+
+def test_in_flight_cap_delays_sends_and_says_so():
+    # 50 ms service, 5 in flight → at most 100 req/s against a 200 req/s schedule.
+    s = load(FakeClient(delay=0.05), arrivals=constant(200), duration=0.5, max_in_flight=5)
+    assert s.count == 100
+    assert s.late_share > 0.5
+    assert s.verdict == INVALID and "generator fell behind" in s.reasons[0]
+    assert s.latency_p99 > 0.2  # measured from the intended time: the wait counts
+
+
+def test_graceful_stop_keeps_records_and_marks_the_run():
+    sink = MemoryRecordSink()
+
+    async def main():
+        engines = []
+        task = asyncio.create_task(
+            run_load(
+                FakeClient(),
+                LoadSettings(arrivals=constant(500), duration=30),
+                sink=sink,
+                on_engine=engines.append,
+            )
+        )
+        await asyncio.sleep(0.4)
+        engines[0].stop("test asked")
+        return await task
+
+    s = asyncio.run(main())
+    assert 150 < s.count < 260 and s.count == sink.table().num_rows
+    assert s.verdict == INVALID and s.reasons[0] == "stopped early: test asked"
+
+
+def test_parquet_survives_an_exception_mid_run(tmp_path):
+    path = tmp_path / "records.parquet"
+    client = FakeClient(fail_at=301, error=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        run(lambda: client, LoadSettings(arrivals=constant(1000), duration=5), records=path)
+    table = read_records(path)
+    # everything that completed before the interrupt is on disk
+    assert 250 <= table.num_rows <= 300
+    assert pq.ParquetFile(path).metadata.num_rows == table.num_rows
+
+
+def test_parquet_survives_cancellation(tmp_path):
+    path = tmp_path / "records.parquet"
+    writer = ParquetRecordWriter(path)
+
+    async def main():
+        settings = LoadSettings(arrivals=constant(1000), duration=10, chunk_rows=100)
+        await asyncio.wait_for(run_load(FakeClient(), settings, sink=writer), 0.5)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(main())
+    writer.close()
+    rows = read_records(path).num_rows
+    assert 350 <= rows <= 510  # row groups of 100 plus the final partial chunk
+
+
+def test_stability_mode_stable():
+    settings = LoadSettings(
+        arrivals=constant(400),
+        stability=StabilitySettings(window=0.3, tolerance=0.2, percentile=50, max_windows=8),
+    )
+    s = asyncio.run(run_load(FakeClient(delay=0.003), settings))
+    # (the verdict may still flag lateness on a busy machine; stability is what is tested)
+    assert s.stable is True and not any(r.startswith("unstable") for r in s.reasons)
+    assert 3 <= len(s.windows) <= 8
+    # the summary covers the three agreeing windows
+    assert s.count == pytest.approx(3 * 0.3 * 400, rel=0.05)
+    assert s.target_rate == pytest.approx(400, rel=0.01)
+
+
+def test_stability_mode_is_honest_when_load_keeps_changing():
+    settings = LoadSettings(
+        arrivals=linear(50, 400, 2000),
+        stability=StabilitySettings(window=0.25, tolerance=0.05, percentile=50, max_windows=4),
+    )
+    s = asyncio.run(run_load(FakeClient(delay=0.002), settings))
+    assert s.stable is False and len(s.windows) == 4
+    assert s.verdict == INVALID and any(r.startswith("unstable") for r in s.reasons)
+
+
+def test_records_file_must_be_writable(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        ParquetRecordWriter(tmp_path / "missing" / "r.parquet")

@@ -1,0 +1,114 @@
+"""Statistics, verdicts and settings validation, on synthetic records (no network)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servebench.clients.base import ErrorKind
+from servebench.load import LoadSettings, StabilitySettings, constant, summarize
+from servebench.load.records import ERROR_CODE
+from servebench.load.stats import Columns, agree
+from servebench.load.summary import INVALID, VALID, WindowStats, judge
+
+
+def columns(latency, lag=None, send=None, code=None):
+    n = len(latency)
+    send = np.arange(n) * 0.01 if send is None else np.asarray(send)
+    latency = np.asarray(latency, dtype=np.float64)
+    return Columns(
+        latency=latency,
+        lag=np.zeros(n) if lag is None else np.asarray(lag),
+        send=send,
+        completion=send + latency,
+        code=np.zeros(n, np.int8) if code is None else np.asarray(code, np.int8),
+        batch_size=np.full(n, 4, np.int32),
+    )
+
+
+def test_percentiles_rates_and_errors():
+    latency = np.linspace(0.001, 0.1, 1000)
+    code = np.zeros(1000, np.int8)
+    code[:10] = ERROR_CODE[ErrorKind.TIMEOUT]
+    code[10:13] = ERROR_CODE[ErrorKind.HTTP_STATUS]
+    s = summarize(columns(latency, code=code), mode="open", target_rate=100.0)
+    ok = latency[13:]
+    assert s.count == 1000 and s.ok == 987 and s.errors == 13
+    assert s.errors_by_kind == {"timeout": 10, "http_status": 3}
+    assert s.latency_p50 == pytest.approx(np.percentile(ok, 50, method="inverted_cdf"))
+    assert s.latency_p99_9 == pytest.approx(np.percentile(ok, 99.9, method="inverted_cdf"))
+    assert s.latency_max == pytest.approx(0.1)
+    assert s.latency_mean == pytest.approx(ok.mean())
+    assert s.achieved_rate == pytest.approx(100.0)
+    assert s.throughput_rps == pytest.approx(100.0, rel=0.01)
+    assert s.throughput_ips == pytest.approx(4 * s.throughput_rps)
+    judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.01)
+    assert s.verdict == INVALID
+    assert any(r.startswith("errors: 13 of 1000") for r in s.reasons)
+
+
+def test_late_share_makes_open_loop_invalid_but_not_closed_loop():
+    lag = np.zeros(1000)
+    lag[:20] = 0.005  # 2 % sent 5 ms late
+    for mode, verdict in (("open", INVALID), ("closed", VALID)):
+        s = summarize(columns(np.full(1000, 0.01), lag=lag), mode=mode, target_rate=None)
+        assert s.late_share == pytest.approx(0.02)
+        assert s.schedule_lag_p99 == pytest.approx(0.005)
+        judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.0)
+        assert s.verdict == verdict
+    assert (
+        "generator fell behind"
+        in judge(
+            summarize(columns(np.full(1000, 0.01), lag=lag), mode="open", target_rate=None),
+            late_threshold=1e-3,
+            late_limit=0.01,
+            max_error_share=0.0,
+        ).reasons[0]
+    )
+
+
+def test_empty_run_is_invalid_and_serialises():
+    s = summarize(columns([]), mode="open", target_rate=None)
+    judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.0, stop_reason="boom")
+    assert s.verdict == INVALID
+    assert s.reasons[:2] == ["stopped early: boom", "no requests measured"]
+    assert s.to_dict()["latency_p50"] is None  # NaN → None for JSON
+
+
+def test_window_agreement():
+    def w(i, tp, lat):
+        return WindowStats(i, i, i + 1, 100, 0, tp, lat)
+
+    assert agree([w(0, 100, 0.010), w(1, 105, 0.0105), w(2, 98, 0.0099)], 0.1)
+    assert not agree([w(0, 100, 0.010), w(1, 150, 0.010), w(2, 100, 0.010)], 0.1)
+    assert not agree([w(0, 100, 0.010), w(1, 100, 0.020), w(2, 100, 0.010)], 0.1)
+    assert not agree([w(0, 0, float("nan")), w(1, 0, float("nan"))], 0.1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "exactly one of arrivals"),
+        ({"arrivals": constant(1), "concurrency": 2, "duration": 1}, "exactly one of arrivals"),
+        ({"concurrency": 2}, "give duration, count, or both"),
+        ({"concurrency": 0, "duration": 1}, "load.concurrency"),
+        ({"concurrency": 2, "duration": -1}, "load.duration"),
+        ({"concurrency": 2, "count": 0}, "load.count"),
+        ({"concurrency": 2, "duration": 1, "timeout": 0}, "load.timeout"),
+        ({"arrivals": constant(1), "duration": 1, "think_time": 0.1}, "load.think_time"),
+        ({"concurrency": 2, "duration": 1, "stability": StabilitySettings()}, "load.stability"),
+        ({"concurrency": 2, "duration": 1, "processes": 3}, "load.processes"),
+        ({"concurrency": 2, "duration": 1, "max_in_flight": 0}, "load.max_in_flight"),
+        ({"concurrency": 2, "duration": 1, "late_limit": 2}, "load.late_limit"),
+    ],
+)
+def test_settings_errors_name_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LoadSettings(**kwargs)
+
+
+def test_stability_settings_validation():
+    with pytest.raises(ValueError, match=r"stability\.max_windows"):
+        StabilitySettings(max_windows=2, agree=3)
+    with pytest.raises(ValueError, match=r"stability\.percentile"):
+        StabilitySettings(percentile=100)
