@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import models
+from servebench.cli import load, models
 
 app = typer.Typer(
     name="servebench",
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(models.app, name="models")
+app.command(name="load")(load.load)
 
 
 def main() -> None:
