@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import load, models
+from servebench.cli import load, models, netem, scenario
 
 app = typer.Typer(
     name="servebench",
@@ -17,6 +17,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(models.app, name="models")
+app.add_typer(netem.app, name="netem")
+app.add_typer(scenario.app, name="scenario")
 app.command(name="load")(load.load)
 
 

@@ -1,0 +1,205 @@
+"""Expand a scenario into trials: server setting x model x link x batch size x load level.
+
+The order groups trials by server setting, because starting a server (and loading its
+models) is the expensive step; within a setting, models vary slowest so each model is
+loaded once. Trial ids hash the trial's coordinates, so the same trial has the same id
+in every run of the scenario — what `--resume` and `report compare` join on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model_zoo.mutate import dedupe, grid, random_mutations
+from model_zoo.spec import ModelSpec, resnet50_spec
+from servebench.netem.profiles import LinkProfile
+from servebench.scenario.schema import ResNetReference, Scenario, ServerSection
+
+# Rough costs for the wall-time estimate (measured on the 2-core development machines; see
+# docs/benchmarks.md): ONNX + SavedModel export per model, server start, model load, and
+# the fixed overhead of a trial (telemetry start/stop, records flush).
+EXPORT_S_PER_MODEL = {"triton": 5.0, "tfs": 1.5}
+START_S = {"local": 1.0, "docker": 15.0, "remote": 0.5}
+LOAD_S_PER_MODEL = 1.5
+TRIAL_OVERHEAD_S = 1.0
+EXPECTED_STABILITY_WINDOWS = 4
+
+
+@dataclass(frozen=True)
+class ServerSetting:
+    """One server with one combination from its settings matrix."""
+
+    server: ServerSection
+    values: dict[str, Any] = field(default_factory=dict)
+    varying: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        if not self.varying:
+            return self.server.name
+        parts = ",".join(f"{k}={_short(self.values[k])}" for k in self.varying)
+        return f"{self.server.name}[{parts}]"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    kind: str  # "rate" | "concurrency" | "trace" | "search"
+    value: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "rate":
+            return f"{self.value:g}/s"
+        if self.kind == "concurrency":
+            return f"c{self.value:g}"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int
+    setting: ServerSetting
+    model: ModelSpec
+    link: str | LinkProfile
+    batch_size: int
+    level: LoadLevel
+    estimated_s: float
+
+    @property
+    def link_name(self) -> str:
+        return self.link if isinstance(self.link, str) else self.link.name
+
+    @property
+    def coordinates(self) -> dict[str, Any]:
+        return {
+            "server": self.setting.server.name,
+            "server_kind": self.setting.server.kind,
+            "setting": self.setting.id,
+            "model": self.model.id,
+            "batch_size": self.batch_size,
+            "link": self.link_name,
+            "load_kind": self.level.kind,
+            "load_level": self.level.value,
+        }
+
+    @property
+    def id(self) -> str:
+        canonical = json.dumps(
+            {**self.coordinates, "settings": self.setting.values}, sort_keys=True, default=str
+        )
+        return "t" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenario: Scenario
+    models: list[ModelSpec]
+    settings: list[ServerSetting]
+    trials: list[Trial]
+
+    @property
+    def estimated_s(self) -> float:
+        """Whole-run estimate: trials plus per-setting start, load and one-off exports."""
+        formats = {s.server.kind for s in self.settings if s.server.launch != "remote"}
+        export = len(self.models) * sum(EXPORT_S_PER_MODEL[f] for f in formats)
+        setup = sum(
+            START_S[s.server.launch] + LOAD_S_PER_MODEL * len(self.models) for s in self.settings
+        )
+        return export + setup + sum(t.estimated_s for t in self.trials)
+
+
+def resolve_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
+    """Every model the scenario names, in the order the sections list them, deduplicated."""
+    from model_zoo.export.family import load_family
+
+    section = scenario.models
+    specs: list[ModelSpec] = list(section.specs)
+    if section.grid:
+        g = section.grid
+        knobs = {k: getattr(g, k) for k in ("heads", "seq_len", "kernel_size", "residual")}
+        specs += grid(
+            g.types, g.depths, g.widths,
+            input_shapes=g.input_shapes, num_outputs=g.num_outputs,
+            **{k: v for k, v in knobs.items() if v is not None},
+        )  # fmt: skip
+    if section.mutate:
+        m = section.mutate
+        specs += [
+            m.base,
+            *random_mutations(
+                m.base, m.count, m.seed, max_depth=m.max_depth, max_width=m.max_width
+            ),
+        ]
+    if section.resnet50:
+        size = section.resnet50.image_size if isinstance(section.resnet50, ResNetReference) else 224
+        specs.append(resnet50_spec(size))
+    if section.repository:
+        repository = (
+            section.repository
+            if section.repository.is_absolute()
+            else base_dir / section.repository
+        )
+        specs += load_family(repository)[0]
+    return dedupe(specs)
+
+
+def _server_settings(server: ServerSection) -> list[ServerSetting]:
+    if server.launch == "remote":
+        return [ServerSetting(server)]
+    matrix = server.settings_model
+    combos = matrix.combinations()
+    varying = tuple(k for k in combos[0] if len({json.dumps(c[k]) for c in combos}) > 1)
+    return [ServerSetting(server, combo, varying) for combo in combos]
+
+
+def _levels(scenario: Scenario) -> list[LoadLevel]:
+    w = scenario.workload
+    if w.search:
+        return [LoadLevel("search")]
+    if w.mode == "closed":
+        return [LoadLevel("concurrency", c) for c in w.concurrency]
+    if w.trace:
+        return [LoadLevel("trace")]
+    return [LoadLevel("rate", r) for r in w.rates]
+
+
+def _trial_seconds(scenario: Scenario, level: LoadLevel) -> float:
+    w = scenario.workload
+    if w.stability:
+        measure = w.stability.window_s * min(w.stability.max_windows, EXPECTED_STABILITY_WINDOWS)
+    else:
+        by_count = w.requests / level.value if w.requests and level.kind == "rate" else 0.0
+        measure = max(w.duration_s or 0.0, by_count)
+    one = w.warmup_s + measure + TRIAL_OVERHEAD_S
+    return one * w.search_settings.max_steps if level.kind == "search" else one
+
+
+def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
+    models = resolve_models(scenario, base_dir)
+    settings = [s for server in scenario.servers for s in _server_settings(server)]
+    levels = _levels(scenario)
+    trials: list[Trial] = []
+    for setting in settings:
+        for model in models:
+            for link in scenario.links:
+                for batch_size in scenario.workload.batch_sizes:
+                    if batch_size > setting.values.get("max_batch_size", batch_size):
+                        continue  # validation ensured another combination takes it
+                    for level in levels:
+                        trials.append(
+                            Trial(
+                                len(trials), setting, model, link, batch_size, level,
+                                _trial_seconds(scenario, level),
+                            )
+                        )  # fmt: skip
+    return Plan(scenario, models, settings, trials)

@@ -1,0 +1,174 @@
+"""Scenario files: every problem names file, line, YAML path, value and expectation."""
+
+from pathlib import Path
+
+import pytest
+
+from servebench.scenario.plan import expand
+from servebench.scenario.validate import ScenarioError, load_scenario
+
+GOOD = """\
+name: study
+models:
+  grid:
+    types: [dense, conv]
+    depths: [1, 2]
+    widths: [16]
+servers:
+  - name: triton
+    kind: triton
+    settings:
+      dynamic_batching: [false, true]
+      instance_count: [1, 2]
+      max_batch_size: 8
+workload:
+  rates: [50, 100]
+  batch_sizes: [1, 4]
+  duration_s: 2
+  warmup_s: 0.5
+links: [direct, lte]
+slo: {percentile: 99, latency_ms: 50}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(write(tmp_path, text))
+    return caught.value.problems
+
+
+# (replace this, with that) -> the one problem line expected, as "<line> <path>: <text>"
+BAD = [
+    ("rates: [50, 100]", "rates: [50, -5]", "15 workload.rates[1]: -5 — must be > 0"),
+    (
+        "rates: [50, 100]",
+        "rates: [50, 50]",
+        "15 workload.rates: [50, 50] — must not repeat a value",
+    ),
+    (
+        "types: [dense, conv]",
+        "types: [dense, cnn]",
+        "4 models.grid.types[1]: 'cnn' — must be one of",
+    ),
+    ("depths: [1, 2]", "depths: [0, 2]", "5 models.grid.depths[0]: 0 — must be > 0"),
+    ("widths: [16]", "widths: []", "6 models.grid.widths: [] — must have at least 1 item"),
+    (
+        "duration_s: 2",
+        "duration_s: 2\n  colour: red",
+        "18 workload.colour: 'red' — unknown key (allowed: mode,",
+    ),
+    (
+        "kind: triton",
+        "kind: torchserve",
+        "9 servers[0].kind: 'torchserve' — must be one of 'triton' or 'tfs'",
+    ),
+    (
+        "instance_count: [1, 2]",
+        "instance_cnt: 2",
+        "12 servers[0].settings.instance_cnt: 2 — unknown key",
+    ),
+    (
+        "instance_count: [1, 2]",
+        "instance_count: [1, -2]",
+        "12 servers[0].settings.instance_count[1]: -2 — must be > 0",
+    ),
+    (
+        "max_batch_size: 8",
+        "max_batch_size: 2",
+        "16 workload.batch_sizes: [4] — larger than server 'triton'",
+    ),
+    ("links: [direct, lte]", "links: [direct, 5g]", "19 links[1]: '5g' — not a built-in link"),
+    (
+        "links: [direct, lte]",
+        "links: [direct, {name: x, rtt_s: -1}]",
+        "19 links[1].rtt_s: -1 — must be >= 0",
+    ),
+    ("latency_ms: 50", "latency_ms: fast", "20 slo.latency_ms: 'fast' — must be a number"),
+    ("percentile: 99", "percentile: 120", "20 slo.percentile: 120 — must be <= 100"),
+    (
+        "  rates: [50, 100]\n",
+        "  mode: closed\n  rates: [50, 100]\n",
+        "16 workload.rates: [50, 100] — only for mode open",
+    ),
+    (
+        "  rates: [50, 100]\n",
+        "  mode: closed\n  concurrency: [0]\n",
+        "16 workload.concurrency[0]: 0 — must be > 0",
+    ),
+    (
+        "  rates: [50, 100]\n",
+        "",
+        "14 workload.rates: open loop needs rates, a trace or search: max_rate",
+    ),
+    ("name: study", "name: my study", "1 name: 'my study' — must be letters, digits"),
+    ("kind: triton\n", "kind: tfs\n", "8 servers[0].launch: TF Serving has no local launcher"),
+    (
+        "    kind: triton\n",
+        "    kind: triton\n    launch: remote\n",
+        "8 servers[0].url: a remote http server needs its address",
+    ),
+    ("warmup_s: 0.5", "warmup_s: -1", "18 workload.warmup_s: -1 — must be >= 0"),
+    (
+        "models:\n",
+        "models:\n  resnet: true\n",
+        "3 models.resnet: True — unknown key (allowed: specs, grid, mutate, resnet50, repository)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), BAD, ids=[b[2].split(":")[0] for b in BAD])
+def test_bad_scenarios_name_file_line_field_and_reason(tmp_path: Path, old, new, expected):
+    assert old in GOOD
+    found = problems(tmp_path, GOOD.replace(old, new, 1))
+    assert any(p.startswith(f"{tmp_path / 'study.yaml'}:{expected}") for p in found), found
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path):
+    text = GOOD.replace("rates: [50, 100]", "rates: [-1]").replace("lte]", "5g]")
+    found = problems(tmp_path, text)
+    assert len(found) == 2
+
+
+def test_not_yaml_and_duplicate_keys(tmp_path: Path):
+    assert problems(tmp_path, "name: [unclosed\n")[0].startswith(f"{tmp_path / 'study.yaml'}:")
+    found = problems(
+        tmp_path, GOOD.replace("  duration_s: 2\n", "  duration_s: 2\n  duration_s: 3\n")
+    )
+    assert found == [f"{tmp_path / 'study.yaml'}:18 workload.duration_s: duplicate key"]
+    assert "a scenario must be a mapping" in problems(tmp_path, "- 1\n- 2\n")[0]
+
+
+def test_unsafe_yaml_is_refused(tmp_path: Path):
+    found = problems(tmp_path, "name: !!python/object/apply:os.system ['true']\n")
+    assert "not valid YAML" in found[0]
+
+
+def test_plan_counts_and_ids(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, GOOD))
+    plan = expand(scenario, tmp_path)
+    # 4 settings x 4 models x 2 links x 2 batch sizes x 2 rates
+    assert len(plan.settings) == 4 and len(plan.models) == 4
+    assert len(plan.trials) == 4 * 4 * 2 * 2 * 2
+    assert len({t.id for t in plan.trials}) == len(plan.trials)
+    again = expand(load_scenario(write(tmp_path, GOOD, "copy.yaml")), tmp_path)
+    assert [t.id for t in again.trials] == [t.id for t in plan.trials]
+    assert plan.settings[0].id == "triton[dynamic_batching=off,instance_count=1]"
+    per_trial = 0.5 + 2 + 1.0
+    assert plan.trials[0].estimated_s == pytest.approx(per_trial)
+    assert plan.estimated_s > len(plan.trials) * per_trial
+
+
+def test_closed_loop_and_search_levels(tmp_path: Path):
+    closed = GOOD.replace("  rates: [50, 100]\n", "  mode: closed\n  concurrency: [1, 2, 4]\n")
+    assert len(expand(load_scenario(write(tmp_path, closed)), tmp_path).trials) == 4 * 4 * 2 * 2 * 3
+    search = GOOD.replace("  rates: [50, 100]\n", "  search: max_rate\n")
+    plan = expand(load_scenario(write(tmp_path, search, "s.yaml")), tmp_path)
+    assert {t.level.kind for t in plan.trials} == {"search"}
+    no_slo = search.replace("slo: {percentile: 99, latency_ms: 50}\n", "")
+    assert any("slo: search: max_rate needs an slo" in p for p in problems(tmp_path, no_slo))
