@@ -190,6 +190,19 @@ def test_no_orphan_when_the_caller_is_killed(triton_install, repository: dict, t
         caller.wait()
 
 
+def test_server_started_from_a_finished_thread_keeps_running(local_triton, repository) -> None:
+    """The death signal follows the forking thread; a worker thread must not take it along."""
+    import threading
+
+    started: list[LocalTriton] = []
+    worker = threading.Thread(target=lambda: started.append(local_triton(repository["path"])))
+    worker.start()
+    worker.join()
+    (server,) = started
+    time.sleep(0.5)
+    assert server.is_running() and server.is_ready()
+
+
 def _log(run_dir: Path) -> str:
     log = run_dir / "tritonserver.log"
     return log.read_text()[-3000:] if log.exists() else "(no log)"
