@@ -1,1 +1,40 @@
-"""servebench.netem (see DESIGN.md for what this layer owns)."""
+"""servebench.netem: emulated network links (wired, Wi-Fi, LTE, custom, trace-driven).
+
+A user-space link emulator — a TCP proxy that delays, paces and "loses" bytes — because
+this kernel has no sch_netem and most users cannot run `tc` as root. It imports nothing
+else from servebench (it is the lowest layer).
+"""
+
+from servebench.netem.address import Address, parse_address
+from servebench.netem.emulator import LinkEmulator
+from servebench.netem.errors import AddressError, EmulatorError, NetemError, ProfileError
+from servebench.netem.profiles import (
+    BUILTIN_PROFILES,
+    LinkProfile,
+    get_profile,
+    load_profile_file,
+    profile_from_mapping,
+)
+from servebench.netem.proxy import LinkProxy
+from servebench.netem.stats import ConnectionStats, DirectionStats, LinkStats
+from servebench.netem.trace import MahimahiTrace
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "Address",
+    "AddressError",
+    "ConnectionStats",
+    "DirectionStats",
+    "EmulatorError",
+    "LinkEmulator",
+    "LinkProfile",
+    "LinkProxy",
+    "LinkStats",
+    "MahimahiTrace",
+    "NetemError",
+    "ProfileError",
+    "get_profile",
+    "load_profile_file",
+    "parse_address",
+    "profile_from_mapping",
+]

@@ -1,0 +1,123 @@
+"""`servebench netem`: run an emulated link in front of a server, check one, list them."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import typer
+
+app = typer.Typer(
+    help="Emulated network links (wired, Wi-Fi, LTE, 3G, custom YAML, Mahimahi traces).",
+    no_args_is_help=True,
+)
+
+_PROFILE_HELP = "A built-in profile name (see `servebench netem profiles`) or a YAML file."
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+@app.command("profiles")
+def profiles_command() -> None:
+    """List the built-in link profiles and where their numbers come from."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from servebench.netem import BUILTIN_PROFILES
+
+    table = Table(title="Built-in link profiles")
+    for column in ("name", "down Mbit/s", "up Mbit/s", "RTT ms", "jitter ms", "loss %"):
+        table.add_column(column, justify="left" if column == "name" else "right")
+    for p in BUILTIN_PROFILES.values():
+        table.add_row(
+            p.name,
+            "-" if p.down_mbps is None else f"{p.down_mbps:g}",
+            "-" if p.up_mbps is None else f"{p.up_mbps:g}",
+            f"{p.rtt_s * 1e3:g}",
+            f"{p.jitter_s * 1e3:g}",
+            f"{p.loss * 100:g}",
+        )
+    console = Console()
+    console.print(table)
+    console.print("Sources:")
+    for p in BUILTIN_PROFILES.values():
+        console.print(f"  {p.name}: {p.source}", highlight=False)
+
+
+@app.command("proxy")
+def proxy_command(
+    profile: str = typer.Option(..., "--profile", "-p", help=_PROFILE_HELP),
+    to: str = typer.Option(..., "--to", help="The server's host:port."),
+    listen: str = typer.Option("127.0.0.1:0", "--listen", help="host:port to listen on."),
+    seed: int | None = typer.Option(None, help="Seed jitter and loss for a repeatable run."),
+) -> None:
+    """Run a link in front of a server until Ctrl-C; prints the address to use first."""
+    from servebench.netem import NetemError, get_profile, parse_address
+    from servebench.netem.serve import run_proxy
+
+    try:
+        link = get_profile(profile)
+        target = parse_address(to, "--to")
+        listen_at = parse_address(listen, "--listen")
+    except NetemError as exc:
+        raise _fail(str(exc)) from None
+
+    async def until_signal(proxy) -> None:  # type: ignore[no-untyped-def]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(str(proxy.address))
+        sys.stdout.flush()
+        typer.echo(
+            f"link '{link.name}' from {proxy.address} to {target}; Ctrl-C stops it", err=True
+        )
+        await stop.wait()
+
+    try:
+        proxy = run_proxy(link, target, listen_at, seed=seed, until=until_signal)
+    except OSError as exc:
+        raise _fail(str(exc)) from None
+    stats = proxy.stats()
+    typer.echo(
+        f"stopped: {stats.connections_opened} connections, "
+        f"{stats.up.bytes_out} bytes up, {stats.down.bytes_out} bytes down",
+        err=True,
+    )
+
+
+@app.command("check")
+def check_command(
+    profile: str = typer.Argument(..., help=_PROFILE_HELP),
+    duration: float = typer.Option(2.0, help="Seconds each bulk transfer should last.", min=0.1),
+    pings: int = typer.Option(20, help="Ping-pong round trips to time.", min=4),
+    seed: int | None = typer.Option(None, help="Seed jitter and loss for a repeatable run."),
+) -> None:
+    """Measure RTT and throughput through the link against a local server; compare."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from servebench.netem import NetemError
+    from servebench.netem.check import check_profile
+
+    try:
+        report = check_profile(profile, duration_s=duration, pings=pings, seed=seed)
+    except NetemError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title=f"link '{report.profile.name}': configured vs measured")
+    for column in ("quantity", "unit", "configured", "measured", "error"):
+        table.add_column(column, justify="left" if column in ("quantity", "unit") else "right")
+    for row in report.rows:
+        error = row.error
+        table.add_row(
+            row.quantity,
+            row.unit,
+            "-" if row.configured is None else f"{row.configured:.3f}",
+            f"{row.measured:.3f}",
+            "" if error is None else f"{error:+.1%}",
+        )
+    Console().print(table)

@@ -1,0 +1,87 @@
+"""`servebench netem profiles | check | proxy` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from servebench.cli import app
+from servebench.netem import BUILTIN_PROFILES
+from servebench.netem.address import parse_address
+from servebench.netem.probe import measure_rtts, probe_server
+
+runner = CliRunner()
+
+
+def test_profiles_lists_every_builtin_with_its_source():
+    result = runner.invoke(app, ["netem", "profiles"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name, profile in BUILTIN_PROFILES.items():
+        assert name in result.output
+        assert profile.source[:30] in result.output
+
+
+def test_check_a_custom_profile_prints_configured_and_measured(tmp_path: Path):
+    path = tmp_path / "fast.yaml"
+    path.write_text("down_mbps: 100\nup_mbps: 50\nrtt_s: 0.010\n")
+    result = runner.invoke(
+        app,
+        ["netem", "check", str(path), "--duration", "0.5", "--pings", "10"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "10.000" in rows["RTT p50"]  # configured, in ms
+    assert "100.000" in rows["throughput down"]
+    assert "50.000" in rows["throughput up"]
+
+
+def test_check_reports_bad_input():
+    result = runner.invoke(app, ["netem", "check", "5g-dream"])
+    assert result.exit_code == 2
+    assert "profile '5g-dream': not a built-in profile" in result.output
+
+
+def test_proxy_rejects_a_bad_target():
+    result = runner.invoke(app, ["netem", "proxy", "--profile", "lte", "--to", "nohost"])
+    assert result.exit_code == 2
+    assert "--to: 'nohost' has no port" in result.output
+
+
+def test_proxy_runs_until_interrupted(tmp_path: Path):
+    profile = tmp_path / "steady.yaml"
+    profile.write_text("rtt_s: 0.030\ndown_mbps: 20\nup_mbps: 20\n")
+    with probe_server() as server:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from servebench.cli import main; main()",
+                "netem",
+                "proxy",
+                "--profile",
+                str(profile),
+                "--to",
+                str(server),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+        try:
+            address = parse_address(proc.stdout.readline().strip(), "printed address")
+            rtts = measure_rtts(address, 5)
+            assert min(rtts) > 0.030 and max(rtts) < 0.060
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped: 1 connections" in err
