@@ -28,7 +28,9 @@ def _session_options(instances: int) -> ort.SessionOptions:
     number of busy threads at the core count, which is what a CPU instance group means.
     """
     options = ort.SessionOptions()
-    options.intra_op_num_threads = max(1, (os.cpu_count() or 1) // max(1, instances))
+    # The cores this process may run on (a container's CPU set), not the host's count.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    options.intra_op_num_threads = max(1, (cores or 1) // max(1, instances))
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
