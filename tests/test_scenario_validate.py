@@ -172,3 +172,27 @@ def test_closed_loop_and_search_levels(tmp_path: Path):
     assert {t.level.kind for t in plan.trials} == {"search"}
     no_slo = search.replace("slo: {percentile: 99, latency_ms: 50}\n", "")
     assert any("slo: search: max_rate needs an slo" in p for p in problems(tmp_path, no_slo))
+
+
+SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_every_shipped_scenario_validates_and_plans(path: Path):
+    plan = expand(load_scenario(path), path.parent)
+    assert plan.trials, path
+    assert path.read_text().startswith("#"), "each scenario opens with the question it answers"
+
+
+def test_quickstart_is_small_enough_for_a_fresh_machine():
+    plan = expand(load_scenario(SCENARIOS[0].parent / "quickstart.yaml"))
+    assert plan.estimated_s < 180
+    assert {s.values["dynamic_batching"] for s in plan.settings} == {False, True}
+    assert {t.link_name for t in plan.trials} == {"direct", "wifi", "lte"}
+
+
+def test_settings_that_do_not_apply_collapse(tmp_path: Path):
+    text = GOOD.replace("instance_count: [1, 2]", "max_queue_delay_us: [0, 100, 500]")
+    plan = expand(load_scenario(write(tmp_path, text)), tmp_path)
+    # batching off: one setting (the delay means nothing); on: one per delay
+    assert len(plan.settings) == 1 + 3

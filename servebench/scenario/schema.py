@@ -7,6 +7,8 @@ Every section is a strict pydantic model (unknown keys are errors) so a typo fai
 from __future__ import annotations
 
 import itertools
+import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -96,7 +98,14 @@ class TritonSettingsMatrix(Strict):
     instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
 
     def combinations(self) -> list[dict[str, Any]]:
-        return _combinations(self)
+        # Queue delay and preferred sizes mean nothing without the dynamic batcher, so
+        # "batching off" is one setting, not one per delay.
+        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
+            if combo["dynamic_batching"]:
+                return combo
+            return {**combo, "max_queue_delay_us": 0, "preferred_batch_sizes": []}
+
+        return _unique(normalize(c) for c in _combinations(self))
 
 
 class TfsSettingsMatrix(Strict):
@@ -112,7 +121,22 @@ class TfsSettingsMatrix(Strict):
     inter_op_threads: NonNegativeInt | list[NonNegativeInt] = 0
 
     def combinations(self) -> list[dict[str, Any]]:
-        return _combinations(self)
+        defaults = {k: TfsSettingsMatrix.model_fields[k].default for k in _TFS_BATCHING}
+
+        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
+            return combo if combo["enable_batching"] else {**combo, **defaults}
+
+        return _unique(normalize(c) for c in _combinations(self))
+
+
+_TFS_BATCHING = ("max_batch_size", "batch_timeout_us", "num_batch_threads", "max_enqueued_batches")
+
+
+def _unique(combos: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for combo in combos:
+        seen.setdefault(json.dumps(combo, sort_keys=True), combo)
+    return list(seen.values())
 
 
 def _combinations(settings: BaseModel) -> list[dict[str, Any]]:
