@@ -227,6 +227,7 @@ def bare_aiohttp(url: str, seconds: float) -> None:
             connector=aiohttp.TCPConnector(limit=CONNECTIONS),
             timeout=aiohttp.ClientTimeout(total=None),
             cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
         ) as session:
             done = 0
             start = time.perf_counter()
@@ -237,7 +238,6 @@ def bare_aiohttp(url: str, seconds: float) -> None:
                 while time.perf_counter() < end:
                     response = await session.request("POST", target, data=body)
                     await response.read()
-                    response.release()
                     done += 1
 
             await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))

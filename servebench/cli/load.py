@@ -234,6 +234,8 @@ def _arrivals(
     if rate is not None:
         return arrivals.poisson(rate, seed) if poisson else arrivals.constant(rate)
     if request_intervals is not None:
+        if poisson:
+            raise ValueError("--poisson does not apply to --request-intervals (a fixed trace)")
         return TraceArrivals.from_file(request_intervals)
     if load_schedule is Schedule.const:
         return None

@@ -7,7 +7,8 @@ endpoint whose cost is only HTTP.
 
 Speed matters here because it bounds the generator's measured capacity: the body is
 wrapped in an aiohttp payload once, the URL is parsed once, aiohttp's own per-request
-timers are off (the engine's sweeper enforces the timeout), and cookies are not kept.
+timers are off (the engine's sweeper enforces the timeout), no default headers are built
+and cookies are not kept.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class RawHttpClient:
             auto_decompress=False,
             trust_env=False,
             headers=self.headers,
+            # Only Host, Content-Type and Content-Length go out, as with hey and wrk; no
+            # Accept-Encoding either, since answers are counted, not decompressed.
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
         )
 
     async def signature(self) -> ModelSignature:
@@ -105,10 +109,7 @@ class RawHttpClient:
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
         try:
             response = await session.request(self.method, self.url, data=payload.encoded)
-            try:
-                body = await response.read()
-            finally:
-                response.release()
+            body = await response.read()  # releases the connection, or closes it on error
         except TimeoutError as exc:
             raise InferenceError(ErrorKind.TIMEOUT, str(exc) or "timed out") from exc
         except aiohttp.ClientConnectorError as exc:

@@ -76,8 +76,9 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
         max_error_share=settings.max_error_share,
         stop_reason="; ".join(dict.fromkeys(reasons)) or None,
     )
-    if summary.mode == "open" and summary.late_share > settings.late_limit:
-        log.warning("load generator fell behind: %s", summary.reasons)
+    for reason in summary.reasons:
+        if reason.startswith("generator fell behind"):
+            log.warning("load %s", reason)
     return summary
 
 
@@ -223,14 +224,17 @@ def _run_processes(
             there.close()
             conns.append(here)
             procs.append(proc)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # workers stop themselves
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread:  # on Ctrl-C the workers stop themselves and report
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             start_at = _start_workers(conns, procs)
             reports = []
             for i, conn in enumerate(conns):
                 reports.append(_collect(i, conn, procs[i], settings, start_at, parts[i], sink))
         finally:
-            signal.signal(signal.SIGINT, previous)
+            if main_thread:
+                signal.signal(signal.SIGINT, previous)
             for proc in procs:
                 proc.join(timeout=5)
                 if proc.is_alive():
