@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def test_unload_and_reload(server: LocalTriton, repository: dict) -> None:
 
 
 def test_missing_model_gives_a_clear_error(server: LocalTriton) -> None:
-    with pytest.raises(TritonModelError, match=r"model 'no-such-model': load failed: .*no-such"):
+    with pytest.raises(
+        TritonModelError,
+        match=r"model 'no-such-model': load failed \(no folder 'no-such-model' in ",
+    ):
         server.load_model("no-such-model")
     assert server.is_ready()  # one bad load does not take the server down
 
@@ -201,6 +205,21 @@ def test_server_started_from_a_finished_thread_keeps_running(local_triton, repos
     (server,) = started
     time.sleep(0.5)
     assert server.is_running() and server.is_ready()
+
+
+def test_temporary_run_dir_goes_unless_a_failure_points_at_its_log(
+    triton_install, repository: dict
+) -> None:
+    with LocalTriton(repository["path"]) as server:
+        run_dir = server.run_dir
+        assert (run_dir / "backends" / "python" / "triton_python_backend_stub").is_file()
+    assert not run_dir.exists()
+
+    with LocalTriton(repository["path"]) as server, pytest.raises(TritonModelError):
+        server.load_model("no-such-model")
+    assert server.log_path.is_file() and "no-such-model" in server.log_path.read_text()
+    assert not (server.run_dir / "backends").exists()
+    shutil.rmtree(server.run_dir)
 
 
 def _log(run_dir: Path) -> str:

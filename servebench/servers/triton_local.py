@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
@@ -124,6 +124,7 @@ class LocalTriton:
         self._shm_prefix = f"{_SHM_PREFIX}_{os.getpid()}_{os.urandom(4).hex()}_"
         self.startup_s: float | None = None
         self.load_s: dict[str, float] = {}
+        self._failed = False  # an error pointed at the log: keep it
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -146,6 +147,7 @@ class LocalTriton:
             try:
                 self._wait_ready(started)
             except TritonStartError:
+                self._failed = True
                 port_clash = _PORT_IN_USE.search(self.log_tail(40))
                 self._stop_process()
                 if port_clash and attempt < _START_ATTEMPTS:
@@ -222,6 +224,10 @@ class LocalTriton:
 
     def load_model(self, name: str, timeout_s: float = 120.0) -> float:
         """Load (or reload) `name`; return seconds from the load request to model ready."""
+        with self._failure_keeps_log():
+            return self._load(name, timeout_s)
+
+    def _load(self, name: str, timeout_s: float) -> float:
         started = time.perf_counter()
         try:
             status, body = self._post_watching_log(
@@ -243,7 +249,12 @@ class LocalTriton:
                 f"server log {self.log_path}:\n{self.log_tail()}"
             ) from None
         if status != 200:
-            raise TritonModelError(f"model {name!r}: load failed: {_error_text(body)}")
+            missing = (
+                ""
+                if (self.model_repository / name).is_dir()
+                else (f" (no folder {name!r} in {self.model_repository})")
+            )
+            raise TritonModelError(f"model {name!r}: load failed{missing}: {_error_text(body)}")
         if not self.is_model_ready(name):
             raise TritonModelError(f"model {name!r}: loaded but not ready:\n{self.log_tail()}")
         elapsed = time.perf_counter() - started
@@ -254,9 +265,13 @@ class LocalTriton:
         """Unload `name` and wait until its instances are really gone.
 
         Triton answers the unload request at once and reports the model `UNLOADING`
-        (and the whole server not ready) until its python stubs have exited, about 2.7 s
-        here; waiting for that keeps the next measurement off a half-stopped server.
+        (and the whole server not ready) until its python stubs have exited, 1-3 s here;
+        waiting for that keeps the next measurement off a half-stopped server.
         """
+        with self._failure_keeps_log():
+            self._unload(name, timeout_s)
+
+    def _unload(self, name: str, timeout_s: float) -> None:
         status, body = self._post(
             f"/v2/repository/models/{_quote(name)}/unload", timeout_s=timeout_s
         )
@@ -374,11 +389,24 @@ class LocalTriton:
         self._endpoints = None
         remove_shm(self._shm_prefix)
 
+    @contextlib.contextmanager
+    def _failure_keeps_log(self) -> Iterator[None]:
+        try:
+            yield
+        except TritonError:
+            self._failed = True
+            raise
+
     def _cleanup(self) -> None:
+        """Forget the server; remove a temporary run dir, but keep its log after a failure
+        (error messages point at it)."""
         _LIVE.discard(self)
         if self._given_run_dir is None and self.run_dir is not None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-            self.run_dir = None
+            if self._failed:
+                shutil.rmtree(self.run_dir / "backends", ignore_errors=True)
+            else:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                self.run_dir = None
 
     def _get(self, path: str, timeout_s: float = 2.0) -> int:
         """The HTTP status of a GET, or 0 when nothing answers."""
