@@ -6,17 +6,30 @@ probe server (probe.py) with the emulator (in its own process) in front of it.
 
 from __future__ import annotations
 
+import functools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from servebench.netem.emulator import LinkEmulator
-from servebench.netem.probe import measure_download, measure_rtts, measure_upload, probe_server
+from servebench.netem.probe import (
+    in_realtime_thread,
+    measure_download,
+    measure_rtts,
+    measure_upload,
+    probe_server,
+)
 from servebench.netem.profiles import LinkProfile, get_profile
 from servebench.netem.stats import LinkStats
+
+T = TypeVar("T")
 
 #: Bulk size when a direction has no rate limit (about a quarter second at 1 GB/s).
 UNLIMITED_TRANSFER_BYTES = 256 * 1024 * 1024
 MIN_TRANSFER_BYTES = 64 * 1024
+#: Size of a ping-pong message (a small request, as in the paper's small-batch case).
+PING_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,16 @@ class CheckReport:
         return next(r for r in self.rows if r.quantity == quantity)
 
 
+def expected_rtt_s(profile: LinkProfile, size: int = PING_BYTES) -> float:
+    """The profile's RTT plus the time the link takes to serialize a ping each way."""
+    rtt = profile.rtt_s
+    for direction in ("up", "down"):
+        rate = profile.rate_bps(direction)  # type: ignore[arg-type]
+        if rate is not None:
+            rtt += size * 8 / rate
+    return rtt
+
+
 def robust_sd(values: list[float]) -> float:
     """Spread from the interquartile range: loss-delayed pings must not swamp the jitter."""
     q1, _, q3 = statistics.quantiles(values, n=4)
@@ -66,22 +89,33 @@ def check_profile(
     duration_s: float = 2.0,
     pings: int = 20,
     seed: int | None = None,
+    realtime: bool = True,
 ) -> CheckReport:
-    """Start a probe server and the emulator in front of it, measure, compare."""
+    """Start a probe server and the emulator in front of it, measure, compare.
+
+    With `realtime` (where allowed) the probe server and the measuring client run in a
+    real-time scheduling class like the emulator, so a busy machine's run queue does not
+    end up in the figures.
+    """
     profile = get_profile(profile)
     report = CheckReport(profile)
-    with probe_server() as server:
-        baseline = statistics.median(measure_rtts(server, max(pings, 20)))
-        emulator = LinkEmulator(profile, server, seed=seed)
+
+    def run(fn: Callable[..., T], *args: Any) -> T:
+        return in_realtime_thread(fn, *args) if realtime else fn(*args)
+
+    with probe_server(realtime=realtime) as server:
+        baseline = statistics.median(run(measure_rtts, server, max(pings, 20)))
+        emulator = LinkEmulator(profile, server, seed=seed, realtime=realtime)
         with emulator as address:
-            rtts = measure_rtts(address, pings)
-            down = measure_download(address, transfer_bytes(profile.rate_bps("down"), duration_s))
-            up = measure_upload(address, transfer_bytes(profile.rate_bps("up"), duration_s))
+            rtts = run(functools.partial(measure_rtts, address, pings, size=PING_BYTES))
+            down_bytes = transfer_bytes(profile.rate_bps("down"), duration_s)
+            down = run(measure_download, address, down_bytes)
+            up = run(measure_upload, address, transfer_bytes(profile.rate_bps("up"), duration_s))
         report.stats = emulator.final_stats
     report.rtts_s = rtts
     ms = 1e3
     report.rows += [
-        CheckRow("RTT p50", "ms", profile.rtt_s * ms, statistics.median(rtts) * ms),
+        CheckRow("RTT p50", "ms", expected_rtt_s(profile) * ms, statistics.median(rtts) * ms),
         CheckRow("RTT without emulator p50", "ms", None, baseline * ms),
         CheckRow("RTT jitter (IQR/1.349)", "ms", profile.jitter_s * ms, robust_sd(rtts) * ms),
         CheckRow("RTT max", "ms", None, max(rtts) * ms),

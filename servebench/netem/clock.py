@@ -12,6 +12,7 @@ Where timerfd is missing (not Linux) the loop falls back to the standard one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import math
@@ -19,14 +20,11 @@ import os
 import select
 import selectors
 import sys
-import time
 
 _CLOCK_MONOTONIC = 1  # time.monotonic() and asyncio's loop.time() use this clock
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_CLOEXEC = os.O_CLOEXEC
 _PR_SET_TIMERSLACK = 29
-_LATENCY_GAIN = 0.05  # weight of the newest sample in the wake-up latency estimate
-_MAX_WAKE_LATENCY_S = 0.0005  # never arm more than this early (spinning costs CPU)
 
 
 class _Timespec(ctypes.Structure):
@@ -64,11 +62,6 @@ class TimerfdEpollSelector(selectors.EpollSelector):
             raise OSError(err, f"timerfd_create: {os.strerror(err)}")
         self._timerfd = fd
         self._spec = _Itimerspec()
-        self._expiry = 0.0  # monotonic time the armed timer expires at
-        # Typical delay from the timer's expiry to epoll_wait returning (VM and scheduler
-        # wake-up, tens of µs to 0.1 ms here): we arm that much early so wake-ups are
-        # centred on the deadline rather than consistently late.
-        self._wake_latency = 0.0
         # Registered on the raw epoll object, not through the selector map, so the loop
         # never sees it as one of its file descriptors.
         self._selector.register(fd, select.EPOLLIN)
@@ -78,7 +71,6 @@ class TimerfdEpollSelector(selectors.EpollSelector):
         spec = self._spec
         spec.it_value.tv_sec = sec
         spec.it_value.tv_nsec = max(1, int((timeout - sec) * 1e9))  # 0/0 would disarm
-        self._expiry = time.monotonic() + timeout
         _LIBC.timerfd_settime(self._timerfd, 0, ctypes.byref(spec), None)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
@@ -86,10 +78,8 @@ class TimerfdEpollSelector(selectors.EpollSelector):
             poll_timeout = -1.0
         elif timeout <= 0:
             poll_timeout = 0.0
-        elif timeout <= self._wake_latency:
-            poll_timeout = 0.0  # too close to the deadline to sleep through a wake-up
         else:
-            self._arm(timeout - self._wake_latency)
+            self._arm(timeout)
             # Backstop in case the timer event is lost: epoll's own (late) timeout.
             poll_timeout = math.ceil(timeout * 1e3) * 1e-3 + 0.001
         max_ev = len(self._fd_to_key) + 1
@@ -100,14 +90,8 @@ class TimerfdEpollSelector(selectors.EpollSelector):
             return ready
         for fd, event in fd_event_list:
             if fd == self._timerfd:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     os.read(fd, 8)
-                except BlockingIOError:
-                    continue
-                late = time.monotonic() - self._expiry
-                self._wake_latency += _LATENCY_GAIN * (
-                    min(late, _MAX_WAKE_LATENCY_S) - self._wake_latency
-                )
                 continue
             events = 0
             if event & ~select.EPOLLIN:

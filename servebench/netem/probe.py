@@ -20,9 +20,13 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from servebench.netem.address import Address
+from servebench.netem.clock import try_realtime_priority
+
+T = TypeVar("T")
 
 _LEN = struct.Struct("!Q")
 _UPLOAD_REPLY = struct.Struct("!dQ")
@@ -104,8 +108,12 @@ class _ProbeProtocol(asyncio.Protocol):
 
 
 @contextlib.contextmanager
-def probe_server(host: str = "127.0.0.1") -> Iterator[Address]:
-    """Run the probe server on a free loopback port for the duration of the block."""
+def probe_server(host: str = "127.0.0.1", *, realtime: bool = False) -> Iterator[Address]:
+    """Run the probe server on a free loopback port for the duration of the block.
+
+    With `realtime` its thread asks for a real-time scheduling class (where allowed), so
+    that on a busy machine the figures measure the link, not the run queue.
+    """
     loop = asyncio.new_event_loop()
     started = threading.Event()
     box: dict[str, object] = {}
@@ -122,6 +130,8 @@ def probe_server(host: str = "127.0.0.1") -> Iterator[Address]:
                 transport.abort()  # type: ignore[attr-defined]
 
     def run() -> None:
+        if realtime:
+            try_realtime_priority()
         try:
             loop.run_until_complete(serve())
         except BaseException as exc:  # reported to the waiting caller below
@@ -140,6 +150,29 @@ def probe_server(host: str = "127.0.0.1") -> Iterator[Address]:
     finally:
         loop.call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
         thread.join(timeout=5)
+
+
+def in_realtime_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking measurement in a thread with a real-time class (where allowed).
+
+    A thread of its own, because the class belongs to the thread and the caller's
+    thread should not keep it.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try_realtime_priority()
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="netem-probe-client")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _connect(address: Address, mode: bytes, timeout_s: float) -> socket.socket:

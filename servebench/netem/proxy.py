@@ -39,11 +39,13 @@ _STOP_WAIT_S = 2.0
 
 
 class _Lead:
-    """How early to schedule a delivery so that, on average, it is written when it is due.
+    """This loop's wake-up latency, learnt from its own timers.
 
-    Between a timer's deadline and the write there is always the loop's own work and the
-    CPU's wake-up from idle (50-150 µs on the VMs we measured); left alone that bias adds
-    to every hop. We measure each delivery's lateness and steer the lead toward it.
+    Between a timer's deadline and the write there is always the CPU's wake-up from idle
+    and the loop's own work (50-200 µs on the VMs we measured); left alone that bias adds
+    to every hop. Each delivery's lateness steers the estimate; deliveries are scheduled
+    that much early, and bytes that woke the loop are taken to have arrived that much
+    before we could read them.
     """
 
     __slots__ = ("s",)
