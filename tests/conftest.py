@@ -95,3 +95,33 @@ def triton_dense_model(
         yield ServedModel(server=server, name=export.name, spec=spec, module=module)
     finally:
         factory.close()
+
+
+# -- a dynamically batching Triton model, exported but not served ---------------------------
+
+
+@dataclass(frozen=True)
+class ExportedTritonModel:
+    repository: Path  # the triton-python repository (what the local binary serves)
+    name: str
+    spec: Any  # model_zoo.spec.ModelSpec
+
+
+@pytest.fixture(scope="session")
+def triton_batching_model(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> ExportedTritonModel:
+    """A small dense model whose config turns on the dynamic batcher with a 10 ms queue
+    delay, so concurrent requests get merged. Not served: tests start their own servers on
+    it, so the server's counters and processes belong to that test alone."""
+    from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
+    from model_zoo.spec import ModelSpec
+    from model_zoo.torch_builder import build_torch
+
+    spec = ModelSpec(layer_type="dense", depth=2, width=32, input_shape=(16,), num_outputs=4)
+    out = tmp_path_factory.mktemp("triton-batching-export")
+    settings = TritonSettings(
+        max_batch_size=32, dynamic_batching=True, max_queue_delay_microseconds=10_000
+    )
+    export = export_triton(build_torch(spec, seed=0), spec, out, settings)
+    return ExportedTritonModel(repository=out / PYTHON_REPOSITORY, name=export.name, spec=spec)

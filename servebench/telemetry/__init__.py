@@ -1,1 +1,49 @@
-"""servebench.telemetry (see DESIGN.md for what this layer owns)."""
+"""Telemetry sampled beside a trial: GPUs (NVML), the server's process tree and the host
+(psutil), and the server's own Prometheus metrics; written to `telemetry.parquet` and
+reduced to per-trial aggregates. Imports nothing from other servebench packages.
+"""
+
+from servebench.telemetry.gpu import NO_GPU, NvmlSampler
+from servebench.telemetry.process import HostSampler, ProcessTreeSampler
+from servebench.telemetry.prometheus import PrometheusSampler, parse_metrics
+from servebench.telemetry.recorder import DEFAULT_INTERVAL_S, TelemetryRecorder
+from servebench.telemetry.rows import (
+    Reading,
+    TelemetryRow,
+    TelemetryWriter,
+    read_telemetry,
+    write_telemetry,
+)
+from servebench.telemetry.sampler import Sampler, SamplerUnavailable
+from servebench.telemetry.summary import (
+    SUMMARY_KEYS,
+    client_minus_server_s,
+    counter_delta,
+    summarize,
+    tfs_stats,
+    triton_stats,
+)
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "NO_GPU",
+    "SUMMARY_KEYS",
+    "HostSampler",
+    "NvmlSampler",
+    "ProcessTreeSampler",
+    "PrometheusSampler",
+    "Reading",
+    "Sampler",
+    "SamplerUnavailable",
+    "TelemetryRecorder",
+    "TelemetryRow",
+    "TelemetryWriter",
+    "client_minus_server_s",
+    "counter_delta",
+    "parse_metrics",
+    "read_telemetry",
+    "summarize",
+    "tfs_stats",
+    "triton_stats",
+    "write_telemetry",
+]

@@ -1,0 +1,183 @@
+"""One interface for every way a server can exist: started here, in a container, or remote.
+
+A benchmark needs the same few things from each: bring it up (or attach), know when it is
+ready, load and unload a model and time it, know where to send requests and scrape
+metrics, know which process to watch, and stop it. `Server` is that contract; the kinds
+(`triton-local`, `triton-docker`, `tfs-docker`, `remote`) differ only in how they start.
+
+Model control and readiness go through the server's own HTTP API (see `control`), so the
+default implementations here serve every kind that speaks that API; a kind overrides only
+what its server does differently (TF Serving loads models by reloading its config).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar, Literal
+
+from servebench.servers import control
+
+ServerApi = Literal["triton", "tfs"]
+SERVER_APIS: tuple[str, ...] = ("triton", "tfs")
+
+
+class ServerError(RuntimeError):
+    """Base of every server error; the message names the server and the reason."""
+
+
+class ServerStartError(ServerError):
+    """The server did not come up (or could not be attached to)."""
+
+
+class ServerModelError(ServerError):
+    """A model did not load, unload or become ready."""
+
+
+@dataclass(frozen=True)
+class ServerEndpoints:
+    """Where a server answers. `http_url` is Triton's HTTP or TF Serving's REST base URL;
+    `grpc_address` is `host:port`; `metrics_url` is the Prometheus page, if any."""
+
+    api: ServerApi
+    http_url: str
+    grpc_address: str | None = None
+    metrics_url: str | None = None
+
+
+class Server(ABC):
+    """A model server a benchmark talks to. Use as a context manager or start()/stop()."""
+
+    kind: ClassVar[str]
+    # False for servers servebench only attaches to: it never starts or stops them, and
+    # their "start" time is an attach time, not a cold start.
+    owns_process: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.startup_s: float | None = None
+        self.load_s: dict[str, float] = {}
+
+    # -- lifecycle (per kind) ---------------------------------------------------------
+
+    @abstractmethod
+    def start(self) -> float:
+        """Start (or attach) and wait until ready; return seconds from start to ready."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop what `start` started and clean up after it; safe to call twice."""
+
+    @property
+    @abstractmethod
+    def endpoints(self) -> ServerEndpoints:
+        """Where the running server answers; raises `ServerError` before `start`."""
+
+    @property
+    def pid(self) -> int | None:
+        """Host pid of the server's main process (for process-tree telemetry), if known."""
+        return None
+
+    def describe(self) -> str:
+        """A short name for messages: kind and address."""
+        try:
+            return f"{self.kind} at {self.endpoints.http_url}"
+        except ServerError:
+            return f"{self.kind} (not running)"
+
+    # -- readiness --------------------------------------------------------------------
+
+    @property
+    def api(self) -> ServerApi:
+        return self.endpoints.api
+
+    def is_ready(self) -> bool:
+        """Whether the server says it is ready (Triton's health endpoint; for TF Serving,
+        which has none, the REST API answering)."""
+        ep = self.endpoints
+        if ep.api == "triton":
+            return control.triton_ready(ep.http_url)
+        return control.tfs_api_answers(ep.http_url)
+
+    def is_model_ready(self, name: str) -> bool:
+        ep = self.endpoints
+        if ep.api == "triton":
+            return control.triton_model_ready(ep.http_url, name)
+        return control.tfs_model_available(ep.http_url, name)
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Poll readiness until true; return the seconds waited or raise `ServerStartError`."""
+        started = time.perf_counter()
+        while not self.is_ready():
+            if time.perf_counter() - started > timeout_s:
+                raise ServerStartError(f"{self.describe()}: not ready within {timeout_s:g} s")
+            time.sleep(control.POLL_INTERVAL_S)
+        return time.perf_counter() - started
+
+    def wait_model_ready(self, name: str, timeout_s: float) -> float:
+        """Poll until `name` is ready to serve; return the seconds waited."""
+        started = time.perf_counter()
+        while not self.is_model_ready(name):
+            if time.perf_counter() - started > timeout_s:
+                raise ServerModelError(
+                    f"{self.describe()}: model {name!r} not ready within {timeout_s:g} s"
+                )
+            time.sleep(control.POLL_INTERVAL_S)
+        return time.perf_counter() - started
+
+    # -- models -----------------------------------------------------------------------
+
+    def load_model(self, name: str, timeout_s: float = 300.0) -> float:
+        """Load (or reload) `name`; return seconds from the load request to model ready.
+
+        This default uses Triton's repository API, which needs the server in explicit
+        model-control mode; kinds whose server loads models otherwise override it.
+        """
+        ep = self._require_api("triton", "load a model through the repository API")
+        started = time.perf_counter()
+        try:
+            status, reason = control.triton_load(ep.http_url, name, timeout_s)
+        except OSError as err:
+            raise ServerModelError(
+                f"{self.describe()}: model {name!r}: load request got no answer ({err})"
+            ) from None
+        if status != 200:
+            raise ServerModelError(f"{self.describe()}: model {name!r}: load failed: {reason}")
+        if not self.is_model_ready(name):
+            raise ServerModelError(f"{self.describe()}: model {name!r}: loaded but not ready")
+        elapsed = time.perf_counter() - started
+        self.load_s[name] = elapsed
+        return elapsed
+
+    def unload_model(self, name: str, timeout_s: float = 60.0) -> None:
+        """Unload `name` and wait until its instances are gone."""
+        ep = self._require_api("triton", "unload a model through the repository API")
+        status, reason = control.triton_unload(ep.http_url, name, timeout_s)
+        if status != 200:
+            raise ServerModelError(f"{self.describe()}: model {name!r}: unload failed: {reason}")
+        stuck = control.triton_wait_unloaded(ep.http_url, name, timeout_s)
+        if stuck is not None:
+            raise ServerModelError(
+                f"{self.describe()}: model {name!r}: still {stuck} {timeout_s:g} s after unload"
+            )
+
+    def _require_api(self, api: ServerApi, what: str) -> ServerEndpoints:
+        ep = self.endpoints
+        if ep.api != api:
+            raise ServerModelError(f"{self.describe()}: cannot {what} on a {ep.api} server")
+        return ep
+
+    # -- context manager --------------------------------------------------------------
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

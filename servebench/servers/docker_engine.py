@@ -1,0 +1,365 @@
+"""Servers in containers, started through the Docker Engine API (the `docker` SDK).
+
+A launcher first builds a `ContainerSpec` — plain data: image, command, mounts, published
+ports, GPU request, environment — so what would be asked of the engine can be read and
+tested without one. `DockerServer` then runs that spec, waits for the server's own
+readiness, reads back the ports the engine chose, and on stop saves the container log into
+the run directory before removing the container.
+
+Ports are published on 127.0.0.1 only, with the host port left to the engine (no race
+between probing a free port and binding it). Model folders are mounted read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servebench.servers.base import Server, ServerEndpoints, ServerError, ServerStartError
+from servebench.servers.ports import LOOPBACK
+
+OWNER_LABEL = "servebench.owner-pid"
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+_LOG_FILE = "container.log"
+
+
+class DockerUnavailableError(ServerStartError):
+    """No Docker engine answers; the message is one sentence that says where and why."""
+
+
+@dataclass(frozen=True)
+class BindMount:
+    """A host folder or file seen at `target` inside the container."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class PublishedPort:
+    """A container port published on the host; `host_port=None` lets the engine choose."""
+
+    container_port: int
+    host_ip: str = LOOPBACK
+    host_port: int | None = None
+    protocol: str = "tcp"
+
+    @property
+    def key(self) -> str:
+        return f"{self.container_port}/{self.protocol}"
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """GPUs for the container: all of them (`count=-1`), a number, or device ids/UUIDs."""
+
+    count: int = -1
+    device_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, value: int | str | Sequence[str] | None) -> GpuRequest | None:
+        """`None`/0 → no GPU, "all" or -1 → all, n → n GPUs, ["0", "2"] → those devices."""
+        if value is None or value == 0 or value is False:
+            return None
+        if value == "all" or value == -1 or value is True:
+            return cls()
+        if isinstance(value, int) and value > 0:
+            return cls(count=value)
+        if isinstance(value, str) and value.isdigit():
+            return cls(count=int(value))
+        if (
+            isinstance(value, Sequence)
+            and not isinstance(value, str)
+            and value
+            and all(str(v).strip() for v in value)
+        ):
+            return cls(count=0, device_ids=tuple(str(v) for v in value))
+        raise ValueError(
+            f"gpus: expected 'all', a positive count or a list of device ids, got {value!r}"
+        )
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything a launcher asks of the engine, as data."""
+
+    image: str
+    command: tuple[str, ...]
+    entrypoint: tuple[str, ...] | None = None
+    mounts: tuple[BindMount, ...] = ()
+    ports: tuple[PublishedPort, ...] = ()
+    gpus: GpuRequest | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    shm_size: str | None = None
+    ulimits: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # name: (soft, hard)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    name: str | None = None
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `docker.DockerClient.containers.run` (detached)."""
+        from docker.types import DeviceRequest, Mount, Ulimit
+
+        kwargs: dict[str, Any] = {
+            "image": self.image,
+            "command": list(self.command),
+            "detach": True,
+            "mounts": [
+                Mount(target=m.target, source=str(m.source), type="bind", read_only=m.read_only)
+                for m in self.mounts
+            ],
+            "ports": {
+                p.key: (p.host_ip, p.host_port) if p.host_port else (p.host_ip,) for p in self.ports
+            },
+            "environment": dict(self.environment),
+            "labels": dict(self.labels),
+        }
+        if self.entrypoint is not None:
+            kwargs["entrypoint"] = list(self.entrypoint)
+        if self.gpus is not None:
+            kwargs["device_requests"] = [
+                DeviceRequest(
+                    count=self.gpus.count if not self.gpus.device_ids else None,
+                    device_ids=list(self.gpus.device_ids) or None,
+                    capabilities=[["gpu"]],
+                )
+            ]
+        if self.shm_size:
+            kwargs["shm_size"] = self.shm_size
+        if self.ulimits:
+            kwargs["ulimits"] = [
+                Ulimit(name=name, soft=soft, hard=hard)
+                for name, (soft, hard) in self.ulimits.items()
+            ]
+        if self.name:
+            kwargs["name"] = self.name
+        return kwargs
+
+
+def engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+
+
+def connect_docker(timeout_s: float = 10.0):
+    """A client for a Docker engine that answers a ping, or `DockerUnavailableError`."""
+    from docker.errors import DockerException
+
+    import docker
+
+    try:
+        client = docker.from_env(timeout=int(max(1, timeout_s)))
+        client.ping()
+    except (DockerException, OSError) as err:
+        raise DockerUnavailableError(
+            f"No Docker engine is reachable at {engine_address()} ({_short_reason(err)}), "
+            "so docker servers cannot start here; start Docker or set DOCKER_HOST."
+        ) from None
+    return client
+
+
+def docker_engine_problem() -> str | None:
+    """Why docker servers cannot start here (one sentence), or None if an engine answers."""
+    try:
+        connect_docker(timeout_s=3.0).close()
+    except DockerUnavailableError as err:
+        return str(err)
+    return None
+
+
+def _short_reason(err: BaseException) -> str:
+    text = str(err)
+    if "FileNotFoundError" in text or "No such file" in text:
+        return "its socket does not exist"
+    if "Connection refused" in text or "ConnectionRefused" in text:
+        return "connection refused"
+    if "Permission denied" in text or "PermissionError" in text:
+        return "permission denied on its socket"
+    return text.splitlines()[0][:160] if text else type(err).__name__
+
+
+class DockerServer(Server):
+    """A server in a container; subclasses say which spec to run and how readiness looks."""
+
+    def __init__(
+        self,
+        *,
+        run_dir: Path | None = None,
+        startup_timeout_s: float = 300.0,
+        stop_timeout_s: float = 15.0,
+        pull: bool = True,
+    ) -> None:
+        super().__init__()
+        self._given_run_dir = Path(run_dir) if run_dir is not None else None
+        self.run_dir: Path | None = None
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.pull = pull
+        self._client = None
+        self._container = None
+        self._endpoints: ServerEndpoints | None = None
+
+    # -- what subclasses provide --------------------------------------------------------
+
+    @abstractmethod
+    def container_spec(self) -> ContainerSpec:
+        """The container to run; may write config files into `self.config_dir()`."""
+
+    @abstractmethod
+    def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
+        """Endpoints, given container port → host port as the engine published them."""
+
+    def _ready_after_start(self) -> bool:
+        """Readiness checked during start (a server may need more than `is_ready`)."""
+        return self.is_ready()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def config_dir(self) -> Path:
+        """A folder of servebench-written files mounted into the container (read-only)."""
+        if self.run_dir is None:
+            self.run_dir = self._given_run_dir or Path(
+                tempfile.mkdtemp(prefix=f"servebench-{self.kind}-")
+            )
+        path = self.run_dir / "config"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def start(self) -> float:
+        """Run the container and wait for the server; seconds from the run call to ready.
+
+        The image is pulled (if missing) before the clock starts: pull time is network
+        time, not the server's cold start.
+        """
+        if self._container is not None:
+            raise ServerError(f"{self.kind}: already started")
+        client = connect_docker()
+        spec = self.container_spec()
+        self._ensure_image(client, spec.image)
+        labels = {**spec.labels, OWNER_LABEL: str(os.getpid())}
+        kwargs = {**spec.run_kwargs(), "labels": labels}
+        started = time.perf_counter()
+        try:
+            self._client = client
+            self._container = client.containers.run(**kwargs)
+            self._endpoints = self._endpoints_from_ports(self._published_ports(spec))
+            self._wait_started(started)
+        except BaseException as err:
+            self.stop()
+            if isinstance(err, ServerError):
+                raise
+            raise ServerStartError(f"{self.kind} ({spec.image}): {err}") from err
+        self.startup_s = time.perf_counter() - started
+        return self.startup_s
+
+    def stop(self) -> None:
+        """Stop the container (the engine kills it after `stop_timeout_s`), keep its log in
+        the run directory, then remove it."""
+        container, self._container = self._container, None
+        self._endpoints = None
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.stop(timeout=int(self.stop_timeout_s))
+            self._save_log(container)
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
+        if self._given_run_dir is None and self.run_dir is not None:
+            # Without a run dir from the caller, the temporary one (and the log saved in
+            # it) goes with the container; failures carry the log tail in their message.
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
+
+    @property
+    def endpoints(self) -> ServerEndpoints:
+        if self._endpoints is None:
+            raise ServerError(f"{self.kind}: not running; call start() first")
+        return self._endpoints
+
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the container's main process (local engines only)."""
+        if self._container is None:
+            return None
+        with contextlib.suppress(Exception):
+            self._container.reload()
+            pid = int(self._container.attrs["State"]["Pid"])
+            return pid or None
+        return None
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self._container is None:
+            return ""
+        try:
+            return self._container.logs(tail=lines).decode(errors="replace")
+        except Exception:
+            return ""
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _ensure_image(self, client, image: str) -> None:
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            client.images.get(image)
+            return
+        except ImageNotFound:
+            if not self.pull:
+                raise ServerStartError(
+                    f"{self.kind}: image {image} is not present and pull is off; "
+                    f"run `docker pull {image}`"
+                ) from None
+        try:
+            client.images.pull(image)
+        except DockerException as err:
+            raise ServerStartError(f"{self.kind}: could not pull {image}: {err}") from None
+
+    def _published_ports(self, spec: ContainerSpec) -> dict[int, int]:
+        self._container.reload()
+        published = self._container.attrs["NetworkSettings"]["Ports"] or {}
+        ports = {}
+        for port in spec.ports:
+            bindings = published.get(port.key) or []
+            loopback = [b for b in bindings if b.get("HostIp") in (port.host_ip, "")]
+            if not loopback:
+                raise ServerStartError(
+                    f"{self.kind}: the engine did not publish container port {port.key} "
+                    f"on {port.host_ip}: {bindings}"
+                )
+            ports[port.container_port] = int(loopback[0]["HostPort"])
+        return ports
+
+    def _wait_started(self, started: float) -> None:
+        deadline = started + self.startup_timeout_s
+        while True:
+            self._container.reload()
+            state = self._container.attrs["State"]
+            if not state.get("Running", False):
+                raise ServerStartError(
+                    f"{self.kind}: container exited with code {state.get('ExitCode')} before "
+                    f"it was ready; its log:\n{self.log_tail()}"
+                )
+            if self._ready_after_start():
+                return
+            if time.perf_counter() > deadline:
+                raise ServerStartError(
+                    f"{self.kind}: not ready within {self.startup_timeout_s:g} s; "
+                    f"its log:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def _save_log(self, container) -> None:
+        if self.run_dir is None:
+            return
+        with contextlib.suppress(Exception):
+            (self.run_dir / _LOG_FILE).write_bytes(container.logs())

@@ -1,0 +1,126 @@
+"""`triton-docker`: the official Triton container serving an exported repository.
+
+Runs `nvcr.io/nvidia/tritonserver:<tag>-py3` with the standard (onnxruntime) repository
+that `model_zoo` exports (`<export>/triton`) mounted read-only at /models. The tag is a
+setting; the default, 24.10, is Triton 2.51, the same core as the local binary, so local
+and container runs differ only in where they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from servebench.servers.base import ServerEndpoints
+from servebench.servers.docker_engine import (
+    BindMount,
+    ContainerSpec,
+    DockerServer,
+    GpuRequest,
+    PublishedPort,
+)
+from servebench.servers.ports import LOOPBACK
+
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
+DEFAULT_TRITON_TAG = "24.10"
+REPOSITORY_TARGET = "/models"
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+ModelControlMode = Literal["explicit", "poll", "none"]
+MODEL_CONTROL_MODES: tuple[str, ...] = ("explicit", "poll", "none")
+
+
+class TritonDocker(DockerServer):
+    """Triton in its official container.
+
+    `model_control_mode="explicit"` (the default) starts with no model loaded (or just
+    `load_models`) so that model loads can be timed; "none" loads the whole repository at
+    start, as `docker/compose.yaml` does; "poll" also watches it for changes.
+    """
+
+    kind = "triton-docker"
+
+    def __init__(
+        self,
+        model_repository: Path,
+        *,
+        tag: str = DEFAULT_TRITON_TAG,
+        image: str | None = None,
+        gpus: int | str | Sequence[str] | None = None,
+        model_control_mode: ModelControlMode = "explicit",
+        load_models: Sequence[str] = (),
+        shm_size: str = "1g",
+        environment: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        run_dir: Path | None = None,
+        startup_timeout_s: float = 300.0,
+        stop_timeout_s: float = 15.0,
+        pull: bool = True,
+    ) -> None:
+        super().__init__(
+            run_dir=run_dir,
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            pull=pull,
+        )
+        self.model_repository = Path(model_repository).resolve()
+        if not self.model_repository.is_dir():
+            raise FileNotFoundError(f"model_repository: {self.model_repository} is not a folder")
+        if model_control_mode not in MODEL_CONTROL_MODES:
+            raise ValueError(
+                f"model_control_mode: must be one of {', '.join(MODEL_CONTROL_MODES)}, "
+                f"got {model_control_mode!r}"
+            )
+        if load_models and model_control_mode != "explicit":
+            raise ValueError(
+                "load_models: only applies in explicit model-control mode "
+                f"(mode {model_control_mode!r} loads the whole repository)"
+            )
+        if not tag or any(c in tag for c in " /:@"):
+            raise ValueError(
+                f"tag: expected an image tag such as {DEFAULT_TRITON_TAG}, got {tag!r}"
+            )
+        self.image = image or f"{TRITON_IMAGE}:{tag}-py3"
+        self.gpus = GpuRequest.parse(gpus)
+        self.model_control_mode = model_control_mode
+        self.load_models = tuple(load_models)
+        self.shm_size = shm_size
+        self.environment = dict(environment or {})
+        self.extra_args = tuple(extra_args)
+
+    def container_spec(self) -> ContainerSpec:
+        command = [
+            "tritonserver",
+            f"--model-repository={REPOSITORY_TARGET}",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--http-port={HTTP_PORT}",
+            f"--grpc-port={GRPC_PORT}",
+            f"--metrics-port={METRICS_PORT}",
+            "--exit-on-error=true",
+            f"--exit-timeout-secs={max(1, int(self.stop_timeout_s) - 1)}",
+            *[f"--load-model={name}" for name in self.load_models],
+        ]
+        if self.gpus is None:
+            command.append("--allow-gpu-metrics=false")
+        command += self.extra_args
+        return ContainerSpec(
+            image=self.image,
+            command=tuple(command),
+            mounts=(BindMount(self.model_repository, REPOSITORY_TARGET, read_only=True),),
+            ports=tuple(PublishedPort(p) for p in (HTTP_PORT, GRPC_PORT, METRICS_PORT)),
+            gpus=self.gpus,
+            environment=self.environment,
+            shm_size=self.shm_size,
+            # NVIDIA's recommended limits for the Triton container (pinned memory, deep
+            # stacks in some backends).
+            ulimits={"memlock": (-1, -1), "stack": (67108864, 67108864)},
+            labels={"servebench.kind": self.kind},
+        )
+
+    def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
+        return ServerEndpoints(
+            api="triton",
+            http_url=f"http://{LOOPBACK}:{host_ports[HTTP_PORT]}",
+            grpc_address=f"{LOOPBACK}:{host_ports[GRPC_PORT]}",
+            metrics_url=f"http://{LOOPBACK}:{host_ports[METRICS_PORT]}/metrics",
+        )

@@ -1,0 +1,132 @@
+"""`remote`: attach to a Triton or TF Serving someone else runs, at URLs the user gives.
+
+servebench never starts or stops such a server; `start` only waits for its health endpoint
+and `stop` only forgets it. Model load and unload work where the server allows them
+(Triton in explicit model-control mode); TF Serving loads models from its own config, so
+for a remote one servebench can only wait until a model is available.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Sequence
+
+from servebench.servers import control
+from servebench.servers.base import (
+    SERVER_APIS,
+    Server,
+    ServerApi,
+    ServerEndpoints,
+    ServerModelError,
+    ServerStartError,
+)
+
+
+def check_http_url(value: str, field: str) -> str:
+    """`value` as an http(s) base URL without a trailing slash, or a ValueError naming `field`."""
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{field}: expected http://host:port, got {value!r}")
+    try:
+        parts.port  # noqa: B018  (raises on a port that is not a number or out of range)
+    except ValueError:
+        raise ValueError(f"{field}: bad port in {value!r}") from None
+    if parts.query or parts.fragment:
+        raise ValueError(f"{field}: a base URL has no query or fragment, got {value!r}")
+    return value.rstrip("/")
+
+
+def check_grpc_address(value: str, field: str) -> str:
+    """`value` as `host:port`, or a ValueError naming `field`."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{field}: expected host:port, got {value!r}")
+    return value
+
+
+class RemoteServer(Server):
+    """A server at user-given URLs; `api` says whether it speaks Triton's or TFS's API."""
+
+    kind = "remote"
+    owns_process = False
+
+    def __init__(
+        self,
+        api: ServerApi,
+        http_url: str,
+        *,
+        grpc_address: str | None = None,
+        metrics_url: str | None = None,
+        models: Sequence[str] = (),
+        ready_timeout_s: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if api not in SERVER_APIS:
+            raise ValueError(f"api: must be one of {', '.join(SERVER_APIS)}, got {api!r}")
+        self._endpoints = ServerEndpoints(
+            api=api,
+            http_url=check_http_url(http_url, "http_url"),
+            grpc_address=check_grpc_address(grpc_address, "grpc_address") if grpc_address else None,
+            metrics_url=check_http_url(metrics_url, "metrics_url") if metrics_url else None,
+        )
+        self.models = tuple(models)
+        self.ready_timeout_s = ready_timeout_s
+
+    def start(self) -> float:
+        """Wait until the server (and every listed model) is ready; return seconds waited."""
+        started = time.perf_counter()
+        try:
+            self.wait_ready(self.ready_timeout_s)
+        except ServerStartError:
+            raise ServerStartError(
+                f"remote {self._endpoints.api} at {self._endpoints.http_url} is not ready "
+                f"after {self.ready_timeout_s:g} s ({self._why_not_ready()})"
+            ) from None
+        remaining = max(0.0, self.ready_timeout_s - (time.perf_counter() - started))
+        for name in self.models:
+            try:
+                self.wait_model_ready(name, remaining)
+            except ServerModelError as err:
+                raise ServerStartError(str(err)) from None
+        self.startup_s = time.perf_counter() - started
+        return self.startup_s
+
+    def stop(self) -> None:
+        """Nothing to do: the server keeps running (servebench did not start it)."""
+
+    @property
+    def endpoints(self) -> ServerEndpoints:
+        return self._endpoints
+
+    def load_model(self, name: str, timeout_s: float = 300.0) -> float:
+        if self._endpoints.api == "tfs":
+            raise ServerModelError(
+                f"{self.describe()}: a remote TF Serving loads models from its own config; "
+                f"servebench can only wait until {name!r} is available (wait_model_ready)"
+            )
+        return super().load_model(name, timeout_s)
+
+    def unload_model(self, name: str, timeout_s: float = 60.0) -> None:
+        if self._endpoints.api == "tfs":
+            raise ServerModelError(
+                f"{self.describe()}: a remote TF Serving unloads models only through its "
+                f"own config; servebench does not change it"
+            )
+        super().unload_model(name, timeout_s)
+
+    def describe(self) -> str:
+        return f"remote {self._endpoints.api} at {self._endpoints.http_url}"
+
+    def _why_not_ready(self) -> str:
+        ep = self._endpoints
+        probe = (
+            f"{ep.http_url}/v2/health/ready"
+            if ep.api == "triton"
+            else f"{ep.http_url}/v1/models/servebench-health-probe"
+        )
+        try:
+            status, body, _ = control.request("GET", probe, timeout_s=2.0)
+        except OSError as err:
+            return f"{probe}: {err}"
+        return f"{probe} answered HTTP {status}: {control.error_text(body)[:200]}"
