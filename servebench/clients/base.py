@@ -52,7 +52,10 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ModelSignature:
-    """What a served model takes and returns, read from the server's metadata."""
+    """What a served model takes and returns, read from the server's metadata.
+
+    `max_batch_size` is the largest batch the server accepts, 0 when it states none.
+    """
 
     name: str
     inputs: tuple[TensorSpec, ...]
@@ -120,6 +123,17 @@ def random_inputs(
         else:
             raise ValueError(f"input {spec.name!r}: unsupported dtype {spec.dtype!r}")
     return arrays
+
+
+def check_batch_size(signature: ModelSignature, batch_size: int) -> None:
+    """Refuse, before a run starts, a batch the model cannot take."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if 0 < signature.max_batch_size < batch_size:
+        raise ValueError(
+            f"batch_size: {batch_size} exceeds model {signature.name!r}'s "
+            f"max_batch_size {signature.max_batch_size}"
+        )
 
 
 def check_outputs(

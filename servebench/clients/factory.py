@@ -15,6 +15,10 @@ from servebench.clients.base import InferenceClient
 
 CLIENTS: dict[str, str] = {
     "http": "servebench.clients.rawhttp:RawHttpClient",
+    "triton-http": "servebench.clients.triton_http:TritonHttpClient",
+    "triton-grpc": "servebench.clients.triton_grpc:TritonGrpcClient",
+    "tfs-rest": "servebench.clients.tfs_rest:TfsRestClient",
+    "tfs-grpc": "servebench.clients.tfs_grpc:TfsGrpcClient",
 }
 
 

@@ -1,0 +1,232 @@
+"""TF Serving's gRPC API: `PredictionService` and `ModelService` from tensorflow-serving-api.
+
+`connect()` asks `ModelService.GetModelStatus` whether a version is AVAILABLE and reads the
+signature with `PredictionService.GetModelMetadata` (the `signature_def` field), through
+the generated stubs. `Predict` on the hot path takes a `PredictRequest` serialized once
+per payload (tensors as `TensorProto` with `tensor_content`, see `tensor_proto`), sent as
+bytes on the same channel under the stub's method path.
+
+The generated protos import all of TensorFlow (2-3 s), so they are imported in
+`connect()`, not when servebench.clients is imported. Byte counts are the serialized
+PredictRequest / PredictResponse sizes (see `grpc_calls`), without gRPC/HTTP/2 framing.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceError,
+    InferResult,
+    ModelSignature,
+    Payload,
+    check_batch_size,
+    check_outputs,
+    random_inputs,
+)
+from servebench.clients.endpoints import grpc_target
+from servebench.clients.errors import grpc_failure
+from servebench.clients.grpc_calls import method_path, open_channels, raw_unary
+from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
+
+
+def _apis() -> SimpleNamespace:
+    """The generated TF Serving modules, imported on first use (this imports TensorFlow)."""
+    from google.protobuf import json_format, wrappers_pb2
+    from tensorflow_serving.apis import (
+        get_model_metadata_pb2,
+        get_model_status_pb2,
+        model_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    from servebench.clients import tensor_proto
+
+    return SimpleNamespace(
+        json_format=json_format,
+        wrappers=wrappers_pb2,
+        metadata=get_model_metadata_pb2,
+        status=get_model_status_pb2,
+        model=model_pb2,
+        model_service=model_service_pb2_grpc,
+        predict=predict_pb2,
+        prediction_service=prediction_service_pb2_grpc,
+        predict_path=method_path(prediction_service_pb2.DESCRIPTOR, "PredictionService", "Predict"),
+        tensor_proto=tensor_proto,
+    )
+
+
+class TfsGrpcClient:
+    """Predict with one TF Serving model over gRPC.
+
+    `channels` > 1 spreads requests round-robin over that many HTTP/2 connections.
+    `timeout` is each request's gRPC deadline (None: the load engine's own timeout
+    applies); `connect_timeout` bounds each control call in `connect()`. A given
+    `signature` is trusted as the expected answer and `connect()` then asks the server
+    nothing.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        version: str | None = None,
+        signature_name: str = DEFAULT_SIGNATURE,
+        channels: int = 1,
+        timeout: float | None = None,
+        connect_timeout: float = 10.0,
+        signature: ModelSignature | None = None,
+    ):
+        if not model:
+            raise ValueError("model: a TF Serving model name is required")
+        if version and not str(version).isdigit():
+            raise ValueError(f"version: TF Serving versions are integers, got {version!r}")
+        if channels < 1:
+            raise ValueError(f"channels: must be >= 1, got {channels}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
+        self.target = grpc_target(url)
+        self.model = model
+        self.version = str(version) if version else ""
+        self.signature_name = signature_name
+        self.channels = channels
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._where = f"{self.target} model {model!r}"
+        self._signature = signature
+        self._apis: SimpleNamespace | None = None
+        self._channels: list[grpc.aio.Channel] = []
+        self._calls: list = []
+        self._next = 0
+
+    async def connect(self) -> None:
+        """Open the channels and read the signature (unless given); InferenceError on failure."""
+        if self._calls:
+            return
+        apis = self._apis = self._apis or _apis()
+        channels = open_channels(self.target, self.channels)
+        try:
+            if self._signature is None:
+                self._signature = await self._read_signature(apis, channels[0])
+        except BaseException:
+            for channel in channels:
+                await channel.close()
+            raise
+        self._channels = channels
+        self._calls = [
+            raw_unary(channel, apis.predict_path, apis.predict.PredictResponse)
+            for channel in channels
+        ]
+
+    def _model_spec(self, apis: SimpleNamespace) -> Any:
+        spec = apis.model.ModelSpec(name=self.model, signature_name=self.signature_name)
+        if self.version:
+            spec.version.CopyFrom(apis.wrappers.Int64Value(value=int(self.version)))
+        return spec
+
+    async def _read_signature(
+        self, apis: SimpleNamespace, channel: grpc.aio.Channel
+    ) -> ModelSignature:
+        timeout = self.connect_timeout
+        model_spec = self._model_spec(apis)
+        try:
+            status = await apis.model_service.ModelServiceStub(channel).GetModelStatus(
+                apis.status.GetModelStatusRequest(model_spec=model_spec), timeout=timeout
+            )
+            available = apis.status.ModelVersionStatus.State.Value("AVAILABLE")
+            if not any(v.state == available for v in status.model_version_status):
+                listed = (
+                    ", ".join(
+                        f"{v.version}: {apis.status.ModelVersionStatus.State.Name(v.state)}"
+                        for v in status.model_version_status
+                    )
+                    or "no versions"
+                )
+                raise InferenceError(
+                    ErrorKind.SERVER_ERROR, f"{self._where}: no version AVAILABLE ({listed})"
+                )
+            metadata = await apis.prediction_service.PredictionServiceStub(
+                channel
+            ).GetModelMetadata(
+                apis.metadata.GetModelMetadataRequest(
+                    model_spec=model_spec, metadata_field=["signature_def"]
+                ),
+                timeout=timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
+        signature_map = apis.metadata.SignatureDefMap()
+        if "signature_def" not in metadata.metadata or not metadata.metadata[
+            "signature_def"
+        ].Unpack(signature_map):
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE, f"{self._where}: metadata holds no SignatureDefMap"
+            )
+        as_json = apis.json_format.MessageToDict(signature_map, preserving_proto_field_name=True)
+        version = str(metadata.model_spec.version.value or self.version)
+        return tfs_signature(self.model, as_json, self.signature_name, version)
+
+    async def signature(self) -> ModelSignature:
+        return self._require_signature()
+
+    def _require_signature(self) -> ModelSignature:
+        if self._signature is None or self._apis is None:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        return self._signature
+
+    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+        signature = self._require_signature()
+        apis = self._apis
+        assert apis is not None  # _require_signature checked it
+        check_batch_size(signature, batch_size)
+        arrays = random_inputs(signature.inputs, batch_size, seed)
+        request = apis.predict.PredictRequest(model_spec=self._model_spec(apis))
+        for name, array in arrays.items():
+            request.inputs[name].CopyFrom(apis.tensor_proto.to_tensor_proto(array))
+        encoded = request.SerializeToString()
+        return Payload(
+            batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
+        )
+
+    async def infer(self, payload: Payload) -> InferResult:
+        calls = self._calls
+        if not calls:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        call = calls[self._next % len(calls)]
+        self._next += 1
+        try:
+            size, response = await call(payload.encoded, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
+        except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
+            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{self._where}: {exc!r}") from exc
+        if response is None:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
+        signature = self._require_signature()
+        from_proto = self._apis.tensor_proto.from_tensor_proto  # type: ignore[union-attr]
+        outputs = {}
+        for spec in signature.outputs:
+            if spec.name in response.outputs:
+                try:
+                    outputs[spec.name] = from_proto(response.outputs[spec.name])
+                except ValueError as exc:
+                    raise InferenceError(
+                        ErrorKind.BAD_RESPONSE, f"{self._where}: output {spec.name!r}: {exc}"
+                    ) from exc
+        check_outputs(outputs, signature.outputs, payload.batch_size)
+        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
+
+    async def close(self) -> None:
+        channels, self._channels, self._calls = self._channels, [], []
+        for channel in channels:
+            await channel.close()

@@ -1,0 +1,257 @@
+"""TF Serving's REST API with aiohttp: `/v1/models/<m>[/versions/<v>]:predict`.
+
+Both request forms are supported, as TF Serving's REST docs define them: `row` sends
+`{"instances": [...]}` (one entry per batch row) and gets `{"predictions": ...}`;
+`columnar` sends `{"inputs": {...}}` (whole tensors by name) and gets `{"outputs": ...}`.
+With a single named output TF Serving leaves the name out of the answer; with several it
+returns one object per row (row) or one object of tensors (columnar).
+
+The JSON body is encoded once per payload; answers are parsed with the stdlib `json`
+(TF Serving writes NaN/Infinity, which it accepts), turned into arrays of the signature's
+dtype (refusing values that do not fit it, e.g. floats for an int32 output) and checked.
+Byte counts are the HTTP body sizes, without headers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import numpy as np
+from yarl import URL
+
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceError,
+    InferResult,
+    ModelSignature,
+    Payload,
+    TensorSpec,
+    check_batch_size,
+    check_outputs,
+    random_inputs,
+)
+from servebench.clients.endpoints import http_base, path_segment
+from servebench.clients.errors import http_failure, http_status
+from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
+
+REQUEST_FORMATS = ("row", "columnar")
+_TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
+_JSON_HEADERS = {"Content-Type": "application/json"}
+# Which JSON value kinds (numpy's kind of the parsed list) an output dtype accepts.
+_ACCEPTED_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
+
+
+class TfsRestClient:
+    """Predict with one TF Serving model over REST from a pool of keep-alive connections.
+
+    `request_format` is `row` or `columnar`. `timeout` bounds each request (None: the load
+    engine's own timeout applies); `connect_timeout` bounds each control call in
+    `connect()`. A given `signature` is trusted as the expected answer and `connect()`
+    then asks the server nothing.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        version: str | None = None,
+        request_format: str = "row",
+        signature_name: str = DEFAULT_SIGNATURE,
+        connections: int = 64,
+        timeout: float | None = None,
+        connect_timeout: float = 10.0,
+        signature: ModelSignature | None = None,
+    ):
+        if not model:
+            raise ValueError("model: a TF Serving model name is required")
+        if version and not str(version).isdigit():
+            raise ValueError(f"version: TF Serving versions are integers, got {version!r}")
+        if request_format not in REQUEST_FORMATS:
+            raise ValueError(
+                f"request_format: {request_format!r} is not one of {', '.join(REQUEST_FORMATS)}"
+            )
+        if connections < 1:
+            raise ValueError(f"connections: must be >= 1, got {connections}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
+        self.base = http_base(url)
+        self.model = model
+        self.version = str(version) if version else ""
+        self.request_format = request_format
+        self.signature_name = signature_name
+        self.connections = connections
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        model_path = f"{self.base}/v1/models/{path_segment(model)}"
+        if self.version:
+            model_path += f"/versions/{self.version}"
+        self.status_url = URL(model_path, encoded=True)
+        self.metadata_url = URL(f"{model_path}/metadata", encoded=True)
+        self.predict_url = URL(f"{model_path}:predict", encoded=True)
+        self._answer_key = "predictions" if request_format == "row" else "outputs"
+        self._signature = signature
+        self._session: aiohttp.ClientSession | None = None
+
+    async def connect(self) -> None:
+        """Open the session and read the signature (unless given); InferenceError on failure."""
+        if self._session is not None:
+            return
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
+            ),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            headers={"Accept-Encoding": "identity"},  # measure the server, not compression
+            auto_decompress=False,
+            trust_env=False,
+        )
+        try:
+            if self._signature is None:
+                self._signature = await self._read_signature(session)
+        except BaseException:
+            await session.close()
+            raise
+        self._session = session
+
+    async def _read_signature(self, session: aiohttp.ClientSession) -> ModelSignature:
+        status = await self._get_json(session, self.status_url)
+        states = {
+            str(entry.get("version")): str(entry.get("state"))
+            for entry in status.get("model_version_status", ())
+        }
+        if "AVAILABLE" not in states.values():
+            listed = ", ".join(f"{v}: {s}" for v, s in states.items()) or "no versions"
+            raise InferenceError(
+                ErrorKind.SERVER_ERROR, f"{self.status_url}: no version AVAILABLE ({listed})"
+            )
+        metadata = await self._get_json(session, self.metadata_url)
+        try:
+            signature_map = metadata["metadata"]["signature_def"]
+            version = str(metadata.get("model_spec", {}).get("version", self.version))
+        except (KeyError, TypeError) as exc:
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE, f"{self.metadata_url}: no signature_def in the answer"
+            ) from exc
+        return tfs_signature(self.model, signature_map, self.signature_name, version)
+
+    async def _get_json(self, session: aiohttp.ClientSession, url: URL) -> dict[str, Any]:
+        try:
+            async with session.get(
+                url, timeout=aiohttp.ClientTimeout(total=self.connect_timeout)
+            ) as response:
+                body = await response.read()
+                status = response.status
+        except _TRANSPORT_ERRORS as exc:
+            raise http_failure(exc, str(url)) from exc
+        if status != 200:
+            raise http_status(status, body, str(url))
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not JSON ({exc})") from exc
+        if not isinstance(document, dict):
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not a JSON object")
+        return document
+
+    async def signature(self) -> ModelSignature:
+        return self._require_signature()
+
+    def _require_signature(self) -> ModelSignature:
+        if self._signature is None:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        return self._signature
+
+    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+        signature = self._require_signature()
+        check_batch_size(signature, batch_size)
+        arrays = random_inputs(signature.inputs, batch_size, seed)
+        document: dict[str, Any] = {"signature_name": self.signature_name}
+        if self.request_format == "columnar":
+            document["inputs"] = {name: array.tolist() for name, array in arrays.items()}
+        elif len(arrays) == 1:
+            document["instances"] = next(iter(arrays.values())).tolist()
+        else:
+            lists = {name: array.tolist() for name, array in arrays.items()}
+            document["instances"] = [
+                {name: rows[i] for name, rows in lists.items()} for i in range(batch_size)
+            ]
+        body = json.dumps(document, separators=(",", ":")).encode()
+        return Payload(batch_size=batch_size, inputs=arrays, encoded=body, request_bytes=len(body))
+
+    async def infer(self, payload: Payload) -> InferResult:
+        session = self._session
+        if session is None:
+            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        try:
+            async with session.post(
+                self.predict_url, data=payload.encoded, headers=_JSON_HEADERS
+            ) as response:
+                body = await response.read()
+                status = response.status
+        except _TRANSPORT_ERRORS as exc:
+            raise http_failure(exc, str(self.predict_url)) from exc
+        if status != 200:
+            raise http_status(status, body, str(self.predict_url))
+        signature = self._require_signature()
+        outputs = self._decode(body, signature.outputs)
+        check_outputs(outputs, signature.outputs, payload.batch_size)
+        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=len(body))
+
+    def _decode(self, body: bytes, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:
+        where = str(self.predict_url)
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
+        if not isinstance(document, dict):
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
+        if "error" in document:
+            raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: {document['error']}")
+        if self._answer_key not in document:
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE, f"{where}: answer has no {self._answer_key!r}"
+            )
+        values = _by_name(document[self._answer_key], specs, self.request_format)
+        return {
+            spec.name: _as_array(values[spec.name], spec, where)
+            for spec in specs
+            if spec.name in values
+        }
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _by_name(answer: Any, specs: tuple[TensorSpec, ...], request_format: str) -> dict[str, Any]:
+    """The answer's value per output name, for the shapes TF Serving's answer can take."""
+    if request_format == "columnar":
+        if isinstance(answer, dict):
+            return answer
+        return {specs[0].name: answer} if len(specs) == 1 else {}
+    if isinstance(answer, list) and answer and all(isinstance(row, dict) for row in answer):
+        return {spec.name: [row.get(spec.name) for row in answer] for spec in specs}
+    return {specs[0].name: answer} if len(specs) == 1 else {}
+
+
+def _as_array(values: Any, spec: TensorSpec, where: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except ValueError as exc:  # ragged nesting
+        raise InferenceError(
+            ErrorKind.BAD_RESPONSE, f"{where}: output {spec.name!r} is not a tensor ({exc})"
+        ) from exc
+    dtype = np.dtype(spec.dtype)
+    if array.dtype.kind not in _ACCEPTED_KINDS.get(dtype.kind, dtype.kind):
+        raise InferenceError(
+            ErrorKind.BAD_RESPONSE,
+            f"{where}: output {spec.name!r} holds {array.dtype.name} values, expected {spec.dtype}",
+        )
+    return array.astype(dtype, copy=False)
