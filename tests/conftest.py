@@ -97,6 +97,74 @@ def triton_dense_model(
         factory.close()
 
 
+# -- TF Serving protocol double and socket fixtures for the inference client tests ---------
+
+
+@dataclass(frozen=True)
+class TfsFamily:
+    """A small family exported as SavedModels and served by the TF Serving protocol double."""
+
+    double: Any  # tests.tfs_protocol_server.TfsProtocolDouble
+    export_dir: Path
+    specs: dict[str, Any]  # model name -> model_zoo.spec.ModelSpec
+    modules: dict[str, Any]  # model name -> the torch module, for reference outputs
+
+
+@pytest.fixture(scope="session")
+def tfs_family(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfsFamily]:
+    """A dense and a conv model (2-D and 4-D inputs), exported with seed 0 and served.
+
+    Only the `tfs` format is exported: these tests need no ONNX, which costs far more
+    export time than the SavedModels (pass formats=("triton", "tfs") to add it).
+    """
+    from tfs_protocol_server import TfsProtocolDouble
+
+    from model_zoo.export.family import export_family
+    from model_zoo.spec import ModelSpec
+    from model_zoo.torch_builder import build_torch
+
+    specs = [
+        ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4),
+        ModelSpec(layer_type="conv", depth=1, width=4, input_shape=(6, 5, 3), num_outputs=3),
+    ]
+    out = tmp_path_factory.mktemp("tfs-family")
+    export_family(specs, out, formats=("tfs",), seed=0)
+    double = TfsProtocolDouble({spec.id: out / "tfs" / spec.id for spec in specs})
+    with double:
+        yield TfsFamily(
+            double=double,
+            export_dir=out,
+            specs={spec.id: spec for spec in specs},
+            modules={spec.id: build_torch(spec, seed=0) for spec in specs},
+        )
+
+
+@pytest.fixture
+def closed_port() -> str:
+    """`127.0.0.1:<port>` where nothing listens (bound once, then closed): connects are refused."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """`127.0.0.1:<port>` of a socket that listens but never accepts nor answers.
+
+    The kernel completes TCP handshakes into the backlog, so clients connect and send,
+    then wait forever: what a hung server looks like from outside.
+    """
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
 # -- a dynamically batching Triton model, exported but not served ---------------------------
 
 

@@ -1,0 +1,239 @@
+"""Triton HTTP (JSON and binary tensors) and gRPC clients against the real local Triton."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+from model_zoo.parity import run_torch
+from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
+from servebench.clients.triton_grpc import TritonGrpcClient
+from servebench.clients.triton_http import TritonHttpClient
+
+VARIANTS = {
+    "http-binary": lambda address, model, **kw: TritonHttpClient(
+        f"http://{address}", model, binary_data=True, **kw
+    ),
+    "http-json": lambda address, model, **kw: TritonHttpClient(
+        address, model, binary_data=False, **kw
+    ),
+    "grpc": lambda address, model, **kw: TritonGrpcClient(address, model, **kw),
+    "grpc-2-channels": lambda address, model, **kw: TritonGrpcClient(
+        f"grpc://{address}", model, channels=2, **kw
+    ),
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request):
+    return request.param
+
+
+def _address(served, variant: str) -> str:
+    endpoints = served.server.endpoints
+    return endpoints.http_address if variant.startswith("http") else endpoints.grpc_address
+
+
+def _client(served, variant: str, **kwargs):
+    return VARIANTS[variant](_address(served, variant), served.name, **kwargs)
+
+
+def _signature(served) -> ModelSignature:
+    return ModelSignature(
+        name=served.name,
+        inputs=(TensorSpec("input", "float32", (8,)),),
+        outputs=(TensorSpec("output", "float32", (4,)),),
+        version="1",
+        max_batch_size=64,
+    )
+
+
+def _tolerance(reference: np.ndarray) -> float:
+    return 1e-4 * max(1.0, float(np.abs(reference).max()))
+
+
+@pytest.mark.parametrize("batch_size", [1, 7])
+async def test_answers_match_torch(triton_dense_model, variant, batch_size):
+    client = _client(triton_dense_model, variant)
+    await client.connect()
+    try:
+        payload = client.make_payload(batch_size, seed=batch_size)
+        result = await client.infer(payload)
+    finally:
+        await client.close()
+    reference = run_torch(triton_dense_model.module, payload.inputs["input"])
+    answer = result.outputs["output"]
+    assert answer.shape == (batch_size, 4) and answer.dtype == np.float32
+    assert np.abs(answer - reference).max() <= _tolerance(reference)
+    assert np.abs(reference).max() > 0
+    assert result.request_bytes == payload.request_bytes > batch_size * 8 * 4 - 1
+    assert result.response_bytes >= batch_size * 4 * 4
+
+
+async def test_one_payload_serves_concurrent_requests(triton_dense_model, variant):
+    """The payload is encoded once and only read: 16 requests in flight all get its answer."""
+    client = _client(triton_dense_model, variant)
+    await client.connect()
+    try:
+        payload = client.make_payload(3, seed=11)
+        encoded_before = payload.encoded
+        results = await asyncio.gather(*(client.infer(payload) for _ in range(16)))
+    finally:
+        await client.close()
+    assert payload.encoded is encoded_before
+    first = results[0].outputs["output"]
+    assert all(np.array_equal(r.outputs["output"], first) for r in results)
+
+
+async def test_metadata_round_trip_gives_the_signature(triton_dense_model, variant):
+    client = _client(triton_dense_model, variant)
+    await client.connect()
+    try:
+        signature = await client.signature()
+    finally:
+        await client.close()
+    assert signature == _signature(triton_dense_model)
+
+
+async def test_binary_tensors_are_smaller_on_the_wire(triton_dense_model):
+    sizes = {}
+    for variant in ("http-binary", "http-json"):
+        client = _client(triton_dense_model, variant)
+        await client.connect()
+        try:
+            result = await client.infer(client.make_payload(32))
+        finally:
+            await client.close()
+        sizes[variant] = (result.request_bytes, result.response_bytes)
+    assert sizes["http-binary"][0] < sizes["http-json"][0]
+    assert sizes["http-binary"][1] < sizes["http-json"][1]
+
+
+async def test_batch_beyond_max_batch_size_is_refused_before_sending(triton_dense_model, variant):
+    client = _client(triton_dense_model, variant)
+    await client.connect()
+    try:
+        with pytest.raises(ValueError, match="max_batch_size 64"):
+            client.make_payload(65)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("change", [{"shape": (5,)}, {"dtype": "float64"}], ids=["shape", "dtype"])
+async def test_wrong_answer_is_a_bad_response(triton_dense_model, variant, change):
+    """An answer that differs from the expected signature never counts as a success.
+
+    (A wrong output *name* is not tested here: the clients ask Triton for outputs by name,
+    and Triton refuses the request with HTTP 400 / INVALID_ARGUMENT before answering.)
+    """
+    expected = _signature(triton_dense_model)
+    wrong = dataclasses.replace(expected.outputs[0], **change)
+    client = _client(
+        triton_dense_model, variant, signature=dataclasses.replace(expected, outputs=(wrong,))
+    )
+    await client.connect()
+    try:
+        with pytest.raises(InferenceError) as caught:
+            await client.infer(client.make_payload(2))
+    finally:
+        await client.close()
+    assert caught.value.kind is ErrorKind.BAD_RESPONSE
+
+
+async def test_unknown_model_is_classified_and_named(triton_dense_model, variant):
+    client = VARIANTS[variant](_address(triton_dense_model, variant), "no-such-model")
+    with pytest.raises(InferenceError) as caught:
+        await client.connect()
+    expected = ErrorKind.HTTP_STATUS if variant.startswith("http") else ErrorKind.GRPC_STATUS
+    assert caught.value.kind is expected
+    assert "no-such-model" in str(caught.value)
+    assert caught.value.status in (400, 404, "NOT_FOUND")
+
+    # The same on the hot path: a client told the signature sends at once.
+    signature = dataclasses.replace(_signature(triton_dense_model), name="no-such-model")
+    client = VARIANTS[variant](
+        _address(triton_dense_model, variant), "no-such-model", signature=signature
+    )
+    await client.connect()
+    try:
+        with pytest.raises(InferenceError) as caught:
+            await client.infer(client.make_payload(1))
+    finally:
+        await client.close()
+    assert caught.value.kind is expected
+    assert "no-such-model" in str(caught.value)
+
+
+async def test_closed_port_is_connection_refused_naming_the_address(
+    triton_dense_model, variant, closed_port
+):
+    client = VARIANTS[variant](closed_port, "m")
+    with pytest.raises(InferenceError) as caught:
+        await client.connect()
+    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
+    assert closed_port in str(caught.value)
+
+    client = VARIANTS[variant](closed_port, "m", signature=_signature(triton_dense_model))
+    await client.connect()
+    try:
+        with pytest.raises(InferenceError) as caught:
+            await client.infer(client.make_payload(1))
+    finally:
+        await client.close()
+    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
+    assert closed_port in str(caught.value)
+
+
+async def test_silent_server_is_a_timeout(triton_dense_model, variant, silent_server):
+    client = VARIANTS[variant](
+        silent_server, "m", signature=_signature(triton_dense_model), timeout=0.3
+    )
+    await client.connect()
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(InferenceError) as caught:
+            await client.infer(client.make_payload(1))
+        waited = asyncio.get_running_loop().time() - started
+    finally:
+        await client.close()
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert silent_server in str(caught.value)
+    assert 0.25 <= waited < 5.0
+
+
+async def test_connect_times_out_on_a_silent_server(variant, silent_server):
+    client = VARIANTS[variant](silent_server, "m", connect_timeout=0.3)
+    with pytest.raises(InferenceError) as caught:
+        await client.connect()
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert silent_server in str(caught.value)
+
+
+async def test_using_a_client_before_connect_is_a_client_error(triton_dense_model, variant):
+    client = _client(triton_dense_model, variant, signature=_signature(triton_dense_model))
+    payload_client = _client(triton_dense_model, variant, signature=_signature(triton_dense_model))
+    payload = payload_client.make_payload(1)
+    with pytest.raises(InferenceError) as caught:
+        await client.infer(payload)
+    assert caught.value.kind is ErrorKind.CLIENT_ERROR
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "field"),
+    [
+        (TritonHttpClient, {"url": "ftp://x:1"}, "url"),
+        (TritonHttpClient, {"connections": 0}, "connections"),
+        (TritonHttpClient, {"timeout": 0}, "timeout"),
+        (TritonHttpClient, {"model": ""}, "model"),
+        (TritonGrpcClient, {"url": "localhost"}, "url"),
+        (TritonGrpcClient, {"channels": 0}, "channels"),
+    ],
+)
+def test_bad_options_name_the_field(factory, kwargs, field):
+    arguments = {"url": "127.0.0.1:8000", "model": "m", **kwargs}
+    url, model = arguments.pop("url"), arguments.pop("model")
+    with pytest.raises(ValueError, match=field):
+        factory(url, model, **arguments)
