@@ -1,0 +1,139 @@
+"""Client CPU per request: servebench's Triton clients vs tritonclient's own `infer()`.
+
+Usage: .venv/bin/python benchmarks/clients_cpu.py [--requests 2000] [--repeats 3]
+
+The servebench clients encode each request once (before the run) and decode answers
+themselves; tritonclient's aio clients re-encode on every call. This measures what that
+is worth: a small dense model on the local Triton (python backend), a closed loop of 8
+concurrent requests per client, and the client process's own CPU time (getrusage; the
+server is another process) divided by the requests. Medians of `repeats` runs. Loopback
+only; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as triton_grpc
+import tritonclient.grpc.aio as triton_grpc_aio
+import tritonclient.http as triton_http
+import tritonclient.http.aio as triton_http_aio
+
+from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
+from model_zoo.spec import ModelSpec
+from model_zoo.torch_builder import build_torch
+from servebench.clients.triton_grpc import TritonGrpcClient
+from servebench.clients.triton_http import TritonHttpClient
+from servebench.servers import LocalTriton
+
+CONCURRENCY = 8
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _closed_loop(send: Callable[[], Awaitable[object]], requests: int) -> tuple[float, float]:
+    """(client CPU seconds per request, requests per second) over `requests` sends."""
+    for _ in range(50):  # warm connections and caches
+        await send()
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            await send()
+
+    cpu, wall = _cpu(), time.perf_counter()
+    await asyncio.gather(*(worker(requests // CONCURRENCY) for _ in range(CONCURRENCY)))
+    done = requests // CONCURRENCY * CONCURRENCY
+    return (_cpu() - cpu) / done, done / (time.perf_counter() - wall)
+
+
+async def _servebench(client, batch: int, requests: int) -> tuple[float, float]:
+    await client.connect()
+    try:
+        payload = client.make_payload(batch)
+        return await _closed_loop(lambda: client.infer(payload), requests)
+    finally:
+        await client.close()
+
+
+async def _tritonclient_http(address: str, model: str, batch: int, requests: int):
+    client = triton_http_aio.InferenceServerClient(address, conn_limit=CONCURRENCY)
+    x = np.random.default_rng(0).standard_normal((batch, 8)).astype(np.float32)
+    tensor = triton_http.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=True)
+    outputs = [triton_http.InferRequestedOutput("output", binary_data=True)]
+
+    async def send():
+        return (await client.infer(model, [tensor], outputs=outputs)).as_numpy("output")
+
+    try:
+        return await _closed_loop(send, requests)
+    finally:
+        await client.close()
+
+
+async def _tritonclient_grpc(address: str, model: str, batch: int, requests: int):
+    client = triton_grpc_aio.InferenceServerClient(address)
+    x = np.random.default_rng(0).standard_normal((batch, 8)).astype(np.float32)
+    tensor = triton_grpc.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    outputs = [triton_grpc.InferRequestedOutput("output")]
+
+    async def send():
+        return (await client.infer(model, [tensor], outputs=outputs)).as_numpy("output")
+
+    try:
+        return await _closed_loop(send, requests)
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
+    with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp:
+        out = Path(tmp)
+        export = export_triton(build_torch(spec), spec, out, TritonSettings(max_batch_size=64))
+        with LocalTriton(out / PYTHON_REPOSITORY, load_models=[export.name]) as server:
+            http, grpc = server.endpoints.http_address, server.endpoints.grpc_address
+            name, n = export.name, args.requests
+            cases = {
+                "servebench triton-http (binary)": lambda b: _servebench(
+                    TritonHttpClient(http, name, connections=CONCURRENCY), b, n
+                ),
+                "servebench triton-http (json)": lambda b: _servebench(
+                    TritonHttpClient(http, name, binary_data=False, connections=CONCURRENCY), b, n
+                ),
+                "tritonclient.http.aio infer (binary)": lambda b: _tritonclient_http(
+                    http, name, b, n
+                ),
+                "servebench triton-grpc": lambda b: _servebench(TritonGrpcClient(grpc, name), b, n),
+                "tritonclient.grpc.aio infer": lambda b: _tritonclient_grpc(grpc, name, b, n),
+            }
+            print(
+                f"{'client':40} {'batch':>5} {'CPU us/req':>11} {'req/s':>7}  (median of {args.repeats})"
+            )
+            for batch in (1, 16):
+                for label, run in cases.items():
+                    runs = [asyncio.run(run(batch)) for _ in range(args.repeats)]
+                    cpu = statistics.median(r[0] for r in runs) * 1e6
+                    rate = statistics.median(r[1] for r in runs)
+                    print(f"{label:40} {batch:>5} {cpu:>11.0f} {rate:>7.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
