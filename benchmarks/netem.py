@@ -33,10 +33,11 @@ def _pct(row) -> str:  # type: ignore[no-untyped-def]
 
 def accuracy(duration_s: float, ping_seconds: float) -> None:
     print(
-        "| profile | RTT ms (set → p50) | err | jitter ms (set → IQR/1.349) "
-        "| down Mbit/s (set → got) | err | up Mbit/s (set → got) | err | lost segments |"
+        "| profile | RTT ms (set → p50) | err | link's share: p50 − no-emulator p50 | err "
+        "| jitter ms (set → IQR/1.349) | down Mbit/s (set → got) | err "
+        "| up Mbit/s (set → got) | err | lost segments |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, profile in BUILTIN_PROFILES.items():
         if name == "direct":
             continue
