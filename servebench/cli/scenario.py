@@ -84,3 +84,38 @@ def plan(
         f"{len(result.models)} models; estimated wall time {_duration(result.estimated_s)}",
         highlight=False,
     )
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="scenario file")],
+    output: Annotated[
+        Path | None, typer.Option(help="results root (default: the scenario's)")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="an earlier run directory: run only its missing trials")
+    ] = None,
+    report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
+) -> None:
+    """Run every trial of a scenario; results go to results/<run-id>/."""
+    from servebench.analysis.report import write_report
+    from servebench.analysis.summary import print_summary
+    from servebench.scenario.runner import ScenarioRunner
+
+    _load(file)  # validation errors print the same way as `validate`
+    runner = ScenarioRunner(file, output=output, resume=resume, console=console)
+    outcome = runner.run()
+    print_summary(outcome.directory.path, console)
+    if report:
+        written = write_report(outcome.directory.path)
+        console.print(f"report: {written.path}", highlight=False)
+    console.print(
+        f"run {outcome.status}"
+        + (f": {outcome.reason}" if outcome.reason else "")
+        + f" — results in {outcome.directory.path}",
+        highlight=False,
+    )
+    if outcome.status == "failed":
+        raise typer.Exit(code=1)
+    if outcome.status == "interrupted":
+        raise typer.Exit(code=130)

@@ -1,0 +1,324 @@
+"""`servebench scenario run`: the whole study, setting by setting, trial by trial.
+
+For each server setting: start (or attach), time the cold start, load the models, then run
+its trials. A failing trial is marked failed with its reason and the run goes on; a server
+that dies is restarted for the next trial; Ctrl-C stops the current load cleanly, keeps
+everything measured and marks the run `interrupted`. `--resume RUN_DIR` skips the trials a
+run already completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from servebench.analysis.cost import (
+    InstancePrice,
+    estimate_cost,
+    load_prices,
+    merge_prices,
+    price_of,
+)
+from servebench.analysis.host_peak import measure_host_peak_flops
+from servebench.clients.factory import create_client
+from servebench.load import LoadEngine, run_in_loop
+from servebench.scenario.deploy import CLIENT_PROTOCOLS, build_server, client_target, export_models
+from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
+from servebench.scenario.results import RunDirectory, new_run_id
+from servebench.scenario.schema import Scenario
+from servebench.scenario.trial import TrialContext, run_trial
+from servebench.scenario.validate import load_scenario
+from servebench.servers.base import Server
+from servebench.telemetry import TelemetryRow, write_telemetry
+
+WARM_PROBES = 5
+
+
+@dataclass
+class RunOutcome:
+    directory: RunDirectory
+    status: str
+    reason: str | None
+    failed: int = 0
+    completed: int = 0
+
+
+@dataclass
+class _State:
+    engine: LoadEngine | None = None
+    interrupted: str | None = None
+    telemetry: list[TelemetryRow] = field(default_factory=list)
+
+
+class ScenarioRunner:
+    def __init__(
+        self,
+        scenario_path: Path,
+        *,
+        output: Path | None = None,
+        resume: Path | None = None,
+        console: Console | None = None,
+    ) -> None:
+        self.path = Path(scenario_path)
+        self.scenario: Scenario = load_scenario(self.path)
+        self.plan: Plan = expand(self.scenario, self.path.parent)
+        self.output = output or self.scenario.output
+        self.resume = resume
+        self.console = console or Console()
+        self.state = _State()
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        if self.resume is not None:
+            directory = RunDirectory.open(self.resume)
+        else:
+            run_id = new_run_id(self.scenario.name)
+            directory = RunDirectory.create(self.output, run_id, self.path.read_text(), self.path)
+        directory.run.update(trials_planned=len(self.plan.trials), status="running", reason=None)
+        directory.write_run()
+        done = directory.completed_trials()
+        todo = [t for t in self.plan.trials if t.id not in done]
+        self.console.print(
+            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run",
+            highlight=False,
+        )
+        status, reason = "complete", None
+        try:
+            run_in_loop(self._run(directory, todo))
+            if self.state.interrupted:
+                status, reason = "interrupted", self.state.interrupted
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted by a second Ctrl-C"
+        except Exception as err:  # the run cannot go on; what it measured stays
+            status, reason = "failed", f"{type(err).__name__}: {err}"
+        finally:
+            rows = directory.rows
+            failed = sum(1 for r in rows if r.get("status") == "failed")
+            if status == "complete" and failed:
+                reason = f"{failed} of {len(rows)} trials failed (see trials.csv)"
+            self._add_slo_costs(directory)
+            if self.state.telemetry:
+                write_telemetry(self.state.telemetry, directory.path / "telemetry.parquet")
+            directory.finish(status, reason)
+        return RunOutcome(directory, status, reason, failed, len(rows) - failed)
+
+    async def _run(self, directory: RunDirectory, todo: list[Trial]) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._interrupt, signum)
+        try:
+            if not todo:
+                return
+            with self._progress() as progress:
+                overall = progress.add_task("trials", total=len(todo))
+                progress.console.print("exporting models …")
+                await asyncio.to_thread(
+                    export_models,
+                    self.plan,
+                    directory.path,
+                    lambda m: progress.console.print(f"  exported {m.spec_id}", highlight=False),
+                )
+                peak = await asyncio.to_thread(measure_host_peak_flops)
+                directory.run["host_peak_flops"] = peak.value
+                directory.write_run()
+                price = self._price()
+                for index, setting in enumerate(self.plan.settings):
+                    trials = [t for t in todo if t.setting is setting]
+                    if not trials or self.state.interrupted:
+                        continue
+                    await self._run_setting(
+                        index, setting, trials, directory, peak.value, price, progress, overall
+                    )
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    def _interrupt(self, signum: int) -> None:
+        """First Ctrl-C: stop the current load, keep its records, end after this trial."""
+        name = signal.Signals(signum).name
+        self.state.interrupted = f"stopped by {name}"
+        if self.state.engine is not None:
+            self.state.engine.stop(f"stopped by {name}")
+        loop = asyncio.get_running_loop()
+        loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C interrupts at once
+        self.console.print(f"[yellow]{name}[/yellow]: finishing the current trial's records …")
+
+    def _progress(self) -> Progress:
+        return Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+
+    def _price(self) -> InstancePrice | None:
+        cost = self.scenario.cost
+        if cost is None:
+            return None
+        overrides = {
+            name: {
+                "usd_per_hour": p.usd_per_hour,
+                "gpu": p.gpu,
+                "gpu_count": p.gpu_count,
+                "vcpus": p.vcpus or 0,
+            }
+            for name, p in cost.prices.items()
+        }
+        return price_of(merge_prices(load_prices(), overrides), cost.instance)
+
+    # -- one server setting ---------------------------------------------------------------
+
+    async def _run_setting(
+        self,
+        index: int,
+        setting: ServerSetting,
+        trials: list[Trial],
+        directory: RunDirectory,
+        peak: float,
+        price: InstancePrice | None,
+        progress: Progress,
+        overall: Any,
+    ) -> None:
+        models = list({t.model.id: t.model for t in trials}.values())
+        server: Server | None = None
+        try:
+            server = await asyncio.to_thread(build_server, setting, index, models, directory.path)
+            await self._bring_up(server, setting, models, directory, cold=True)
+        except Exception as err:
+            reason = f"server setting {setting.id} did not come up: {err}"
+            for trial in trials:
+                directory.add_trial(_failed_row(trial, reason))
+                progress.advance(overall)
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+            return
+        ctx = TrialContext(
+            scenario=self.scenario,
+            base_dir=self.path.parent,
+            server=server,
+            records_path=directory.trial_records_path,
+            host_peak_flops=peak,
+            price=price,
+            on_engine=self._set_engine,
+            stop_requested=lambda: self.state.interrupted is not None,
+        )
+        try:
+            for trial in trials:
+                if self.state.interrupted:
+                    break
+                progress.update(
+                    overall,
+                    description=f"{setting.id} · {trial.model.id} · {trial.link_name} · "
+                    f"b{trial.batch_size} · {trial.level.label}",
+                )
+                row = await self._one_trial(trial, ctx, server, setting, models, directory)
+                directory.add_trial(row)
+                progress.advance(overall)
+        finally:
+            await asyncio.to_thread(server.stop)
+
+    async def _one_trial(self, trial, ctx, server, setting, models, directory) -> dict[str, Any]:
+        try:
+            if server.owns_process and not await asyncio.to_thread(server.is_ready):
+                await asyncio.to_thread(server.stop)
+                await self._bring_up(server, setting, models, directory, cold=False)
+            outcome = await run_trial(trial, ctx)
+        except Exception as err:
+            return _failed_row(trial, f"{type(err).__name__}: {err}")
+        self.state.telemetry.extend(outcome.telemetry)
+        row = outcome.row
+        if server.owns_process and not await asyncio.to_thread(server.is_ready):
+            # The records show what the clients saw; the trial cannot stand as a result.
+            row.update(status="failed", reason="the server stopped answering during the trial")
+        return row
+
+    def _set_engine(self, engine: LoadEngine | None) -> None:
+        self.state.engine = engine
+        if engine is not None and self.state.interrupted:
+            engine.stop(self.state.interrupted)
+
+    async def _bring_up(
+        self, server: Server, setting: ServerSetting, models, directory: RunDirectory, *, cold: bool
+    ) -> None:
+        """Start the server and load the models; on the first start, record the cold start."""
+        started = await asyncio.to_thread(server.start)
+        base = {"server": setting.server.name, "setting": setting.id}
+        if cold:
+            directory.add_cold_start(
+                {**base, "model": "", "phase": "server_ready", "repeat": 0, "seconds": started}
+            )
+        for spec in models:
+            loaded = await asyncio.to_thread(server.load_model, spec.id)
+            if not cold:
+                continue
+            row = {**base, "model": spec.id, "repeat": 0}
+            directory.add_cold_start({**row, "phase": "model_load", "seconds": loaded})
+            first, warm = await self._first_and_warm(server, setting, spec.id)
+            directory.add_cold_start({**row, "phase": "first_inference", "seconds": first})
+            directory.add_cold_start({**row, "phase": "warm_median", "seconds": warm})
+
+    async def _first_and_warm(self, server: Server, setting: ServerSetting, model: str):
+        """The first inference after load against the median of the next few (batch 1)."""
+        protocol = CLIENT_PROTOCOLS[(setting.server.kind, setting.server.protocol)]
+        _, url = client_target(server, setting.server.protocol)
+        client = create_client(protocol, url, model, timeout=self.scenario.workload.timeout_s)
+        await client.connect()
+        try:
+            payload = client.make_payload(1, self.scenario.seed)
+            times = []
+            for _ in range(1 + WARM_PROBES):
+                started = time.perf_counter()
+                await client.infer(payload)
+                times.append(time.perf_counter() - started)
+        finally:
+            await client.close()
+        return times[0], statistics.median(times[1:])
+
+    # -- after the trials -------------------------------------------------------------------
+
+    def _add_slo_costs(self, directory: RunDirectory) -> None:
+        """Cost per million at the highest measured throughput that met the SLO, per group
+        of trials that differ only in load level."""
+        slo, price = self.scenario.slo, self._price()
+        if slo is None or price is None or not directory.rows:
+            return
+        groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+        for row in directory.rows:
+            if row.get("status") == "ok" and (row.get("throughput_ips") or 0) > 0:
+                key = (row["setting"], row["model"], row["batch_size"], row["link"])
+                groups[key].append(row)
+        for rows in groups.values():
+            points = [
+                (r["throughput_ips"], r.get("slo_latency_s", r.get("latency_p99")) or float("inf"))
+                for r in rows
+            ]
+            estimate = estimate_cost(points, price, slo.latency_ms / 1e3)
+            for row in rows:
+                row["slo_throughput_ips"] = estimate.slo_throughput
+                row["cost_per_million_at_slo"] = estimate.cost_at_slo
+        directory.add_trial(directory.rows[-1])  # rewrites trials.csv with the new columns
+
+
+def _failed_row(trial: Trial, reason: str) -> dict[str, Any]:
+    return {
+        "trial_id": trial.id,
+        "index": trial.index,
+        "status": "failed",
+        "reason": reason,
+        **trial.coordinates,
+        "layer_type": trial.model.layer_type,
+        "depth": trial.model.depth,
+        "width": trial.model.width,
+    }
