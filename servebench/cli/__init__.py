@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import load, models, netem, scenario
+from servebench.cli import load, models, netem, report, scenario
 
 app = typer.Typer(
     name="servebench",
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(models.app, name="models")
 app.add_typer(netem.app, name="netem")
 app.add_typer(scenario.app, name="scenario")
+app.add_typer(report.app, name="report")
 app.command(name="load")(load.load)
 
 

@@ -1,0 +1,420 @@
+"""The report's plots. Each function returns inline SVG or raises `NoData` with the
+sentence the report shows instead, so one missing input never sinks the whole report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from servebench.analysis.breakdown import DIRECT_LINK
+from servebench.analysis.labels import si, varying_labels
+from servebench.analysis.roofline import Ceiling
+from servebench.analysis.svg import NoData, render
+
+MAX_LEGEND = 12
+MAX_PANELS = 4
+# Probabilities at which a CDF is drawn: even steps through the body, dense in the tail
+# (that is where serving lives), so a 100k-request trial costs ~330 points of SVG.
+_CDF_P = np.unique(np.concatenate([np.linspace(0, 0.99, 300), 1 - np.logspace(-2, -5, 30), [1.0]]))
+_MARKERS = "osD^v<>Pp*"
+
+
+def reference_link(trials: pd.DataFrame) -> str | None:
+    """The link plots compare settings on: `direct` if the run has it, else the first."""
+    links = [x for x in trials["link"].dropna().unique()]
+    if not links:
+        return None
+    return DIRECT_LINK if DIRECT_LINK in links else links[0]
+
+
+def _legend(ax: Axes, count: int, *, below: bool = False) -> None:
+    if count > MAX_LEGEND:
+        ax.text(
+            0.99,
+            0.02,
+            f"{count} lines; legend omitted (see the summary table)",
+            transform=ax.transAxes,
+            ha="right",
+            fontsize=7,
+        )
+    elif below:
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), ncols=1)
+    else:
+        ax.legend(loc="best")
+
+
+def _plain_log_axis(ax: Axes, axis: str = "x") -> None:
+    """Log scale with plain numbers (5, 10, 50) instead of 3×10¹-style minor labels."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def _panels(fig: Figure, names: list, *, sharey: bool = False) -> list[Axes]:
+    """One axes per name, side by side."""
+    return list(fig.subplots(1, len(names), sharey=sharey, squeeze=False)[0])
+
+
+def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
+    """Per link, the latency CDF of every ok trial, from the per-request records."""
+    if records is None or records.empty:
+        raise NoData("No per-request records in this run (records.parquet is missing or empty).")
+    info = trials[trials["status"] == "ok"].drop_duplicates("trial_id", keep="last")
+    info = info.set_index("trial_id")
+    # Failed trials keep their records on disk, but a partial trial's latencies would
+    # read as a setting's behaviour; they are in the summary table with their reason.
+    ok = records[records["ok"] & (records["latency"] > 0) & records["trial_id"].isin(info.index)]
+    if ok.empty:
+        raise NoData("No successful requests were recorded, so there is no latency to plot.")
+    groups = {str(k): g["latency"].to_numpy() for k, g in ok.groupby("trial_id", sort=False)}
+    link_of = info["link"].fillna("?")
+    links = list(dict.fromkeys(link_of[list(groups)]))[:MAX_PANELS]
+
+    def draw(fig: Figure) -> None:
+        axes = _panels(fig, links, sharey=True)
+        for ax, link in zip(axes, links, strict=True):
+            ids = [t for t in groups if link_of[t] == link]
+            labels = varying_labels(info.loc[ids])
+            for trial_id, label in zip(ids, labels, strict=True):
+                curve = np.quantile(groups[trial_id], _CDF_P) * 1e3
+                ax.plot(curve, _CDF_P, label=label, lw=1.2)
+            _plain_log_axis(ax)
+            ax.set_title(f"link: {link}")
+            ax.set_xlabel("latency (ms, log)")
+            _legend(ax, len(ids), below=True)
+        axes[0].set_ylabel("fraction of requests ≤ latency")
+
+    per_panel = max(sum(1 for t in groups if link_of[t] == link) for link in links)
+    legend_h = 0.16 * per_panel if per_panel <= MAX_LEGEND else 0
+    return render(draw, width=max(6.0, 4.5 * len(links)), height=3.6 + legend_h)
+
+
+def throughput_vs_p99(trials: pd.DataFrame) -> str:
+    """For each model (a panel), one curve per setting and batch: p99 as load rises."""
+    ok = trials[(trials["status"] == "ok")].dropna(subset=["throughput_ips", "latency_p99"])
+    link = reference_link(ok)
+    if ok.empty or link is None:
+        raise NoData("No successful trial has both a throughput and a p99 latency.")
+    ok = ok[ok["link"] == link]
+    models = list(dict.fromkeys(ok["model"].fillna("?")))[:MAX_PANELS]
+    slo = trials["slo_bound_s"].dropna()
+
+    def draw(fig: Figure) -> None:
+        axes = _panels(fig, models)
+        for ax, model in zip(axes, models, strict=True):
+            rows = ok[ok["model"].fillna("?") == model]
+            curves = list(rows.groupby(["setting", "batch_size"], dropna=False, sort=False))
+            keys = pd.DataFrame([curve.iloc[0] for _, curve in curves])
+            labels = varying_labels(keys, ("setting", "batch_size")) if curves else []
+            for i, ((_, curve), label) in enumerate(zip(curves, labels, strict=True)):
+                curve = curve.sort_values("load_level")
+                ax.plot(
+                    curve["throughput_ips"],
+                    curve["latency_p99"] * 1e3,
+                    marker=_MARKERS[i % len(_MARKERS)],
+                    label=label,
+                )
+            if not slo.empty:
+                ax.axhline(slo.iloc[0] * 1e3, color="crimson", ls="--", lw=1, label="SLO bound")
+            ax.set_title(f"{model} (link {link})")
+            ax.set_xlabel("throughput (inferences/s)")
+            ax.set_ylabel("p99 latency (ms)")
+            _legend(ax, len(curves))
+
+    return render(draw, width=max(6.0, 4.8 * len(models)), height=4.0)
+
+
+def heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
+    """Depth × width when both vary (a mutation sweep), else batch × link."""
+    ok = trials[(trials["status"] == "ok") & trials["latency_p99"].notna()]
+    if ok.empty:
+        return None
+    if ok["depth"].nunique() > 1 and ok["width"].nunique() > 1:
+        return "depth", "width"
+    if ok["batch_size"].notna().any() and ok["link"].notna().any():
+        return "link", "batch_size"
+    return None
+
+
+def p99_heatmap(trials: pd.DataFrame) -> tuple[str, str]:
+    """The p99 heatmap and its caption (which slice of the run it shows)."""
+    dims = heatmap_axes(trials)
+    if dims is None:
+        raise NoData("No successful trial with a p99 latency to place on a heatmap.")
+    ok = trials[(trials["status"] == "ok") & trials["latency_p99"].notna()]
+    rows_dim, cols_dim = dims
+    if dims == ("depth", "width"):
+        link = reference_link(ok)
+        ok = ok[ok["link"] == link]
+        ok = (
+            ok[ok["batch_size"] == ok["batch_size"].min()] if ok["batch_size"].notna().any() else ok
+        )
+        facets = list(dict.fromkeys(ok["layer_type"].fillna("all")))[:MAX_PANELS]
+        facet_col = "layer_type"
+        caption = (
+            f"p99 latency over model depth × width (link {link}, smallest batch; median over "
+            "settings and load levels), one panel per layer type."
+        )
+    else:
+        facets, facet_col = ["all"], None
+        caption = (
+            "p99 latency over link × batch size (median over settings, models and load levels)."
+        )
+
+    def draw(fig: Figure) -> None:
+        axes = _panels(fig, facets)
+        for ax, facet in zip(axes, facets, strict=True):
+            part = ok if facet_col is None else ok[ok[facet_col].fillna("all") == facet]
+            table = part.pivot_table(
+                index=rows_dim, columns=cols_dim, values="latency_p99", aggfunc="median", sort=False
+            )
+            if rows_dim != "link":
+                table = table.sort_index()
+            table = table.reindex(sorted(table.columns), axis=1)
+            values = table.to_numpy(dtype=float) * 1e3
+            image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
+            ax.set_xticks(range(len(table.columns)), [f"{c:g}" for c in table.columns])
+            ax.set_yticks(range(len(table.index)), [_tick(v) for v in table.index])
+            ax.set_xlabel(cols_dim.replace("_", " "))
+            ax.set_ylabel(rows_dim.replace("_", " "))
+            ax.grid(False)
+            if facet_col is not None:
+                ax.set_title(str(facet))
+            finite = values[np.isfinite(values)]
+            mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+            for (i, j), v in np.ndenumerate(values):
+                if np.isfinite(v):
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.1f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if v < mid else "black",
+                    )
+            fig.colorbar(image, ax=ax, label="p99 (ms)")
+
+    height = max(3.0, 0.45 * max(ok[rows_dim].nunique(), 1) + 1.8)
+    return render(draw, width=max(5.5, 4.8 * len(facets)), height=height), caption
+
+
+def _tick(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float, np.number)) else str(value)
+
+
+def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
+    """Achieved FLOP/s against arithmetic intensity, under the host's measured roof."""
+    if points.empty:
+        raise NoData(
+            "No successful trial has FLOP and byte counts with a throughput "
+            "(models from an existing repository carry no zoo counts)."
+        )
+    models = list(dict.fromkeys(points["model"].fillna("?")))
+    batches = sorted(points["batch_size"].dropna().unique())
+
+    def draw(fig: Figure) -> None:
+        ax = fig.subplots()
+        lo, hi = points["intensity"].min() / 3, points["intensity"].max() * 3
+        xs = np.geomspace(lo, hi, 200)
+        if ceiling.peak_flops is not None:
+            label = f"host GEMM peak {si(ceiling.peak_flops, 'FLOP/s')} (measured)"
+            if ceiling.peak_bw is not None:
+                ax.plot(xs, ceiling.attainable(xs), color="black", lw=1.5, label=label)
+                ax.plot([], [], " ", label=f"slope: copy bandwidth {si(ceiling.peak_bw, 'B/s')}")
+            else:
+                ax.axhline(
+                    ceiling.peak_flops,
+                    color="black",
+                    lw=1.5,
+                    label=label + "; no bandwidth slope measured",
+                )
+        for i, batch in enumerate(batches):
+            rows = points[points["batch_size"] == batch]
+            for j, model in enumerate(models):
+                sel = rows[rows["model"].fillna("?") == model]
+                if sel.empty:
+                    continue
+                ax.scatter(
+                    sel["intensity"],
+                    sel["achieved_flops"],
+                    color=f"C{i % 10}",
+                    marker=_MARKERS[j % len(_MARKERS)],
+                    label=f"{model} · b{batch:g}",
+                    s=28,
+                )
+        _plain_log_axis(ax, "x")
+        ax.set_xlim(lo, hi)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: si(v, "FLOP/s")))
+        ax.set_xlabel("arithmetic intensity (FLOP/byte: weights once + activations per sample)")
+        ax.set_ylabel("achieved FLOP/s (inferences/s × FLOP/inference)")
+        _legend(ax, len(models) * len(batches) + 1)
+
+    return render(draw, width=8.0, height=4.5)
+
+
+def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """Cheapest cost per million inferences of each setting × model × batch, and its table.
+
+    The cheapest level is the one with the highest throughput on the reference link,
+    which is what one would provision for.
+    """
+    ok = trials[(trials["status"] == "ok") & trials["cost_per_million"].notna()]
+    if ok.empty:
+        raise NoData(
+            "No trial has a cost: the scenario named no cloud instance, or its price was unknown."
+        )
+    link = reference_link(ok)
+    ok = ok[ok["link"] == link]
+    best = (
+        ok.sort_values("cost_per_million")
+        .groupby(["setting", "model", "batch_size"], dropna=False, sort=False)
+        .head(1)
+        .sort_values("cost_per_million")
+    )
+    table = best[
+        [
+            "setting",
+            "model",
+            "batch_size",
+            "load_kind",
+            "load_level",
+            "instance",
+            "usd_per_hour",
+            "throughput_ips",
+            "cost_per_million",
+            "trial_id",
+        ]
+    ].reset_index(drop=True)
+    labels = varying_labels(table, ("setting", "model", "batch_size"))
+
+    def draw(fig: Figure) -> None:
+        ax = fig.subplots()
+        y = np.arange(len(table))
+        ax.barh(y, table["cost_per_million"], color="C2")
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        for yi, value, instance in zip(
+            y, table["cost_per_million"], table["instance"], strict=True
+        ):
+            ax.text(value, yi, f" ${value:,.3g} ({instance or '?'})", va="center", fontsize=7)
+        ax.set_xlim(0, table["cost_per_million"].max() * 1.35)  # room for the value labels
+        ax.set_xlabel(f"USD per million inferences (link {link})")
+        ax.grid(axis="y", visible=False)
+
+    return render(draw, width=8.0, height=max(2.2, 0.35 * len(table) + 1.2)), table
+
+
+COLD_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
+
+
+def cold_start(cold: pd.DataFrame | None) -> str:
+    """Mean time of each cold-start phase per setting and model; whiskers span the repeats."""
+    if cold is None or cold.empty or cold["seconds"].dropna().empty:
+        raise NoData("No cold-start measurements in this run (cold_start.csv is missing or empty).")
+    data = cold.dropna(subset=["seconds"]).copy()
+    data["what"] = [
+        f"{r.setting or r.server} · {r.model}"
+        if r.model
+        else f"{r.setting or r.server} · server start"
+        for r in data.itertuples()
+    ]
+    stats = data.groupby(["what", "phase"], sort=False)["seconds"].agg(["mean", "min", "max"])
+    whats = list(dict.fromkeys(data["what"]))
+    phases = [p for p in COLD_PHASES if p in set(data["phase"])] + [
+        p for p in dict.fromkeys(data["phase"]) if p not in COLD_PHASES
+    ]
+
+    # One bar per (what, phase) that was measured, grouped by what, a gap between groups.
+    bars, centers, y = [], [], 0.0
+    for what in whats:
+        first = y
+        for phase in phases:
+            if (what, phase) in stats.index:
+                bars.append((y, phase, stats.loc[(what, phase)]))
+                y += 1
+        centers.append((first + y - 1) / 2)
+        y += 0.6
+
+    def draw(fig: Figure) -> None:
+        ax = fig.subplots()
+        labelled: set[str] = set()
+        for pos, phase, s in bars:
+            ax.barh(
+                pos,
+                s["mean"],
+                0.85,
+                xerr=[[s["mean"] - s["min"]], [s["max"] - s["mean"]]],
+                color=f"C{phases.index(phase)}",
+                label=None if phase in labelled else phase.replace("_", " "),
+                error_kw={"lw": 0.8, "capsize": 2},
+            )
+            labelled.add(phase)
+        ax.set_yticks(centers, whats)
+        ax.invert_yaxis()
+        _plain_log_axis(ax, "x")
+        ax.set_xlabel("seconds (log); whiskers: min–max over repeats")
+        ax.grid(axis="y", visible=False)
+        ax.legend(loc="best")
+
+    return render(draw, width=8.0, height=max(2.5, 0.22 * y + 1.2))
+
+
+def transfer_vs_inference(table: pd.DataFrame) -> str:
+    """Stacked bars per link and batch: inference below, time on the link above.
+
+    Left: seconds. Right: the link's share, which is where the finding shows — high at
+    batch 1, falling as the batch grows.
+    """
+    if table.empty:
+        raise NoData(
+            "No emulated-link trial has a matching inference time (the run needs a `direct` "
+            "trial with the same setting, model, batch and load, or server compute times)."
+        )
+    ticks = [f"{r.link}\nb{r.batch_size:g}" for r in table.itertuples()]
+    measured = table["link_measured_s"].to_numpy(dtype=float)
+    analytic = table["link_analytic_s"].to_numpy(dtype=float)
+    link_s = np.where(np.isfinite(measured), measured, analytic).clip(min=0)
+    inference = table["inference_s"].to_numpy(dtype=float)
+    sources = "/".join(sorted(set("/".join(table["inference_source"]).split("/")) - {""}))
+    inference_label = {
+        "server_compute": "inference (server compute)",
+        "direct_latency": "inference (direct-link latency)",
+    }.get(sources, f"inference ({sources.replace('_', ' ')})")
+
+    def draw(fig: Figure) -> None:
+        left, right = fig.subplots(1, 2)
+        x = np.arange(len(table))
+        left.bar(x, inference * 1e3, color="C0", label=inference_label)
+        left.bar(x, link_s * 1e3, bottom=inference * 1e3, color="C1", label="link (measured)")
+        left.scatter(
+            x,
+            (inference + analytic) * 1e3,
+            marker="_",
+            s=200,
+            color="black",
+            zorder=3,
+            label="inference + analytic link (RTT + bytes/bandwidth)",
+        )
+        left.set_xticks(x, ticks)
+        left.set_ylabel("median time per request (ms)")
+        left.legend(loc="upper left")
+        share = link_s / (link_s + inference)
+        right.bar(x, (1 - share) * 100, color="C0")
+        right.bar(x, share * 100, bottom=(1 - share) * 100, color="C1")
+        for xi, s in zip(x, share, strict=True):
+            if np.isfinite(s):
+                right.text(xi, 101, f"{s:.0%}", ha="center", va="bottom", fontsize=7)
+        right.set_xticks(x, ticks)
+        right.set_ylim(0, 110)
+        right.set_ylabel("share of request time (%) — orange: link")
+        for ax in (left, right):
+            ax.grid(axis="x", visible=False)
+
+    return render(draw, width=max(8.0, 0.9 * len(table) * 2 + 3), height=4.2)

@@ -1,0 +1,287 @@
+"""Read a result directory (`results/<run-id>/`) into data frames.
+
+The analysis layer sees a run only through its files, so a report can be rebuilt from a
+copied folder long after the servers are gone, and a run that failed half-way still gets
+one: every file except `run.json` and `trials.csv` is optional, and a missing column reads
+as empty rather than failing the whole report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RUN_FILE = "run.json"
+TRIALS_FILE = "trials.csv"
+RECORDS_FILE = "records.parquet"
+RECORDS_DIR = "records"  # per-trial files of a run that has not merged them (crash)
+TELEMETRY_FILE = "telemetry.parquet"
+COLD_START_FILE = "cold_start.csv"
+SCENARIO_FILE = "scenario.yaml"
+REPORT_FILE = "report.html"
+
+# Columns of records.parquet that analysis reads (servebench.load.records.RECORD_SCHEMA is
+# the source of truth; a test keeps the two in step without this layer importing `load`).
+RECORD_COLUMNS = (
+    "trial_id",
+    "seq",
+    "intended_time",
+    "send_time",
+    "completion_time",
+    "latency",
+    "ok",
+    "error_kind",
+    "batch_size",
+    "request_bytes",
+    "response_bytes",
+)
+
+TEXT_COLUMNS = (
+    "trial_id",
+    "status",
+    "reason",
+    "verdict",
+    "verdict_reasons",
+    "server",
+    "server_kind",
+    "launch",
+    "protocol",
+    "setting",
+    "settings_json",
+    "model",
+    "layer_type",
+    "link",
+    "load_kind",
+    "mode",
+    "errors_by_kind",
+    "instance",
+)
+NUMBER_COLUMNS = (
+    "index",
+    "depth",
+    "width",
+    "params",
+    "flops_per_sample",
+    "weight_bytes",
+    "activation_bytes",
+    "batch_size",
+    "link_rtt_s",
+    "link_down_mbps",
+    "link_up_mbps",
+    "load_level",
+    "count",
+    "ok",
+    "errors",
+    "target_rate",
+    "achieved_rate",
+    "throughput_rps",
+    "throughput_ips",
+    "latency_mean",
+    "latency_p50",
+    "latency_p90",
+    "latency_p95",
+    "latency_p99",
+    "latency_p99_9",
+    "latency_max",
+    "schedule_lag_p99",
+    "late_share",
+    "duration",
+    "request_bytes_mean",
+    "response_bytes_mean",
+    "link_time_analytic_s",
+    "server_queue_s",
+    "server_compute_s",
+    "client_minus_server_s",
+    "avg_server_batch",
+    "gpu_util_mean",
+    "gpu_util_max",
+    "gpu_mem_max",
+    "server_cpu_mean",
+    "server_rss_max",
+    "host_cpu_mean",
+    "usd_per_hour",
+    "cost_per_million",
+    "slo_percentile",
+    "slo_bound_s",
+    "slo_latency_s",
+    "max_rate",
+    "host_peak_flops",
+    "host_peak_bw",
+)
+BOOL_COLUMNS = ("slo_met",)
+COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
+
+
+class RunDirError(ValueError):
+    """A result directory that cannot be read; the message names the path and why."""
+
+
+@dataclass
+class RunData:
+    """Everything one run left on disk, as frames; optional files are None when absent."""
+
+    path: Path
+    run: dict[str, Any]
+    trials: pd.DataFrame
+    records: pd.DataFrame | None
+    cold_start: pd.DataFrame | None
+    telemetry: pd.DataFrame | None
+    scenario_text: str | None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run.get("run_id") or self.path.name)
+
+    @property
+    def status(self) -> str:
+        return str(self.run.get("status") or "unknown")
+
+    @property
+    def ok_trials(self) -> pd.DataFrame:
+        """Trials that measured something usable (status ok)."""
+        return self.trials[self.trials["status"] == "ok"]
+
+
+def load_run(path: str | Path, *, records: bool = True) -> RunData:
+    """Read a run directory; `records=False` skips the per-request file (summary only)."""
+    path = Path(path)
+    if not path.exists():
+        raise RunDirError(f"{path}: no such run directory")
+    if not path.is_dir():
+        raise RunDirError(f"{path}: not a directory (give the run's folder, results/<run-id>)")
+    return RunData(
+        path=path,
+        run=read_run_json(path / RUN_FILE),
+        trials=read_trials(path / TRIALS_FILE),
+        records=read_records(path) if records else None,
+        cold_start=read_cold_start(path / COLD_START_FILE),
+        telemetry=_read_parquet(path / TELEMETRY_FILE),
+        scenario_text=(
+            (path / SCENARIO_FILE).read_text() if (path / SCENARIO_FILE).is_file() else None
+        ),
+    )
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing; not a servebench run directory")
+    try:
+        run = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RunDirError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(run, dict):
+        raise RunDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
+    return run
+
+
+def read_trials(path: Path) -> pd.DataFrame:
+    """trials.csv with typed columns; columns an older runner did not write read as empty.
+
+    A run interrupted before its first trial has no trials.csv: that is an empty table,
+    not an error, so the report can still say what happened.
+    """
+    if not path.is_file():
+        frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
+    else:
+        try:
+            frame = pd.read_csv(path, dtype={name: str for name in TEXT_COLUMNS})
+        except (pd.errors.ParserError, UnicodeDecodeError) as err:
+            raise RunDirError(f"{path}: not a readable CSV ({err})") from None
+        except pd.errors.EmptyDataError:
+            frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
+        if "trial_id" not in frame.columns:
+            raise RunDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
+    for name in TEXT_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = pd.Series([None] * len(frame), dtype=object)
+        frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
+    for name in NUMBER_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = float("nan")
+        try:
+            frame[name] = pd.to_numeric(frame[name])
+        except (ValueError, TypeError):
+            bad = frame[name][pd.to_numeric(frame[name], errors="coerce").isna()]
+            bad = bad[bad.notna()]
+            raise RunDirError(f"{path}: column {name}: {bad.iloc[0]!r} is not a number") from None
+    for name in BOOL_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = None
+        frame[name] = frame[name].map(_to_bool).astype(object)
+    if frame["status"].isna().any():
+        frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
+    return frame.reset_index(drop=True)
+
+
+def _to_bool(value: Any) -> bool | None:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    return None
+
+
+def read_records(path: Path) -> pd.DataFrame | None:
+    """Per-request records: the merged file, else the per-trial files a crash left behind."""
+    merged = path / RECORDS_FILE
+    if merged.is_file():
+        tables = [_read_table(merged)]
+    else:
+        parts = (
+            sorted((path / RECORDS_DIR).glob("*.parquet")) if (path / RECORDS_DIR).is_dir() else []
+        )
+        tables = []
+        for part in parts:
+            try:
+                tables.append(_read_table(part))
+            except RunDirError:
+                continue  # a trial killed mid-write has no footer; its summary row says so
+        if not tables:
+            return None
+    table = pa.concat_tables(tables, promote_options="default")
+    missing = [name for name in RECORD_COLUMNS if name not in table.column_names]
+    if missing:
+        raise RunDirError(f"{merged}: records lack columns {missing}")
+    frame = table.select(list(RECORD_COLUMNS)).to_pandas()
+    frame["trial_id"] = frame["trial_id"].astype(object)
+    return frame
+
+
+def read_cold_start(path: Path) -> pd.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        frame = pd.read_csv(path, dtype={"server": str, "setting": str, "model": str, "phase": str})
+    except pd.errors.EmptyDataError:
+        return None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise RunDirError(f"{path}: not a readable CSV ({err})") from None
+    missing = [c for c in COLD_START_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RunDirError(f"{path}: missing columns {missing}")
+    frame["seconds"] = pd.to_numeric(frame["seconds"], errors="coerce")
+    for name in ("server", "setting", "model", "phase"):
+        frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
+    return frame
+
+
+def _read_table(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise RunDirError(f"{path}: not a readable Parquet file ({err})") from None
+
+
+def _read_parquet(path: Path) -> pd.DataFrame | None:
+    return _read_table(path).to_pandas() if path.is_file() else None

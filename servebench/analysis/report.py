@@ -1,0 +1,382 @@
+"""`report.html`: one self-contained page per run.
+
+Everything is inline — CSS in a <style> block, plots as inline SVG, no scripts, no fonts,
+no links to fetch — so the file opens from a copied results folder on a machine with no
+network, and a later change to servebench cannot change how an old run looks.
+
+Each section is independent: a plot with no data prints why; a plot that fails with an
+unexpected error prints the error and is listed in `Report.errors`, and the rest of the
+page is still written (a failed run deserves a report most of all).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from servebench.analysis import figures
+from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
+from servebench.analysis.labels import missing, money, ms, number, si, trial_label
+from servebench.analysis.loader import REPORT_FILE, RunData, load_run
+from servebench.analysis.roofline import host_ceiling, roofline_points
+from servebench.analysis.summary import run_counts, summary_table
+from servebench.analysis.svg import NoData
+
+LOCUST_NOTE = (
+    "Load came from closed-loop Locust users: each user waits for its response before "
+    "sending again, so latencies are measured from the actual send and leave out the "
+    "queueing an open-loop (fixed-rate) client would see."
+)
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
+max-width:1200px;padding:1rem 2rem;color:#1d2125;background:#fff;line-height:1.4}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;margin-top:2rem;
+border-bottom:1px solid #ddd;padding-bottom:.2rem}
+.meta{color:#555;font-size:.85rem}.meta dt{font-weight:600;float:left;clear:left;width:9rem}
+.meta dd{margin-left:9.5rem}
+.banner{padding:.8rem 1rem;margin:1rem 0;border-radius:4px;font-weight:600}
+.banner.failed,.banner.interrupted,.banner.running,.banner.unknown{background:#fde8e8;
+color:#8a1c1c;border:1px solid #e9a6a6}
+.banner.source{background:#eef4fb;color:#1c3d6b;border:1px solid #b6cbe6;font-weight:400}
+table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0;width:100%}
+th,td{border-bottom:1px solid #e4e4e4;padding:.25rem .5rem;text-align:right;vertical-align:top}
+th{background:#f5f6f7;position:sticky;top:0}
+td.text,th.text{text-align:left}
+tr.failed td{background:#fdf0f0;color:#8a1c1c}tr.invalid td{background:#fff8e1}
+figure{margin:.5rem 0}figure svg{max-width:100%;height:auto}
+figcaption,.caption{color:#555;font-size:.85rem}
+.no-data{color:#666;font-style:italic}.plot-error{color:#8a1c1c}
+pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
+"""
+
+
+@dataclass
+class Report:
+    """Where the report went, and which sections could not be drawn (with why)."""
+
+    path: Path
+    errors: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Section:
+    ident: str
+    title: str
+    body: list[str] = field(default_factory=list)
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Report:
+    """Build the report for a run directory; written to RUN_DIR/report.html by default."""
+    data = load_run(run_dir)
+    path = Path(out) if out is not None else data.path / REPORT_FILE
+    report = Report(path)
+    page = render_html(data, report)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, path)
+    return report
+
+
+def render_html(data: RunData, report: Report) -> str:
+    trials = data.trials
+    breakdown = transfer_breakdown(trials)
+    per_link = by_link_and_batch(breakdown)
+    points = roofline_points(trials)
+    ceiling = host_ceiling(trials)
+
+    sections = [
+        _summary_section(data),
+        _plot_section(
+            report,
+            "latency-cdf",
+            "Latency CDFs",
+            lambda: figures.latency_cdf(trials, data.records),
+            "Distribution of per-request latency (successful requests), one panel per link.",
+        ),
+        _plot_section(
+            report,
+            "throughput-p99",
+            "Throughput vs p99 latency",
+            lambda: figures.throughput_vs_p99(trials),
+            "Each curve is one server setting and batch size as the load rises: where it "
+            "bends up is the setting's usable capacity.",
+        ),
+        _plot_section(report, "heatmap", "p99 heatmap", lambda: figures.p99_heatmap(trials)),
+        _plot_section(
+            report,
+            "roofline",
+            "Roofline",
+            lambda: figures.roofline(points, ceiling),
+            _roofline_caption(ceiling),
+            tables=[_roofline_table(points)] if not points.empty else [],
+        ),
+        _cost_section(report, trials),
+        _plot_section(
+            report,
+            "cold-start",
+            "Cold start",
+            lambda: figures.cold_start(data.cold_start),
+            "Server start, model load, first inference and the warm median it is compared "
+            "against, per server setting and model.",
+        ),
+        _plot_section(
+            report,
+            "transfer",
+            "Transfer vs inference",
+            lambda: figures.transfer_vs_inference(per_link),
+            "Per link and batch size (medians over settings, models and load levels): the "
+            "time a request spends on the emulated link — its median latency minus the "
+            "`direct` trial's with the same coordinates — stacked on the inference time. "
+            "At small batches the link can rival inference; at large ones inference dominates.",
+            tables=[_transfer_table(per_link)] if not per_link.empty else [],
+        ),
+    ]
+    if data.scenario_text:
+        sections.append(
+            _Section(
+                "scenario",
+                "Scenario as run",
+                [
+                    f"<details><summary>scenario.yaml</summary><pre>{_e(data.scenario_text)}</pre></details>"
+                ],
+            )
+        )
+    body = [_header(data), *(_render_section(s) for s in sections)]
+    title = f"servebench report — {data.run_id}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{_e(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _e(text: object) -> str:
+    return html.escape("" if missing(text) else str(text))
+
+
+def _header(data: RunData) -> str:
+    run = data.run
+    status = data.status
+    parts = [f"<header><h1>servebench report — {_e(data.run_id)}</h1>"]
+    if status != "complete":
+        reason = run.get("reason") or "no reason recorded"
+        parts.append(
+            f'<div class="banner {_e(status) if status in ("failed", "interrupted", "running") else "unknown"}" '
+            f'id="run-status">Run {_e(status)}: {_e(reason)}. The figures below show what was '
+            "measured before it stopped.</div>"
+        )
+    if "locust" in str(run.get("source", "")).lower():
+        parts.append(f'<div class="banner source" id="load-source">{_e(LOCUST_NOTE)}</div>')
+    machine = run.get("machine") or {}
+    versions = run.get("versions") or {}
+    meta = {
+        "status": f"{status} — {run_counts(data.trials)}"
+        + (f" ({run['trials_planned']} planned)" if run.get("trials_planned") else ""),
+        "scenario": run.get("scenario"),
+        "started": run.get("started_at"),
+        "ended": run.get("ended_at"),
+        "wall time": _elapsed(run.get("started_at"), run.get("ended_at")),
+        "load source": run.get("source"),
+        "machine": ", ".join(f"{k} {v}" for k, v in machine.items() if k != "memory_bytes")
+        + (f", memory {si(machine['memory_bytes'], 'B')}" if machine.get("memory_bytes") else ""),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+    }
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta.items() if v)
+    parts.append(f'<dl class="meta">{items}</dl></header>')
+    return "\n".join(parts)
+
+
+def _elapsed(start: object, end: object) -> str | None:
+    try:
+        seconds = (
+            datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))
+        ).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    return f"{seconds:.0f} s"
+
+
+def _render_section(section: _Section) -> str:
+    return (
+        f'<section id="{section.ident}"><h2>{_e(section.title)}</h2>\n'
+        + "\n".join(section.body)
+        + "\n</section>"
+    )
+
+
+def _plot_section(
+    report: Report,
+    ident: str,
+    title: str,
+    draw: Callable[[], str | tuple[str, str]],
+    caption: str = "",
+    tables: Sequence[str] = (),
+) -> _Section:
+    section = _Section(ident, title)
+    try:
+        result = draw()
+    except NoData as why:
+        report.empty.append(ident)
+        section.body.append(f'<p class="no-data">{_e(why)}</p>')
+        return section
+    except Exception as err:  # one broken plot must not cost the whole report
+        report.errors.append(f"{ident}: {type(err).__name__}: {err}")
+        section.body.append(
+            f'<p class="plot-error">This plot could not be drawn: {_e(type(err).__name__)}: {_e(err)}</p>'
+        )
+        return section
+    svg, caption = result if isinstance(result, tuple) else (result, caption)
+    section.body.append(f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>")
+    section.body.extend(tables)
+    return section
+
+
+def html_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    text_columns: Sequence[int] = (),
+    row_classes: Sequence[str] | None = None,
+) -> str:
+    def cell(tag: str, i: int, value: str) -> str:
+        cls = ' class="text"' if i in text_columns else ""
+        return f"<{tag}{cls}>{_e(value)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(headers))
+    body = []
+    for n, row in enumerate(rows):
+        cls = f' class="{row_classes[n]}"' if row_classes and row_classes[n] else ""
+        body.append(f"<tr{cls}>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _summary_section(data: RunData) -> _Section:
+    section = _Section("summary", "Summary")
+    if data.trials.empty:
+        section.body.append(
+            '<p class="no-data">No trial finished, so there is nothing to summarise.</p>'
+        )
+        return section
+    headers, rows, states = summary_table(data.trials)
+    section.body.append(
+        html_table(
+            headers, rows, text_columns=(1, 2), row_classes=[s if s != "ok" else "" for s in states]
+        )
+    )
+    section.body.append(
+        '<p class="caption">Latency is from the intended send time in open-loop trials and '
+        "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
+    )
+    return section
+
+
+def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
+    cost_table: list[pd.DataFrame] = []
+
+    def draw() -> str:
+        svg, table = figures.cost_per_million(trials)
+        cost_table.append(table)
+        return svg
+
+    section = _plot_section(
+        report,
+        "cost",
+        "Cost per million inferences",
+        draw,
+        "Instance price per hour over inferences per hour, at each setting's cheapest "
+        "(highest-throughput) load level on the reference link.",
+    )
+    if cost_table:
+        table = cost_table[0]
+        rows = [
+            [
+                trial_label({**r, "link": None, "load_kind": None, "load_level": None}),
+                str(r["instance"] or "–"),
+                money(r["usd_per_hour"]),
+                number(r["throughput_ips"], 1),
+                money(r["cost_per_million"]),
+            ]
+            for r in table.to_dict("records")
+        ]
+        section.body.append(
+            html_table(
+                ["what", "instance", "USD/hour", "inf/s", "USD per million"],
+                rows,
+                text_columns=(0, 1),
+            )
+        )
+    return section
+
+
+def _roofline_caption(ceiling) -> str:
+    if ceiling.peak_flops is None:
+        return "No measured host peak in this run: the points have no ceiling to compare with."
+    roof = f"Ceiling: measured host GEMM peak {si(ceiling.peak_flops, 'FLOP/s')}"
+    if ceiling.peak_bw is None:
+        roof += " (flat: no memory-bandwidth slope was measured)"
+    else:
+        roof += f" and copy bandwidth {si(ceiling.peak_bw, 'B/s')} (ridge at {ceiling.ridge:.3g} FLOP/byte)"
+    return (
+        roof + ". Points far below the roof at low load are limited by the offered load, "
+        "not by the hardware; the highest point of each model is its real efficiency."
+    )
+
+
+def _roofline_table(points: pd.DataFrame) -> str:
+    best = (
+        points.sort_values("achieved_flops", ascending=False)
+        .groupby(["setting", "model", "batch_size"], dropna=False, sort=False)
+        .head(1)
+    )
+    rows = [
+        [
+            trial_label({**r, "load_kind": None, "load_level": None, "link": None}),
+            f"{r['intensity']:.3g}",
+            si(r["achieved_flops"], "FLOP/s"),
+            "–" if missing(r["efficiency"]) else f"{r['efficiency']:.1%}",
+        ]
+        for r in best.to_dict("records")
+    ]
+    return html_table(
+        ["best trial of each setting · model · batch", "FLOP/byte", "achieved", "of roof"],
+        rows,
+        text_columns=(0,),
+    )
+
+
+def _transfer_table(table: pd.DataFrame) -> str:
+    rows = [
+        [
+            str(r["link"]),
+            f"{r['batch_size']:g}",
+            str(r["trials"]),
+            ms(r["link_measured_s"], 2),
+            ms(r["link_analytic_s"], 2),
+            ms(r["inference_s"], 2),
+            "–" if missing(r["transfer_share"]) else f"{r['transfer_share']:.0%}",
+            str(r["inference_source"]).replace("_", " "),
+        ]
+        for r in table.to_dict("records")
+    ]
+    return html_table(
+        [
+            "link",
+            "batch",
+            "trials",
+            "link ms (measured)",
+            "link ms (analytic)",
+            "inference ms",
+            "link share",
+            "inference from",
+        ],
+        rows,
+        text_columns=(0, 7),
+    )

@@ -1,0 +1,102 @@
+"""Roofline: how close each trial came to what the hardware could do for its model.
+
+Arithmetic intensity is the zoo's FLOPs over the bytes one batch must move — the weights
+once per batch plus each sample's activations — so it grows with batch size, which is
+why batching helps until the compute ceiling is reached. Achieved FLOP/s is inferences/s
+times FLOPs per sample. The ceiling is the host's measured GEMM peak (`host_peak_flops`)
+and, where the run measured it, the memory-bandwidth slope (`host_peak_bw`, bytes/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The roof: flat compute peak, optionally a bandwidth slope (None: not measured)."""
+
+    peak_flops: float | None
+    peak_bw: float | None
+
+    @property
+    def ridge(self) -> float | None:
+        """Intensity (FLOP/byte) where the bandwidth slope meets the compute peak."""
+        if self.peak_flops is None or self.peak_bw is None:
+            return None
+        return self.peak_flops / self.peak_bw
+
+    def attainable(self, intensity: np.ndarray) -> np.ndarray:
+        """Best FLOP/s at each intensity; NaN where no peak was measured."""
+        intensity = np.asarray(intensity, dtype=float)
+        if self.peak_flops is None:
+            return np.full_like(intensity, np.nan)
+        if self.peak_bw is None:
+            return np.full_like(intensity, self.peak_flops)
+        return np.minimum(self.peak_flops, self.peak_bw * intensity)
+
+
+def arithmetic_intensity(
+    flops_per_sample: float, weight_bytes: float, activation_bytes: float, batch_size: float
+) -> float:
+    """FLOP per byte for one batch: weights read once, activations once per sample."""
+    moved = weight_bytes + activation_bytes * batch_size
+    return flops_per_sample * batch_size / moved if moved > 0 else float("nan")
+
+
+def host_ceiling(trials: pd.DataFrame) -> Ceiling:
+    """The run's ceiling: the measured values are the same on every row; take the first."""
+
+    def first(column: str) -> float | None:
+        if column not in trials.columns:
+            return None
+        values = pd.to_numeric(trials[column], errors="coerce").dropna()
+        values = values[values > 0]
+        return float(values.iloc[0]) if len(values) else None
+
+    return Ceiling(first("host_peak_flops"), first("host_peak_bw"))
+
+
+def roofline_points(trials: pd.DataFrame) -> pd.DataFrame:
+    """One point per ok trial that has the zoo's counts and a throughput.
+
+    Columns: trial_id, setting, model, batch_size, link, load_level, intensity
+    (FLOP/byte), achieved_flops (FLOP/s), attainable_flops and efficiency
+    (achieved / attainable; empty without a measured ceiling).
+    """
+    needed = [
+        "flops_per_sample",
+        "weight_bytes",
+        "activation_bytes",
+        "batch_size",
+        "throughput_ips",
+    ]
+    ok = trials[(trials["status"] == "ok")].dropna(subset=needed)
+    ok = ok[(ok["flops_per_sample"] > 0) & (ok["throughput_ips"] > 0)]
+    columns = [
+        "trial_id",
+        "setting",
+        "model",
+        "batch_size",
+        "link",
+        "load_level",
+        "intensity",
+        "achieved_flops",
+        "attainable_flops",
+        "efficiency",
+    ]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    out = ok[["trial_id", "setting", "model", "batch_size", "link", "load_level"]].copy()
+    out["intensity"] = [
+        arithmetic_intensity(r.flops_per_sample, r.weight_bytes, r.activation_bytes, r.batch_size)
+        for r in ok.itertuples()
+    ]
+    out["achieved_flops"] = ok["throughput_ips"] * ok["flops_per_sample"]
+    ceiling = host_ceiling(trials)
+    out["attainable_flops"] = ceiling.attainable(out["intensity"].to_numpy())
+    out["efficiency"] = out["achieved_flops"] / out["attainable_flops"]
+    return out[columns].reset_index(drop=True)

@@ -1,0 +1,135 @@
+"""`servebench report`: the HTML report of a run, and run-to-run comparison.
+
+`servebench report RUN_DIR` is the common case, so it needs no sub-command name; the
+group routes a first argument that is not a sub-command to `html`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+class _DefaultToHtml(TyperGroup):
+    """`report RUN_DIR` means `report html RUN_DIR` (a folder named like a sub-command
+    can still be given as `./compare`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["html", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_DefaultToHtml,
+    help="Write a run's HTML report (servebench report RUN_DIR), or compare two runs.",
+    no_args_is_help=True,
+)
+
+
+def _fail(err: Exception) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def html(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory, results/<run-id>")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="where to write (default RUN_DIR/report.html)"),
+    ] = None,
+) -> None:
+    """Write RUN_DIR/report.html: one self-contained page, no network needed to open it."""
+    from servebench.analysis.loader import RunDirError
+    from servebench.analysis.report import write_report
+
+    try:
+        report = write_report(run_dir, output)
+    except RunDirError as err:
+        raise _fail(err) from None
+    for ident in report.empty:
+        console.print(f"[dim]{ident}: no data for this plot[/dim]", highlight=False)
+    for problem in report.errors:
+        console.print(f"[red]plot failed:[/red] {escape(problem)}", highlight=False)
+    console.print(f"report: {escape(str(report.path))}", highlight=False)
+    if report.errors:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="the baseline run directory")],
+    run_b: Annotated[Path, typer.Argument(help="the run to compare with it")],
+    floor: Annotated[
+        float,
+        typer.Option(help="smallest relative difference ever flagged (run-to-run drift)", min=0),
+    ] = 0.10,
+    all_trials: Annotated[
+        bool, typer.Option("--all/--flagged", help="list every trial, or only flagged ones")
+    ] = True,
+) -> None:
+    """Trial-by-trial ratios B/A of throughput, p50 and p99; flags what exceeds the noise."""
+    from servebench.analysis.compare import METRICS, compare_trials
+    from servebench.analysis.loader import RunDirError, load_run
+
+    try:
+        a, b = load_run(run_a), load_run(run_b)
+    except RunDirError as err:
+        raise _fail(err) from None
+    result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
+    table = Table(title=f"B/A: {b.run_id} vs {a.run_id}", title_justify="left")
+    table.add_column("trial")
+    table.add_column("what", overflow="fold")
+    for metric in METRICS:
+        table.add_column(f"{metric.name} B/A", justify="right")
+        table.add_column("noise ±", justify="right", style="dim")
+    table.add_column("verdict")
+    flagged = 0
+    for row in result.to_dict("records"):
+        flags = [f"{m.name} {row[f'{m.name}_flag']}" for m in METRICS if row[f"{m.name}_flag"]]
+        flagged += bool(flags)
+        if not all_trials and not flags:
+            continue
+        cells = []
+        for metric in METRICS:
+            cells += [
+                _ratio(row[f"{metric.name}_ratio"], row[f"{metric.name}_flag"]),
+                _band(row[f"{metric.name}_band"]),
+            ]
+        verdict = ", ".join(flags) or (
+            row["note"] or ("" if row["presence"] == "both" else row["presence"])
+        )
+        style = "red" if any("regression" in f for f in flags) else ("green" if flags else "")
+        table.add_row(row["trial_id"], escape(row["label"]), *cells, escape(verdict), style=style)
+    console.print(table)
+    both = int((result["presence"] == "both").sum()) if len(result) else 0
+    console.print(
+        f"{both} trials in both runs, {flagged} beyond noise "
+        f"(floor {floor:.0%}; bands from each trial's records, 99 % intervals)",
+        highlight=False,
+    )
+
+
+def _ratio(value: float, flag: str) -> str:
+    if not math.isfinite(value):
+        return "–"
+    text = f"{value:.2f}x"
+    return f"[bold]{text}[/bold]" if flag else text
+
+
+def _band(value: float) -> str:
+    if math.isinf(value):
+        return "too few"
+    return f"{value:.0%}"
