@@ -239,6 +239,9 @@ class ScenarioRunner:
             return _failed_row(trial, f"{type(err).__name__}: {err}")
         self.state.telemetry.extend(outcome.telemetry)
         row = outcome.row
+        if self.state.interrupted:
+            # Cut short: its records stay, but it is not a result; --resume runs it again.
+            row.update(status="interrupted", reason=self.state.interrupted)
         if server.owns_process and not await asyncio.to_thread(server.is_ready):
             # The records show what the clients saw; the trial cannot stand as a result.
             row.update(status="failed", reason="the server stopped answering during the trial")

@@ -1,0 +1,195 @@
+"""The scenario runner end to end against the real local Triton.
+
+Each test runs a tiny scenario (one small dense model) so the whole file stays around a
+minute: consistency of every result file, a server killed mid-trial, Ctrl-C, and --resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from servebench.scenario.runner import ScenarioRunner
+
+SCENARIO = """\
+# test scenario
+name: tiny
+models:
+  specs:
+    - {{layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}}
+servers:
+  - name: triton
+    kind: triton
+    settings: {{max_batch_size: 4, dynamic_batching: false}}
+workload:
+  rates: [40]
+  batch_sizes: {batch_sizes}
+  duration_s: {duration}
+  warmup_s: 0.2
+  timeout_s: 2
+links: {links}
+slo: {{percentile: 99, latency_ms: 500}}
+cost: {{instance: c6i.xlarge}}
+"""
+
+
+def scenario(tmp_path: Path, *, batch_sizes="[1, 2]", duration=1.0, links="[direct]") -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO.format(batch_sizes=batch_sizes, duration=duration, links=links))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _needs_triton(triton_install):
+    """Skips (with the reason) where the nvidia-pytriton wheel is missing."""
+
+
+def run_dir_of(root: Path) -> Path:
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    return run
+
+
+def test_short_run_writes_consistent_result_files(tmp_path: Path):
+    outcome = ScenarioRunner(
+        scenario(tmp_path, links="[direct, wifi]"), output=tmp_path / "results"
+    ).run()
+    run = outcome.directory.path
+    assert outcome.status == "complete", outcome.reason
+    for name in (
+        "scenario.yaml",
+        "run.json",
+        "records.parquet",
+        "trials.csv",
+        "telemetry.parquet",
+        "cold_start.csv",
+    ):
+        assert (run / name).is_file(), name
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["trials_planned"] == 4
+    trials = pd.read_csv(run / "trials.csv")
+    assert len(trials) == 4 and set(trials.status) == {"ok"}
+    records = pq.read_table(run / "records.parquet").to_pandas()
+    assert len(records) == trials["count"].sum()
+    per_trial = records.groupby("trial_id").size()
+    assert per_trial.to_dict() == dict(zip(trials.trial_id, trials["count"], strict=True))
+    assert (trials.errors == 0).all()
+    assert set(records.batch_size) == {1, 2}
+    wifi = trials[trials.link == "wifi"]
+    direct = trials[trials.link == "direct"]
+    # the emulated 20 ms RTT shows in the latency, and the analytic link time says so too
+    assert wifi.latency_p50.min() > direct.latency_p50.max() + 0.015
+    assert (wifi.link_time_analytic_s >= 0.02).all()
+    assert (trials.cost_per_million > 0).all()
+    cold = pd.read_csv(run / "cold_start.csv")
+    assert {"server_ready", "model_load", "first_inference", "warm_median"} <= set(cold.phase)
+    assert (cold.seconds > 0).all()
+
+
+def tritonservers() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"]
+
+
+def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Path):
+    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=3.0)
+    runner = ScenarioRunner(path, output=tmp_path / "results")
+    records_dir: list[Path] = []
+
+    def kill_during_first_trial() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = list((tmp_path / "results").glob("*/records/*.parquet"))
+            if found:
+                time.sleep(1.0)  # well inside the first 3 s trial
+                for process in tritonservers():
+                    process.kill()
+                records_dir.append(found[0].parent)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_during_first_trial, daemon=True)
+    killer.start()
+    outcome = runner.run()
+    killer.join(timeout=5)
+    assert records_dir, "the first trial never started"
+    trials = pd.read_csv(outcome.directory.path / "trials.csv").sort_values("index")
+    assert list(trials.status) == ["failed", "ok", "ok"]
+    assert "stopped answering" in trials.iloc[0].reason
+    records = pq.read_table(outcome.directory.path / "records.parquet").to_pandas()
+    first = records[records.trial_id == trials.iloc[0].trial_id]
+    assert len(first) > 0 and first.ok.any() and (~first.ok).any()
+    assert "1 of 3 trials failed" in outcome.reason
+
+
+def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Path):
+    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=3.0)
+    results = tmp_path / "results"
+    command = [
+        sys.executable,
+        "-m",
+        "servebench.cli",
+        "scenario",
+        "run",
+        str(path),
+        "--output",
+        str(results),
+        "--no-report",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(results.glob("*/records/*.parquet")):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    run = run_dir_of(results)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "interrupted" and "SIGINT" in meta["reason"]
+    trials = pd.read_csv(run / "trials.csv")
+    assert len(trials) == 1
+    assert trials.iloc[0].status == "interrupted" and trials.iloc[0].verdict == "INVALID"
+    records = pq.read_table(run / "records.parquet")
+    assert records.num_rows == trials["count"].sum() > 0
+    assert not tritonservers()
+
+    first_file = run / "records" / f"{trials.iloc[0].trial_id}.parquet"
+    before = first_file.stat().st_mtime_ns
+    resumed = subprocess.run(
+        [*command[:-1], "--resume", str(run), "--no-report"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "3 of 3 trials to run" in resumed.stdout  # the cut-short trial is run again
+    trials = pd.read_csv(run / "trials.csv")
+    assert len(trials) == 3 and set(trials.status) == {"ok"}
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["resumed_at"]
+    records = pq.read_table(run / "records.parquet")
+    assert records.num_rows == trials["count"].sum()
+    assert first_file.stat().st_mtime_ns > before
+
+    again = subprocess.run(
+        [*command[:-1], "--resume", str(run), "--no-report"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0 and "0 of 3 trials to run" in again.stdout
