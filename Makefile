@@ -2,7 +2,6 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO_DIR ?= out/demo
 
 .PHONY: install demo test lint clean
 
@@ -14,14 +13,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $@
 
-# Until the scenario runner exists: generate a small family, export it for both servers,
-# check parity, then serve it on the real local Triton and answer one inference per model.
+# The quickstart: a small family on the real local Triton (dynamic batching off/on, 1 vs 2
+# instances) behind the direct, wifi and lte links; prints the table, writes the report.
 demo: install
-	$(BIN)/servebench models generate --types dense,conv,attention --depths 2 --widths 32 \
-		--out $(DEMO_DIR)/specs --force
-	$(BIN)/servebench models list $(DEMO_DIR)/specs
-	$(BIN)/servebench models export $(DEMO_DIR)/specs --to both --out $(DEMO_DIR)/export --force
-	$(BIN)/servebench models serve $(DEMO_DIR)/export/triton --once
+	$(BIN)/servebench scenario run scenarios/quickstart.yaml
 
 test: install
 	$(BIN)/pytest -q
@@ -30,4 +25,4 @@ lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV)
