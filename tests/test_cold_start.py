@@ -29,6 +29,9 @@ def test_local_triton_cold_start_is_plausible_and_ordered(
         assert 0 < sample.model_load_s < 120
         assert 0 < sample.warm_median_s < 5
         assert 0 < sample.first_infer_s < 30
+        assert sample.to_first_answer_s == pytest.approx(
+            sample.server_start_s + sample.model_load_s + sample.first_infer_s
+        )
     # In explicit mode the server is up before any model exists, and a model load starts
     # a python-backend process and an onnxruntime session: load takes longer than start.
     assert statistics.median(result.values("model_load_s")) > statistics.median(

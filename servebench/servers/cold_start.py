@@ -23,7 +23,10 @@ from servebench.servers.base import Server, ServerError
 from servebench.servers.probe import InferenceProbe
 
 LoadMode = Literal["request", "at_start"]
-METRICS = ("server_start_s", "model_load_s", "first_infer_s", "warm_median_s", "first_over_warm")
+METRICS = (
+    "server_start_s", "model_load_s", "first_infer_s", "warm_median_s", "first_over_warm",
+    "to_first_answer_s",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class ColdStartSample:
     @property
     def first_over_warm(self) -> float:
         return self.first_infer_s / self.warm_median_s if self.warm_median_s > 0 else float("nan")
+
+    @property
+    def to_first_answer_s(self) -> float:
+        """What a user waits from starting the server to the first answer."""
+        return (self.server_start_s or 0.0) + (self.model_load_s or 0.0) + self.first_infer_s
 
 
 @dataclass
@@ -65,7 +73,7 @@ class ColdStartResult:
         """One flat dict per repeat, for CSV/Parquet."""
         return [
             {"server": self.server, "model": self.model, **asdict(s),
-             "first_over_warm": s.first_over_warm}
+             "first_over_warm": s.first_over_warm, "to_first_answer_s": s.to_first_answer_s}
             for s in self.samples
         ]  # fmt: skip
 

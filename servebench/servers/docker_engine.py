@@ -240,22 +240,20 @@ class DockerServer(Server):
         """
         if self._container is not None:
             raise ServerError(f"{self.kind}: already started")
-        client = connect_docker()
-        spec = self.container_spec()
-        self._ensure_image(client, spec.image)
-        labels = {**spec.labels, OWNER_LABEL: str(os.getpid())}
-        kwargs = {**spec.run_kwargs(), "labels": labels}
-        started = time.perf_counter()
+        self._client = connect_docker()
         try:
-            self._client = client
-            self._container = client.containers.run(**kwargs)
+            spec = self.container_spec()
+            self._ensure_image(self._client, spec.image)
+            kwargs = {**spec.run_kwargs(), "labels": {**spec.labels, OWNER_LABEL: str(os.getpid())}}
+            started = time.perf_counter()
+            self._container = self._client.containers.run(**kwargs)
             self._endpoints = self._endpoints_from_ports(self._published_ports(spec))
             self._wait_started(started)
         except BaseException as err:
             self.stop()
             if isinstance(err, ServerError):
                 raise
-            raise ServerStartError(f"{self.kind} ({spec.image}): {err}") from err
+            raise ServerStartError(f"{self.kind}: {err}") from err
         self.startup_s = time.perf_counter() - started
         return self.startup_s
 

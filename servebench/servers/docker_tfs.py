@@ -66,6 +66,9 @@ def models_config_text(names: Sequence[str], root: str = BASE_TARGET) -> str:
     from tensorflow_serving.config import model_server_config_pb2  # no TensorFlow import
 
     config = model_server_config_pb2.ModelServerConfig()
+    # An explicit empty list: TF Serving then starts with no model and accepts model
+    # lists in later config reloads.
+    config.model_config_list.SetInParent()
     for name in names:
         entry = config.model_config_list.config.add()
         entry.name = name
