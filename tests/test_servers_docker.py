@@ -8,6 +8,9 @@ import for nothing. The real-container tests export real models.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,7 +65,9 @@ def _assert_loopback_and_read_only(spec: ContainerSpec, ports: set[int]) -> dict
 
 
 def test_triton_container_spec(triton_repo: Path) -> None:
-    server = TritonDocker(triton_repo, tag="24.08", load_models=["m"], extra_args=["--log-verbose=1"])
+    server = TritonDocker(
+        triton_repo, tag="24.08", load_models=["m"], extra_args=["--log-verbose=1"]
+    )
     spec = server.container_spec()
     assert spec.image == "nvcr.io/nvidia/tritonserver:24.08-py3"
     assert spec.command[0] == "tritonserver"
@@ -70,7 +75,11 @@ def test_triton_container_spec(triton_repo: Path) -> None:
     assert flags["model-repository"] == "/models"
     assert flags["model-control-mode"] == "explicit"
     assert flags["load-model"] == "m"
-    assert (flags["http-port"], flags["grpc-port"], flags["metrics-port"]) == ("8000", "8001", "8002")
+    assert (flags["http-port"], flags["grpc-port"], flags["metrics-port"]) == (
+        "8000",
+        "8001",
+        "8002",
+    )
     assert flags["allow-gpu-metrics"] == "false"  # no GPU asked for
     assert spec.command[-1] == "--log-verbose=1"
     assert [(m.source, m.target) for m in spec.mounts] == [(triton_repo.resolve(), "/models")]
@@ -87,9 +96,9 @@ def test_triton_gpu_request_and_modes(triton_repo: Path) -> None:
     (request,) = spec.run_kwargs()["device_requests"]
     assert isinstance(request, DeviceRequest)
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
-    (pinned,) = TritonDocker(triton_repo, gpus=["0", "2"]).container_spec().run_kwargs()[
-        "device_requests"
-    ]
+    (pinned,) = (
+        TritonDocker(triton_repo, gpus=["0", "2"]).container_spec().run_kwargs()["device_requests"]
+    )
     assert pinned["DeviceIDs"] == ["0", "2"]
     assert GpuRequest.parse(2) == GpuRequest(count=2)
     assert GpuRequest.parse(None) is None and GpuRequest.parse(0) is None
@@ -224,3 +233,43 @@ def test_tfs_container_serves_reloads_and_exports_metrics(tmp_path: Path) -> Non
         assert ":tensorflow:serving:request_count" in names
         server.unload_model(spec.id)
         assert not server.is_model_ready(spec.id)
+
+
+COMPOSE = Path(__file__).resolve().parents[1] / "docker" / "compose.yaml"
+
+
+def test_compose_serves_both_servers_on_loopback_read_only() -> None:
+    import yaml
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert set(services) == {"tfs", "triton", "tfs-gpu", "triton-gpu"}
+    for name, service in services.items():
+        gpu = name.endswith("-gpu")
+        assert service["profiles"] == (["gpu"] if gpu else ["cpu"])
+        assert all(p.startswith("127.0.0.1:") for p in service["ports"]), name
+        assert all(v.endswith(":ro") for v in service["volumes"]), name
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {})
+        assert bool(devices.get("devices")) == gpu, name
+    tfs = services["tfs"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in tfs["command"])
+    assert flags["model_config_file"] == "/models/models.config"
+    assert flags["monitoring_config_file"] == "/servebench/monitoring.config"
+    assert {"enable_batching", "batching_parameters_file"} <= set(flags)
+    assert services["tfs-gpu"]["image"].endswith("-gpu")
+    assert services["triton"]["image"].startswith("nvcr.io/nvidia/tritonserver:")
+    # The monitoring config compose mounts is the one the launcher writes.
+    assert (COMPOSE.parent / "tfs_monitoring.config").read_text() == MONITORING_CONFIG_TEXT
+
+
+@pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="docker-compose is not installed"
+)
+def test_compose_file_is_valid_for_docker_compose(tmp_path: Path) -> None:
+    env = {**os.environ, "ZOO": str(tmp_path)}
+    for profile in ("cpu", "gpu"):
+        check = subprocess.run(
+            ["docker-compose", "-f", str(COMPOSE), "-p", "servebench", "--profile", profile,
+             "config", "-q"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stderr
