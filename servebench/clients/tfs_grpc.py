@@ -24,6 +24,7 @@ from servebench.clients.base import (
     InferResult,
     ModelSignature,
     Payload,
+    TensorSpec,
     check_batch_size,
     check_outputs,
     random_inputs,
@@ -34,7 +35,7 @@ from servebench.clients.grpc_calls import method_path, open_channels, raw_unary
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 
-def _apis() -> SimpleNamespace:
+def load_apis() -> SimpleNamespace:
     """The generated TF Serving modules, imported on first use (this imports TensorFlow)."""
     from google.protobuf import json_format, wrappers_pb2
     from tensorflow_serving.apis import (
@@ -113,7 +114,7 @@ class TfsGrpcClient:
         """Open the channels and read the signature (unless given); InferenceError on failure."""
         if self._calls:
             return
-        apis = self._apis = self._apis or _apis()
+        apis = self._apis = self._apis or load_apis()
         channels = open_channels(self.target, self.channels)
         try:
             if self._signature is None:
@@ -129,10 +130,7 @@ class TfsGrpcClient:
         ]
 
     def _model_spec(self, apis: SimpleNamespace) -> Any:
-        spec = apis.model.ModelSpec(name=self.model, signature_name=self.signature_name)
-        if self.version:
-            spec.version.CopyFrom(apis.wrappers.Int64Value(value=int(self.version)))
-        return spec
+        return model_spec(apis, self.model, self.version, self.signature_name)
 
     async def _read_signature(
         self, apis: SimpleNamespace, channel: grpc.aio.Channel
@@ -143,18 +141,7 @@ class TfsGrpcClient:
             status = await apis.model_service.ModelServiceStub(channel).GetModelStatus(
                 apis.status.GetModelStatusRequest(model_spec=model_spec), timeout=timeout
             )
-            available = apis.status.ModelVersionStatus.State.Value("AVAILABLE")
-            if not any(v.state == available for v in status.model_version_status):
-                listed = (
-                    ", ".join(
-                        f"{v.version}: {apis.status.ModelVersionStatus.State.Name(v.state)}"
-                        for v in status.model_version_status
-                    )
-                    or "no versions"
-                )
-                raise InferenceError(
-                    ErrorKind.SERVER_ERROR, f"{self._where}: no version AVAILABLE ({listed})"
-                )
+            check_available(apis, status, self._where)
             metadata = await apis.prediction_service.PredictionServiceStub(
                 channel
             ).GetModelMetadata(
@@ -165,29 +152,22 @@ class TfsGrpcClient:
             )
         except grpc.aio.AioRpcError as exc:
             raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
-        signature_map = apis.metadata.SignatureDefMap()
-        if "signature_def" not in metadata.metadata or not metadata.metadata[
-            "signature_def"
-        ].Unpack(signature_map):
-            raise InferenceError(
-                ErrorKind.BAD_RESPONSE, f"{self._where}: metadata holds no SignatureDefMap"
-            )
-        as_json = apis.json_format.MessageToDict(signature_map, preserving_proto_field_name=True)
-        version = str(metadata.model_spec.version.value or self.version)
-        return tfs_signature(self.model, as_json, self.signature_name, version)
+        return signature_from_metadata(
+            apis, metadata, self.model, self.signature_name, self.version, self._where
+        )
 
     async def signature(self) -> ModelSignature:
         return self._require_signature()
 
     def _require_signature(self) -> ModelSignature:
-        if self._signature is None or self._apis is None:
+        if self._signature is None:
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
         return self._signature
 
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+        """Works before connect() when a signature was given, as the other clients do."""
         signature = self._require_signature()
-        apis = self._apis
-        assert apis is not None  # _require_signature checked it
+        apis = self._apis = self._apis or load_apis()
         check_batch_size(signature, batch_size)
         arrays = random_inputs(signature.inputs, batch_size, seed)
         request = apis.predict.PredictRequest(model_spec=self._model_spec(apis))
@@ -213,16 +193,7 @@ class TfsGrpcClient:
         if response is None:
             raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
         signature = self._require_signature()
-        from_proto = self._apis.tensor_proto.from_tensor_proto  # type: ignore[union-attr]
-        outputs = {}
-        for spec in signature.outputs:
-            if spec.name in response.outputs:
-                try:
-                    outputs[spec.name] = from_proto(response.outputs[spec.name])
-                except ValueError as exc:
-                    raise InferenceError(
-                        ErrorKind.BAD_RESPONSE, f"{self._where}: output {spec.name!r}: {exc}"
-                    ) from exc
+        outputs = decode_outputs(self._apis, response, signature.outputs, self._where)
         check_outputs(outputs, signature.outputs, payload.batch_size)
         return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
 
@@ -230,3 +201,66 @@ class TfsGrpcClient:
         channels, self._channels, self._calls = self._channels, [], []
         for channel in channels:
             await channel.close()
+
+
+# Functions rather than methods, so that callers with another transport (the Locust users'
+# sync gRPC stubs under gevent) build requests and read answers exactly as the client does.
+
+
+def model_spec(apis: SimpleNamespace, model: str, version: str, signature_name: str) -> Any:
+    """The `ModelSpec` naming a model (and version, when one is given)."""
+    spec = apis.model.ModelSpec(name=model, signature_name=signature_name)
+    if version:
+        spec.version.CopyFrom(apis.wrappers.Int64Value(value=int(version)))
+    return spec
+
+
+def check_available(apis: SimpleNamespace, status: Any, where: str) -> None:
+    """Raise SERVER_ERROR unless a GetModelStatusResponse lists a version AVAILABLE."""
+    available = apis.status.ModelVersionStatus.State.Value("AVAILABLE")
+    if not any(v.state == available for v in status.model_version_status):
+        listed = (
+            ", ".join(
+                f"{v.version}: {apis.status.ModelVersionStatus.State.Name(v.state)}"
+                for v in status.model_version_status
+            )
+            or "no versions"
+        )
+        raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: no version AVAILABLE ({listed})")
+
+
+def signature_from_metadata(
+    apis: SimpleNamespace,
+    metadata: Any,
+    model: str,
+    signature_name: str,
+    version: str,
+    where: str,
+) -> ModelSignature:
+    """The signature in a GetModelMetadataResponse (its packed `SignatureDefMap`)."""
+    signature_map = apis.metadata.SignatureDefMap()
+    if "signature_def" not in metadata.metadata or not metadata.metadata["signature_def"].Unpack(
+        signature_map
+    ):
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: metadata holds no SignatureDefMap")
+    as_json = apis.json_format.MessageToDict(signature_map, preserving_proto_field_name=True)
+    answered = str(metadata.model_spec.version.value or version)
+    return tfs_signature(model, as_json, signature_name, answered)
+
+
+def decode_outputs(
+    apis: SimpleNamespace, response: Any, specs: tuple[TensorSpec, ...], where: str
+) -> dict[str, Any]:
+    """The expected outputs a PredictResponse holds, as arrays (absent ones left out)."""
+    outputs = {}
+    for spec in specs:
+        if spec.name in response.outputs:
+            try:
+                outputs[spec.name] = apis.tensor_proto.from_tensor_proto(
+                    response.outputs[spec.name]
+                )
+            except ValueError as exc:
+                raise InferenceError(
+                    ErrorKind.BAD_RESPONSE, f"{where}: output {spec.name!r}: {exc}"
+                ) from exc
+    return outputs

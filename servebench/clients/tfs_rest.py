@@ -93,7 +93,6 @@ class TfsRestClient:
         self.status_url = URL(model_path, encoded=True)
         self.metadata_url = URL(f"{model_path}/metadata", encoded=True)
         self.predict_url = URL(f"{model_path}:predict", encoded=True)
-        self._answer_key = "predictions" if request_format == "row" else "outputs"
         self._signature = signature
         self._session: aiohttp.ClientSession | None = None
 
@@ -121,24 +120,11 @@ class TfsRestClient:
 
     async def _read_signature(self, session: aiohttp.ClientSession) -> ModelSignature:
         status = await self._get_json(session, self.status_url)
-        states = {
-            str(entry.get("version")): str(entry.get("state"))
-            for entry in status.get("model_version_status", ())
-        }
-        if "AVAILABLE" not in states.values():
-            listed = ", ".join(f"{v}: {s}" for v, s in states.items()) or "no versions"
-            raise InferenceError(
-                ErrorKind.SERVER_ERROR, f"{self.status_url}: no version AVAILABLE ({listed})"
-            )
+        check_available(status, str(self.status_url))
         metadata = await self._get_json(session, self.metadata_url)
-        try:
-            signature_map = metadata["metadata"]["signature_def"]
-            version = str(metadata.get("model_spec", {}).get("version", self.version))
-        except (KeyError, TypeError) as exc:
-            raise InferenceError(
-                ErrorKind.BAD_RESPONSE, f"{self.metadata_url}: no signature_def in the answer"
-            ) from exc
-        return tfs_signature(self.model, signature_map, self.signature_name, version)
+        return signature_from_metadata(
+            metadata, self.model, self.signature_name, self.version, str(self.metadata_url)
+        )
 
     async def _get_json(self, session: aiohttp.ClientSession, url: URL) -> dict[str, Any]:
         try:
@@ -204,30 +190,64 @@ class TfsRestClient:
         return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=len(body))
 
     def _decode(self, body: bytes, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:
-        where = str(self.predict_url)
-        try:
-            document = json.loads(body)
-        except ValueError as exc:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
-        if not isinstance(document, dict):
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
-        if "error" in document:
-            raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: {document['error']}")
-        if self._answer_key not in document:
-            raise InferenceError(
-                ErrorKind.BAD_RESPONSE, f"{where}: answer has no {self._answer_key!r}"
-            )
-        values = _by_name(document[self._answer_key], specs, self.request_format)
-        return {
-            spec.name: _as_array(values[spec.name], spec, where)
-            for spec in specs
-            if spec.name in values
-        }
+        return decode_predict(body, specs, self.request_format, str(self.predict_url))
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def check_available(status: dict[str, Any], where: str) -> None:
+    """Raise SERVER_ERROR unless a model status answer lists a version AVAILABLE."""
+    states = {
+        str(entry.get("version")): str(entry.get("state"))
+        for entry in status.get("model_version_status", ())
+    }
+    if "AVAILABLE" not in states.values():
+        listed = ", ".join(f"{v}: {s}" for v, s in states.items()) or "no versions"
+        raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: no version AVAILABLE ({listed})")
+
+
+def signature_from_metadata(
+    metadata: dict[str, Any], model: str, signature_name: str, version: str, where: str
+) -> ModelSignature:
+    """The signature in a REST metadata answer (`{"model_spec": ..., "metadata": ...}`).
+
+    This and `check_available` / `decode_predict` are functions so that callers with
+    another HTTP transport (the Locust users' gevent client) read answers the same way.
+    """
+    try:
+        signature_map = metadata["metadata"]["signature_def"]
+        answered = str(metadata.get("model_spec", {}).get("version", version))
+    except (KeyError, TypeError) as exc:
+        raise InferenceError(
+            ErrorKind.BAD_RESPONSE, f"{where}: no signature_def in the answer"
+        ) from exc
+    return tfs_signature(model, signature_map, signature_name, answered)
+
+
+def decode_predict(
+    body: bytes, specs: tuple[TensorSpec, ...], request_format: str, where: str
+) -> dict[str, np.ndarray]:
+    """The outputs of a predict answer to a `row` or `columnar` request, as arrays."""
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
+    if "error" in document:
+        raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: {document['error']}")
+    answer_key = "predictions" if request_format == "row" else "outputs"
+    if answer_key not in document:
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: answer has no {answer_key!r}")
+    values = _by_name(document[answer_key], specs, request_format)
+    return {
+        spec.name: _as_array(values[spec.name], spec, where)
+        for spec in specs
+        if spec.name in values
+    }
 
 
 def _by_name(answer: Any, specs: tuple[TensorSpec, ...], request_format: str) -> dict[str, Any]:

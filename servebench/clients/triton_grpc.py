@@ -12,6 +12,7 @@ Byte counts are the serialized ModelInferRequest / ModelInferResponse sizes (see
 from __future__ import annotations
 
 import grpc
+import numpy as np
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import service_pb2
@@ -23,6 +24,7 @@ from servebench.clients.base import (
     InferResult,
     ModelSignature,
     Payload,
+    TensorSpec,
     check_batch_size,
     check_outputs,
     random_inputs,
@@ -148,17 +150,7 @@ class TritonGrpcClient:
         if response is None:
             raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
         signature = self._require_signature()
-        try:
-            result = triton_grpc.InferResult(response)
-            outputs = {}
-            for spec in signature.outputs:
-                array = result.as_numpy(spec.name)
-                if array is not None:
-                    outputs[spec.name] = array
-        except Exception as exc:  # a tensor whose bytes do not fit its shape or datatype
-            raise InferenceError(
-                ErrorKind.BAD_RESPONSE, f"{self._where}: unreadable answer ({exc})"
-            ) from exc
+        outputs = decode_response(response, signature.outputs, self._where)
         check_outputs(outputs, signature.outputs, payload.batch_size)
         return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
 
@@ -166,3 +158,23 @@ class TritonGrpcClient:
         channels, self._channels, self._calls = self._channels, [], []
         for channel in channels:
             await channel.close()
+
+
+def decode_response(
+    response: service_pb2.ModelInferResponse, specs: tuple[TensorSpec, ...], where: str
+) -> dict[str, np.ndarray]:
+    """The expected outputs a ModelInferResponse holds (absent ones left out for the check).
+
+    A function, not a method, so that callers with another transport (the Locust users'
+    sync gRPC channels) decode answers the same way.
+    """
+    try:
+        result = triton_grpc.InferResult(response)
+        outputs = {}
+        for spec in specs:
+            array = result.as_numpy(spec.name)
+            if array is not None:
+                outputs[spec.name] = array
+    except Exception as exc:  # a tensor whose bytes do not fit its shape or datatype
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: unreadable answer ({exc})") from exc
+    return outputs
