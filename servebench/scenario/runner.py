@@ -14,7 +14,7 @@ import signal
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,12 @@ from servebench.clients.factory import create_client
 from servebench.load import LoadEngine, run_in_loop
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, build_server, client_target, export_models
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
-from servebench.scenario.results import RunDirectory, new_run_id
+from servebench.scenario.results import TELEMETRY_FILE, RunDirectory, new_run_id
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
 from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server
-from servebench.telemetry import TelemetryRow, write_telemetry
+from servebench.telemetry import TelemetryWriter, read_telemetry
 
 WARM_PROBES = 5
 
@@ -56,7 +56,7 @@ class RunOutcome:
 class _State:
     engine: LoadEngine | None = None
     interrupted: str | None = None
-    telemetry: list[TelemetryRow] = field(default_factory=list)
+    telemetry: TelemetryWriter | None = None
 
 
 class ScenarioRunner:
@@ -93,6 +93,7 @@ class ScenarioRunner:
             highlight=False,
         )
         status, reason = "complete", None
+        self.state.telemetry = _telemetry_writer(directory.path / TELEMETRY_FILE, done)
         try:
             run_in_loop(self._run(directory, todo))
             if self.state.interrupted:
@@ -107,8 +108,7 @@ class ScenarioRunner:
             if status == "complete" and failed:
                 reason = f"{failed} of {len(rows)} trials failed (see trials.csv)"
             self._add_slo_costs(directory)
-            if self.state.telemetry:
-                write_telemetry(self.state.telemetry, directory.path / "telemetry.parquet")
+            self.state.telemetry.close()
             directory.finish(status, reason)
         return RunOutcome(directory, status, reason, failed, len(rows) - failed)
 
@@ -237,7 +237,7 @@ class ScenarioRunner:
             outcome = await run_trial(trial, ctx)
         except Exception as err:
             return _failed_row(trial, f"{type(err).__name__}: {err}")
-        self.state.telemetry.extend(outcome.telemetry)
+        self.state.telemetry.write(outcome.telemetry)
         row = outcome.row
         if self.state.interrupted:
             # Cut short: its records stay, but it is not a result; --resume runs it again.
@@ -312,6 +312,14 @@ class ScenarioRunner:
                 row["slo_throughput_ips"] = estimate.slo_throughput
                 row["cost_per_million_at_slo"] = estimate.cost_at_slo
         directory.add_trial(directory.rows[-1])  # rewrites trials.csv with the new columns
+
+
+def _telemetry_writer(path: Path, done: set[str]) -> TelemetryWriter:
+    """One writer for the run; a resumed run keeps the samples of its completed trials."""
+    earlier = [r for r in read_telemetry(path) if r.trial_id in done] if path.is_file() else []
+    writer = TelemetryWriter(path)
+    writer.write(earlier)
+    return writer
 
 
 def _failed_row(trial: Trial, reason: str) -> dict[str, Any]:
