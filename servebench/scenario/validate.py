@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from servebench.analysis.cost import load_prices
 from servebench.scenario.schema import Scenario, TfsSettingsMatrix, TritonSettingsMatrix
 from servebench.scenario.source import (
     Location,
@@ -173,6 +174,15 @@ def validate_source(source: ScenarioSource) -> Scenario:
             problems.append(
                 f"{source.path}:{source.line_of(location)} {format_location(location)}: "
                 f"{too_big} — larger than server {server.name!r}'s max_batch_size"
+            )
+    if scenario.cost is not None:
+        known = set(load_prices()) | set(scenario.cost.prices)
+        if scenario.cost.instance not in known:
+            location = ("cost", "instance")
+            problems.append(
+                f"{source.path}:{source.line_of(location)} {format_location(location)}: "
+                f"{scenario.cost.instance!r} — not in the price table "
+                f"({', '.join(sorted(known))}); add it under cost.prices"
             )
     if problems:
         raise ScenarioError(problems)
