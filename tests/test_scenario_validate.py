@@ -115,6 +115,11 @@ BAD = [
     ),
     ("warmup_s: 0.5", "warmup_s: -1", "18 workload.warmup_s: -1 — must be >= 0"),
     (
+        "slo: {percentile: 99, latency_ms: 50}\n",
+        "slo: {percentile: 99, latency_ms: 50}\ncost: {instance: m9.huge}\n",
+        "21 cost.instance: 'm9.huge' — not in the price table",
+    ),
+    (
         "models:\n",
         "models:\n  resnet: true\n",
         "3 models.resnet: True — unknown key (allowed: specs, grid, mutate, resnet50, repository)",
