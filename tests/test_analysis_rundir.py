@@ -269,9 +269,9 @@ def make_run_dir(
             {
                 "timestamp": ts,
                 "trial_id": pa.array([None] * ts.size, pa.string()),
-                "source": ["psutil"] * ts.size,
-                "metric": ["host_cpu_percent"] * ts.size,
-                "value": 20 + 10 * np.sin(ts / 30),
+                "source": ["host"] * ts.size,
+                "metric": ["cpu_utilization"] * ts.size,
+                "value": 0.5 + 0.2 * np.sin(ts / 30),
                 "labels": ["{}"] * ts.size,
             }
         ),
@@ -395,10 +395,10 @@ def _summary(
         "gpu_util_mean": None,
         "gpu_util_max": None,
         "gpu_mem_max": None,
-        "server_cpu_mean": 30.0
-        + 40 * min(1.0, rate * service_time(batch) / values["instance_count"]),
+        # cores: the backend's busy share plus the front end's own work
+        "server_cpu_mean": 0.05 + min(1.0, rate * service_time(batch)),
         "server_rss_max": 450e6,
-        "host_cpu_mean": 55.0,
+        "host_cpu_mean": 0.55,
         "instance": "c6i.large",
         "usd_per_hour": USD_PER_HOUR,
         "cost_per_million": USD_PER_HOUR / (ips * 3600) * 1e6,

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from servebench.analysis.breakdown import DIRECT_LINK
-from servebench.analysis.labels import si, varying_labels
+from servebench.analysis.labels import LABEL_FIELDS, si, varying_labels
 from servebench.analysis.roofline import Ceiling
 from servebench.analysis.svg import NoData, render
 
 MAX_LEGEND = 12
+MAX_FIGURE_LEGEND = 20
+LABEL_FIELDS_NO_LINK = tuple(f for f in LABEL_FIELDS if f != "link")
 MAX_PANELS = 4
 # Probabilities at which a CDF is drawn: even steps through the body, dense in the tail
 # (that is where serving lives), so a 100k-request trial costs ~330 points of SVG.
@@ -30,7 +33,7 @@ def reference_link(trials: pd.DataFrame) -> str | None:
     return DIRECT_LINK if DIRECT_LINK in links else links[0]
 
 
-def _legend(ax: Axes, count: int, *, below: bool = False) -> None:
+def _legend(ax: Axes, count: int) -> None:
     if count > MAX_LEGEND:
         ax.text(
             0.99,
@@ -40,19 +43,31 @@ def _legend(ax: Axes, count: int, *, below: bool = False) -> None:
             ha="right",
             fontsize=7,
         )
-    elif below:
-        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), ncols=1)
     else:
         ax.legend(loc="best")
 
 
 def _plain_log_axis(ax: Axes, axis: str = "x") -> None:
-    """Log scale with plain numbers (5, 10, 50) instead of 3×10¹-style minor labels."""
-    target = ax.xaxis if axis == "x" else ax.yaxis
+    """Log scale with plain numbers (5, 10, 50) instead of 3×10¹-style labels.
+
+    Call after plotting: the tick density follows the data's span (1-2-5 steps over up
+    to two decades, decades only beyond, so labels never collide).
+    """
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    dense = lo > 0 and np.log10(hi / lo) <= 2.2
+    target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if dense else (1.0,)))
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     target.set_minor_formatter(NullFormatter())
+
+
+def _wrap(label: str, width: int = 48) -> str:
+    """Long 'setting · model · b1' labels on two lines: the setting, then the rest."""
+    if len(label) <= width or " · " not in label:
+        return label
+    head, tail = label.split(" · ", 1)
+    return f"{head}\n{tail}"
 
 
 def _panels(fig: Figure, names: list, *, sharey: bool = False) -> list[Axes]:
@@ -75,23 +90,43 @@ def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
     link_of = info["link"].fillna("?")
     links = list(dict.fromkeys(link_of[list(groups)]))[:MAX_PANELS]
 
+    # The same setting/model/batch/load has the same colour in every link's panel, and
+    # one legend below the figure names them all.
+    shown = [t for t in groups if link_of[t] in links]
+    names = dict(zip(shown, varying_labels(info.loc[shown], LABEL_FIELDS_NO_LINK), strict=True))
+    palette = {name: i for i, name in enumerate(dict.fromkeys(names.values()))}
+    cmap = colormaps["tab10" if len(palette) <= 10 else "tab20"]
+
     def draw(fig: Figure) -> None:
         axes = _panels(fig, links, sharey=True)
         for ax, link in zip(axes, links, strict=True):
-            ids = [t for t in groups if link_of[t] == link]
-            labels = varying_labels(info.loc[ids])
-            for trial_id, label in zip(ids, labels, strict=True):
+            for trial_id in (t for t in shown if link_of[t] == link):
                 curve = np.quantile(groups[trial_id], _CDF_P) * 1e3
-                ax.plot(curve, _CDF_P, label=label, lw=1.2)
+                name = names[trial_id]
+                ax.plot(curve, _CDF_P, lw=1.2, color=cmap(palette[name] % cmap.N), label=name)
             _plain_log_axis(ax)
             ax.set_title(f"link: {link}")
             ax.set_xlabel("latency (ms, log)")
-            _legend(ax, len(ids), below=True)
         axes[0].set_ylabel("fraction of requests ≤ latency")
+        _figure_legend(fig, axes, len(palette))
 
-    per_panel = max(sum(1 for t in groups if link_of[t] == link) for link in links)
-    legend_h = 0.16 * per_panel if per_panel <= MAX_LEGEND else 0
-    return render(draw, width=max(6.0, 4.5 * len(links)), height=3.6 + legend_h)
+    return render(draw, width=max(6.0, 4.5 * len(links)), height=3.6 + _legend_height(len(palette)))
+
+
+def _figure_legend(fig: Figure, axes: list[Axes], count: int) -> None:
+    """One legend below all panels (entries deduplicated by label)."""
+    if count > MAX_FIGURE_LEGEND:
+        fig.text(0.5, 0.0, f"{count} lines; legend omitted (see the summary table)", ha="center")
+        return
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=1)
+
+
+def _legend_height(count: int) -> float:
+    return 0.17 * count + 0.2 if count <= MAX_FIGURE_LEGEND else 0.3
 
 
 def throughput_vs_p99(trials: pd.DataFrame) -> str:
@@ -248,8 +283,9 @@ def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
                     label=f"{model} · b{batch:g}",
                     s=28,
                 )
-        _plain_log_axis(ax, "x")
+        ax.set_xscale("log")
         ax.set_xlim(lo, hi)
+        _plain_log_axis(ax, "x")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: si(v, "FLOP/s")))
         ax.set_xlabel("arithmetic intensity (FLOP/byte: weights once + activations per sample)")
@@ -292,7 +328,7 @@ def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
             "trial_id",
         ]
     ].reset_index(drop=True)
-    labels = varying_labels(table, ("setting", "model", "batch_size"))
+    labels = [_wrap(x) for x in varying_labels(table, ("setting", "model", "batch_size"))]
 
     def draw(fig: Figure) -> None:
         ax = fig.subplots()
@@ -308,7 +344,7 @@ def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
         ax.set_xlabel(f"USD per million inferences (link {link})")
         ax.grid(axis="y", visible=False)
 
-    return render(draw, width=8.0, height=max(2.2, 0.35 * len(table) + 1.2)), table
+    return render(draw, width=10.0, height=max(2.2, 0.35 * len(table) + 1.2)), table
 
 
 COLD_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
@@ -356,14 +392,14 @@ def cold_start(cold: pd.DataFrame | None) -> str:
                 error_kw={"lw": 0.8, "capsize": 2},
             )
             labelled.add(phase)
-        ax.set_yticks(centers, whats)
+        ax.set_yticks(centers, [_wrap(w) for w in whats])
         ax.invert_yaxis()
         _plain_log_axis(ax, "x")
         ax.set_xlabel("seconds (log); whiskers: min–max over repeats")
         ax.grid(axis="y", visible=False)
         ax.legend(loc="best")
 
-    return render(draw, width=8.0, height=max(2.5, 0.22 * y + 1.2))
+    return render(draw, width=10.0, height=max(2.5, 0.22 * y + 1.2))
 
 
 def transfer_vs_inference(table: pd.DataFrame) -> str:

@@ -22,15 +22,20 @@ _ALWAYS = (
     ("errors", "errors", lambda v: number(v, 0)),
 )
 _OPTIONAL = (
-    ("server cpu %", "server_cpu_mean", lambda v: number(v, 0)),
-    ("gpu %", "gpu_util_mean", lambda v: number(v, 0)),
+    ("max rate/s", "max_rate", lambda v: number(v, 1)),
+    ("SLO", "slo_met", lambda v: "–" if missing(v) else ("met" if v else "missed")),
+    # Telemetry's units: server CPU in cores (CPU-seconds per second), GPU busy 0-1.
+    ("server cpu cores", "server_cpu_mean", lambda v: number(v, 2)),
+    ("gpu %", "gpu_util_mean", lambda v: "–" if missing(v) else number(100 * v, 0)),
     ("$/M inf", "cost_per_million", money),
 )
 
 
 def summary_table(trials: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, formatted rows, and each row's state ("ok", "invalid" or "failed")."""
-    columns = list(_ALWAYS) + [c for c in _OPTIONAL if trials[c[1]].notna().any()]
+    columns = list(_ALWAYS) + [
+        c for c in _OPTIONAL if trials[c[1]].map(lambda v: not missing(v)).any()
+    ]
     headers = ["#", "trial", "status", *(h for h, _, _ in columns)]
     rows, states = [], []
     for i, row in enumerate(trials.to_dict("records"), start=1):
