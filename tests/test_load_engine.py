@@ -67,7 +67,7 @@ def load(client, sink=None, **kwargs):
 def test_stop_on_count_only():
     s = load(FakeClient(), arrivals=constant(1000), count=300)
     assert s.count == 300 and s.ok == 300
-    assert s.achieved_rate == pytest.approx(1000, rel=0.02)
+    assert s.achieved_rate == pytest.approx(1000, rel=0.05)
 
 
 @pytest.mark.parametrize("count, expected", [(800, 800), (100, 500)])

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 SPIN_AHEAD = 0.002
 # Longest single sleep, so a stop request is noticed promptly even at very low rates.
 MAX_NAP = 0.05
+# Overdue sends issued back to back before the issuer yields to the loop once.
+BURST = 32
 
 
 @dataclass
@@ -171,6 +173,7 @@ class LoadEngine:
         count = s.count if s.count is not None else 0
         by_schedule = s.duration is not None or s.count is not None
         measured = 0
+        overdue = 0
         seq = -1
         for offset in s.arrivals.offsets():
             seq += 1
@@ -187,6 +190,14 @@ class LoadEngine:
             due = start + offset
             if due > perf_counter():
                 await self._sleep_until(due, precise=True)
+                overdue = 0
+            else:
+                # Behind schedule: send what is due, but let the loop read answers now
+                # and then, or a long backlog would starve the very I/O that clears it.
+                overdue += 1
+                if overdue >= BURST:
+                    overdue = 0
+                    await asyncio.sleep(0)
             if self._stopping:
                 break
             while self._inflight >= cap:
