@@ -32,7 +32,11 @@ import pandas as pd
 from servebench.analysis.labels import trial_label
 
 NOISE_FLOOR = 0.10
-Z = 2.576  # two-sided 99 %: a table of many trials should not flag one by chance
+# Two-sided 99.9 % nominal. A bootstrap of a tail quantile is too narrow when only a
+# few requests lie beyond it: on simulated run pairs differing only in their seed,
+# nominal 99 % flagged 2.1 % of p99 comparisons and 99.9 % flagged 0.8 % (the ~1 % that
+# was meant); benchmarks/analysis_report.py measures it.
+Z = 3.29
 BOOTSTRAP_RESAMPLES = 300
 WINDOWS = 10
 T_WINDOWS = 3.25  # Student's t, two-sided 99 %, 9 degrees of freedom (WINDOWS - 1)
