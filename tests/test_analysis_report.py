@@ -181,3 +181,17 @@ def test_cli_report_and_errors(tmp_path: Path) -> None:
     other = tmp_path / "elsewhere.html"
     assert runner.invoke(app, ["report", "html", str(run), "-o", str(other)]).exit_code == 0
     assert other.is_file()
+
+
+def test_cost_at_slo_and_ceiling_from_run_json(tmp_path: Path) -> None:
+    """Columns the runner adds beyond the contract show up; a peak kept only in run.json
+    still gives the roofline its ceiling."""
+    run = make_run_dir(tmp_path, duration=10)
+    trials = pd.read_csv(run / "trials.csv")
+    trials["cost_per_million_at_slo"] = trials["cost_per_million"] * 1.5
+    trials.drop(columns="host_peak_flops").to_csv(run / "trials.csv", index=False)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "host_peak_flops": 42e9}))
+    found = sections(write_report(run).path.read_text())
+    assert "USD per million at the best rate meeting the SLO" in found["cost"]
+    assert "42 GFLOP/s" in found["roofline"]

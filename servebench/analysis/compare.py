@@ -37,6 +37,7 @@ NOISE_FLOOR = 0.10
 # nominal 99 % flagged 2.1 % of p99 comparisons and 99.9 % flagged 0.8 % (the ~1 % that
 # was meant); benchmarks/analysis_report.py measures it.
 Z = 3.29
+BANDS = "99.9 % block bootstrap of each trial's latencies, 99 % window spread of its rate"
 BOOTSTRAP_RESAMPLES = 300
 WINDOWS = 10
 T_WINDOWS = 3.25  # Student's t, two-sided 99 %, 9 degrees of freedom (WINDOWS - 1)

@@ -89,8 +89,8 @@ def render_html(data: RunData, report: Report) -> str:
     trials = data.trials
     breakdown = transfer_breakdown(trials)
     per_link = by_link_and_batch(breakdown)
-    points = roofline_points(trials)
-    ceiling = host_ceiling(trials)
+    ceiling = host_ceiling(trials, data.run)
+    points = roofline_points(trials, ceiling)
 
     sections = [
         _summary_section(data),
@@ -296,6 +296,9 @@ def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
     )
     if cost_table:
         table = cost_table[0]
+        at_slo = (
+            "cost_per_million_at_slo" in table and table["cost_per_million_at_slo"].notna().any()
+        )
         rows = [
             [
                 trial_label({**r, "link": None, "load_kind": None, "load_level": None}),
@@ -303,12 +306,14 @@ def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
                 money(r["usd_per_hour"]),
                 number(r["throughput_ips"], 1),
                 money(r["cost_per_million"]),
+                *([money(r["cost_per_million_at_slo"])] if at_slo else []),
             ]
             for r in table.to_dict("records")
         ]
+        headers = ["what", "instance", "USD/hour", "inf/s", "USD per million"]
         section.body.append(
             html_table(
-                ["what", "instance", "USD/hour", "inf/s", "USD per million"],
+                headers + (["USD per million at the best rate meeting the SLO"] if at_slo else []),
                 rows,
                 text_columns=(0, 1),
             )

@@ -9,7 +9,9 @@ and, where the run measured it, the memory-bandwidth slope (`host_peak_bw`, byte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,20 +49,22 @@ def arithmetic_intensity(
     return flops_per_sample * batch_size / moved if moved > 0 else float("nan")
 
 
-def host_ceiling(trials: pd.DataFrame) -> Ceiling:
-    """The run's ceiling: the measured values are the same on every row; take the first."""
+def host_ceiling(trials: pd.DataFrame, run: Mapping[str, Any] | None = None) -> Ceiling:
+    """The run's ceiling: the `host_peak_*` columns (equal on every row), else run.json's
+    keys of the same names (a run whose trials all failed still has its measurement)."""
 
     def first(column: str) -> float | None:
-        if column not in trials.columns:
-            return None
-        values = pd.to_numeric(trials[column], errors="coerce").dropna()
-        values = values[values > 0]
-        return float(values.iloc[0]) if len(values) else None
+        values = pd.to_numeric(trials.get(column, pd.Series(dtype=float)), errors="coerce")
+        values = values[values > 0].dropna()
+        if len(values):
+            return float(values.iloc[0])
+        value = (run or {}).get(column)
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     return Ceiling(first("host_peak_flops"), first("host_peak_bw"))
 
 
-def roofline_points(trials: pd.DataFrame) -> pd.DataFrame:
+def roofline_points(trials: pd.DataFrame, ceiling: Ceiling | None = None) -> pd.DataFrame:
     """One point per ok trial that has the zoo's counts and a throughput.
 
     Columns: trial_id, setting, model, batch_size, link, load_level, intensity
@@ -96,7 +100,7 @@ def roofline_points(trials: pd.DataFrame) -> pd.DataFrame:
         for r in ok.itertuples()
     ]
     out["achieved_flops"] = ok["throughput_ips"] * ok["flops_per_sample"]
-    ceiling = host_ceiling(trials)
+    ceiling = ceiling or host_ceiling(trials)
     out["attainable_flops"] = ceiling.attainable(out["intensity"].to_numpy())
     out["efficiency"] = out["achieved_flops"] / out["attainable_flops"]
     return out[columns].reset_index(drop=True)

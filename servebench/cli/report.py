@@ -81,7 +81,7 @@ def compare(
     ] = True,
 ) -> None:
     """Trial-by-trial ratios B/A of throughput, p50 and p99; flags what exceeds the noise."""
-    from servebench.analysis.compare import METRICS, compare_trials
+    from servebench.analysis.compare import BANDS, METRICS, compare_trials
     from servebench.analysis.loader import RunDirError, load_run
 
     try:
@@ -117,7 +117,7 @@ def compare(
     both = int((result["presence"] == "both").sum()) if len(result) else 0
     console.print(
         f"{both} trials in both runs, {flagged} beyond noise "
-        f"(floor {floor:.0%}; bands from each trial's records, 99 % intervals)",
+        f"(noise: at least {floor:.0%}; {BANDS})",
         highlight=False,
     )
 
