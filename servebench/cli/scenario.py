@@ -109,6 +109,8 @@ def run(
     if report:
         written = write_report(outcome.directory.path)
         console.print(f"report: {written.path}", highlight=False)
+        for problem in written.errors:
+            console.print(f"[red]report plot failed:[/red] {problem}", highlight=False)
     console.print(
         f"run {outcome.status}"
         + (f": {outcome.reason}" if outcome.reason else "")
