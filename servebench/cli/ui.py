@@ -1,0 +1,116 @@
+"""`servebench ui`: live load tests in Locust's web UI, on servebench's user classes.
+
+Imports nothing of Locust: the launcher runs it as a subprocess (see
+`servebench.locust.launcher` for why).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+# Unknown options after the known ones go to Locust (`servebench ui s.yaml -- --processes 2`).
+CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def ui(
+    ctx: typer.Context,
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(
+            help="scenario file: its first server (a local Triton is started), model, "
+            "batch size and link preconfigure the users",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="server's HTTP/REST base URL (instead of the scenario's)")
+    ] = None,
+    grpc_host: Annotated[str | None, typer.Option(help="server's gRPC host:port")] = None,
+    model: Annotated[str | None, typer.Option(help="served model name")] = None,
+    model_version: Annotated[str | None, typer.Option(help="model version")] = None,
+    protocol: Annotated[
+        str | None, typer.Option(help="triton-http, triton-grpc, tfs-rest or tfs-grpc")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="samples per request")] = None,
+    link: Annotated[
+        str | None, typer.Option(help="emulated link: a built-in profile or a YAML file")
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="which of the scenario's servers (default: the first)")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="web UI port on 127.0.0.1 (default: a free one)")
+    ] = None,
+    headless: Annotated[bool, typer.Option(help="run without the web UI")] = False,
+    users: Annotated[int, typer.Option("--users", "-u", help="Locust users")] = 4,
+    spawn_rate: Annotated[
+        float | None, typer.Option("--spawn-rate", "-r", help="users started per second")
+    ] = None,
+    run_time: Annotated[
+        str | None, typer.Option("--run-time", "-t", help="stop after, e.g. 30s, 2m (headless)")
+    ] = None,
+    results: Annotated[
+        Path | None, typer.Option(help="results folder (default: the scenario's output)")
+    ] = None,
+) -> None:
+    """Start Locust's web UI (or a headless run) preconfigured for a model; print its URL.
+
+    When Locust ends, its requests are in servebench's result format, for `servebench report`.
+    """
+    from servebench.locust.launcher import (
+        LaunchError,
+        Plan,
+        Target,
+        launch,
+        plan_from_scenario,
+        resolve,
+    )
+    from servebench.scenario.validate import ScenarioError
+    from servebench.servers.triton_local import TritonError
+
+    if headless and not run_time:
+        typer.echo("error: --headless needs --run-time (e.g. -t 30s)", err=True)
+        raise typer.Exit(code=2)
+    with tempfile.TemporaryDirectory(prefix="servebench-ui-") as tmp:
+        workdir = Path(tmp)
+        try:
+            plan = plan_from_scenario(scenario, server, workdir) if scenario else Plan(Target())
+            overrides = {
+                "host": host,
+                "grpc_host": grpc_host,
+                "model": model,
+                "version": model_version,
+                "protocol": protocol,
+                "batch_size": batch_size,
+                "link": link,
+            }
+            plan = resolve(plan, overrides)
+            if results is not None:
+                plan = replace(plan, results_dir=results)
+            code, run_path = launch(
+                plan,
+                workdir,
+                port=port,
+                headless=headless,
+                users=users,
+                spawn_rate=spawn_rate,
+                run_time=run_time,
+                extra=list(ctx.args),
+                say=typer.echo,
+            )
+        except ScenarioError as err:
+            for problem in err.problems:
+                typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(code=2) from None
+        except (LaunchError, TritonError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+    if (run_path / "run.json").is_file():
+        typer.echo(f"results: {run_path}  (servebench report {run_path})")
+    raise typer.Exit(code=code)

@@ -1,0 +1,177 @@
+"""Locust event listeners: per-request records in, servebench's result directory out.
+
+Locust's own statistics are aggregates; servebench wants one record per request (its
+latency distribution, error kinds and wire sizes are computed from them). The users put
+each request's record in the request event's context; here it is collected:
+
+- local runner: records collect in this process; each swarm's trials are written when
+  it stops (`test_stop`), and the run is closed when Locust quits (`quit`, which comes
+  after the last `test_stop`, even on Ctrl-C);
+- `--processes` / workers: each worker sends its records with its periodic report to the
+  master (`report_to_master`, including the final one a stopping worker sends) and the
+  master collects them (`worker_report`) and writes the results. A worker's final report
+  can arrive after the master's `test_stop` (a headless master quits before it asks the
+  workers to), so the master writes the swarm again with them: a few seconds later, or
+  when the next swarm starts or Locust quits, whichever comes first.
+
+Everything here is per process: one collector, one link pool, one payload cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from servebench.locust.links import LinkPool
+from servebench.locust.options import recorded_options
+from servebench.locust.records import RecordCollector
+from servebench.locust.results import LocustRun
+from servebench.locust.settings import DEFAULT_PROTOCOL
+from servebench.locust.transport import PayloadCache, preload
+
+logger = logging.getLogger("servebench.locust")
+
+# Key of a servebench record in a request event's context, and of records in a report.
+RECORD_KEY = "servebench_record"
+REPORT_KEY = "servebench_records"
+
+
+@dataclass
+class ProcessState:
+    collector: RecordCollector = field(default_factory=RecordCollector)
+    links: LinkPool = field(default_factory=LinkPool)
+    payloads: PayloadCache = field(default_factory=PayloadCache)
+    run: LocustRun | None = None
+    swarm: int = 0
+    users: int = 0
+    recording: bool = False  # a swarm is running: requests are recorded
+    late: bool = False  # records came (from workers) after the swarm's results were written
+
+
+state = ProcessState()
+# A master writes a stopped swarm again this long after it stopped, with the records of
+# workers' final reports (Locust's master waits 0.5 s for them when quitting).
+LATE_REPORT_S = 3.0
+
+
+def _is_worker(environment: Any) -> bool:
+    return isinstance(environment.runner, WorkerRunner)
+
+
+def _protocols(environment: Any) -> set[str]:
+    """The protocols this process's servebench users will speak (fixed or `--protocol`)."""
+    chosen = getattr(environment.parsed_options, "protocol", None) or DEFAULT_PROTOCOL
+    return {
+        getattr(cls, "protocol", None) or chosen
+        for cls in environment.user_classes
+        if hasattr(cls, "protocol")
+    }
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    if not isinstance(environment.runner, MasterRunner):
+        preload(_protocols(environment))
+    options = environment.parsed_options
+    if _is_worker(environment) or options is None or not getattr(options, "results_dir", ""):
+        return  # a worker, or Locust used as a library without servebench's options
+    scenario = getattr(options, "scenario_file", "") or None
+    state.run = LocustRun(
+        Path(options.results_dir),
+        getattr(options, "run_id", "") or None,
+        options=recorded_options(options),
+        scenario=Path(scenario) if scenario else None,
+    )
+    logger.info("servebench: results go to %s", state.run.path)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Any, **_: Any) -> None:
+    if not isinstance(environment.runner, MasterRunner):
+        preload(_protocols(environment))  # the form may have switched protocols
+    _write_late()
+    state.payloads.clear()
+    state.collector.clear()
+    state.recording = True
+    if state.run is not None:
+        state.swarm = state.run.start_swarm()
+
+
+@events.request.add_listener
+def _on_request(context: Any = None, **_: Any) -> None:
+    record = context.get(RECORD_KEY) if context else None
+    if record is not None and state.recording:
+        state.collector.add(*record)
+
+
+@events.report_to_master.add_listener
+def _on_report_to_master(data: dict[str, Any], **_: Any) -> None:
+    drained = state.collector.drain()
+    if drained:
+        data[REPORT_KEY] = drained
+
+
+@events.worker_report.add_listener
+def _on_worker_report(data: dict[str, Any], **_: Any) -> None:
+    if data.get(REPORT_KEY) and state.swarm:
+        state.collector.extend(data[REPORT_KEY])
+        state.late = not state.recording
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    state.links.stop_all()
+    if _is_worker(environment):
+        return  # the final report to the master carries what is left
+    state.recording = False
+    runner = environment.runner
+    state.users = sum((getattr(runner, "final_user_classes_count", None) or {}).values())
+    _write_swarm()
+    if isinstance(runner, MasterRunner):
+        gevent.spawn_later(LATE_REPORT_S, _write_late)
+
+
+def _write_late() -> None:
+    if state.late:
+        state.late = False
+        _write_swarm()
+
+
+def _write_swarm() -> None:
+    """Write the current swarm's trials (again, when late records came in)."""
+    trials = state.collector.snapshot()
+    if state.run is None or not trials:
+        return
+    try:
+        rows = state.run.add_swarm(state.swarm, trials, state.users)
+    except OSError as exc:
+        logger.error("servebench: cannot write swarm %d's results: %s", state.swarm, exc)
+        return
+    for row in rows:
+        logger.info(
+            "servebench: swarm %d, %s: %d requests, %d failed, %.1f req/s, p50 %.2f ms -> %s",
+            state.swarm,
+            row["model"],
+            row["count"],
+            row["errors"],
+            row["throughput_rps"],
+            (row["latency_p50"] or float("nan")) * 1e3,
+            state.run.path,
+        )
+
+
+@events.quit.add_listener
+def _on_quit(**_: Any) -> None:
+    state.links.stop_all()
+    _write_late()
+    if state.run is not None:
+        state.run.finish()
+        logger.info(
+            "servebench: results in %s (servebench report %s)", state.run.path, state.run.path
+        )

@@ -1,0 +1,356 @@
+"""`servebench ui`: Locust's web UI (or a headless Locust run), preconfigured for a model.
+
+From a scenario file it takes the first server (or `--server NAME`), its first model,
+batch size and link; a local Triton server is exported (`export_family`, the scenario's
+first settings) and started here, and stopped when Locust ends. Without a scenario,
+`--host` and `--model` say where to send. Anything given on the command line wins.
+
+Locust runs as a subprocess (`python -m locust -f servebench/locust/locustfile.py ...`),
+not as a library in this process, because:
+- importing Locust monkey-patches sockets, threads and subprocesses with gevent, and this
+  process exports models with torch / ONNX / TensorFlow and supervises tritonserver,
+  none of which should run on a patched standard library;
+- the child is exactly `locust -f`, so every Locust option passes through unchanged
+  (`servebench ui scenario.yaml -- --processes 2 --csv out`), and the results come from
+  the same hooks as any `locust -f` run of servebench's users.
+
+This module imports no Locust. The child gets its own session, so a Ctrl-C here reaches it
+once, forwarded: Locust then stops the swarm, writes the results and exits, and this
+process stops the local Triton after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servebench.locust.settings import PROTOCOLS
+from servebench.netem import LinkProfile
+from servebench.scenario.results import RUN_FILE, RunDirectory, new_run_id
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+LOOPBACK = "127.0.0.1"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+UI_START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+class LaunchError(Exception):
+    """`servebench ui` cannot start; the message says which input and why."""
+
+
+@dataclass
+class Target:
+    """Where the users send and what: the values the Locust options start with."""
+
+    host: str = ""
+    grpc_host: str = ""
+    model: str = ""
+    version: str = ""
+    protocol: str = "triton-http"
+    batch_size: int = 1
+    link: str = "direct"
+
+
+@dataclass
+class LocalServer:
+    """A scenario's local Triton: the model to export and serve, with its settings."""
+
+    spec: Any  # model_zoo.spec.ModelSpec
+    settings: dict[str, Any]
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `launch` starts: the users' target, and the local server to start, if any."""
+
+    target: Target
+    local: LocalServer | None = None
+    scenario: Path | None = None
+    run_prefix: str = "locust"
+    results_dir: Path = Path("results")
+    server_name: str = ""
+    server_launch: str = ""
+
+
+def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Plan:
+    """The first server, model, batch size and link of a scenario (ScenarioError if invalid)."""
+    from servebench.scenario.deploy import CLIENT_PROTOCOLS
+    from servebench.scenario.plan import resolve_models
+    from servebench.scenario.validate import load_scenario
+
+    scenario = load_scenario(path)
+    servers = scenario.servers
+    if server_name is not None:
+        servers = [s for s in servers if s.name == server_name]
+        if not servers:
+            names = ", ".join(s.name for s in scenario.servers)
+            raise LaunchError(f"--server: {path} has no server {server_name!r} (it has: {names})")
+    server = servers[0]
+    specs = resolve_models(scenario, path.parent)
+    spec = specs[0]
+    target = Target(
+        model=spec.id,
+        protocol=CLIENT_PROTOCOLS[(server.kind, server.protocol)],
+        batch_size=scenario.workload.batch_sizes[0],
+        link=_link_argument(scenario.links[0], path.parent, workdir),
+    )
+    local = None
+    if server.launch == "remote":
+        target.host = server.url or ""
+        target.grpc_host = server.grpc_url or ""
+    elif server.launch == "local":
+        local = LocalServer(spec, server.settings_model.combinations()[0], scenario.seed)
+    return Plan(
+        target,
+        local,
+        scenario=path,
+        run_prefix=f"{scenario.name}-locust",
+        results_dir=scenario.output,
+        server_name=server.name,
+        server_launch=server.launch,
+    )
+
+
+def _link_argument(link: str | LinkProfile, base_dir: Path, workdir: Path) -> str:
+    """What `--link` takes: a built-in name or a YAML file (an inline profile is written out)."""
+    if isinstance(link, LinkProfile):
+        path = workdir / f"link-{link.name}.yaml"
+        path.write_text(yaml.safe_dump(link.model_dump(mode="json", exclude_none=True)))
+        return str(path)
+    if link.endswith((".yaml", ".yml")) and not Path(link).is_absolute():
+        return str(base_dir / link)
+    return link
+
+
+def resolve(plan: Plan, overrides: dict[str, Any]) -> Plan:
+    """Apply command-line values (None: keep the scenario's) and check the result."""
+    target = replace(plan.target, **{k: v for k, v in overrides.items() if v is not None})
+    if target.host or target.grpc_host:
+        plan = replace(plan, local=None)  # an address given: talk to it, start nothing
+    elif plan.server_launch == "docker":
+        raise LaunchError(
+            f"server {plan.server_name!r} is a docker server: servebench ui starts only a "
+            "local Triton; start it yourself (docker/) and pass --host (and --grpc-host), "
+            "or pick another server with --server"
+        )
+    if target.protocol not in PROTOCOLS:
+        raise LaunchError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    if not target.model:
+        raise LaunchError("--model: give the served model's name (or a scenario file)")
+    if plan.local is None and not (target.host or target.grpc_host):
+        raise LaunchError("--host: give the server's address (or a scenario file)")
+    if target.batch_size < 1:
+        raise LaunchError(f"--batch-size: must be >= 1, got {target.batch_size}")
+    return replace(plan, target=target)
+
+
+def locust_argv(
+    target: Target,
+    *,
+    results_dir: Path,
+    run_id: str,
+    scenario: Path | None,
+    port: int,
+    headless: bool,
+    users: int,
+    spawn_rate: float,
+    run_time: str | None,
+    extra: list[str],
+) -> list[str]:
+    """The `locust` command line for `target` (web UI on 127.0.0.1:port, or headless)."""
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    if target.host:
+        argv += ["--host", target.host]
+    argv += [
+        "--grpc-host", target.grpc_host,
+        "--model", target.model,
+        "--model-version", target.version,
+        "--protocol", target.protocol,
+        "--batch-size", str(target.batch_size),
+        "--link", target.link,
+        "--results-dir", str(results_dir),
+        "--run-id", run_id,
+        "-u", str(users),
+        "-r", f"{spawn_rate:g}",
+    ]  # fmt: skip
+    if scenario is not None:
+        argv += ["--scenario-file", str(scenario)]
+    if headless:
+        argv += ["--headless"]
+        if run_time:
+            argv += ["-t", run_time]
+    else:
+        argv += ["--web-host", LOOPBACK, "--web-port", str(port)]
+        if run_time:
+            argv += ["-t", run_time]
+    return argv + extra
+
+
+@contextlib.contextmanager
+def local_triton(
+    local: LocalServer, workdir: Path, say: Callable[[str], None]
+) -> Iterator[tuple[str, str]]:
+    """Export the model, serve it on the local Triton; yields (http url, grpc address)."""
+    from model_zoo.export import PYTHON_REPOSITORY
+    from model_zoo.export.family import export_family
+    from servebench.scenario.deploy import triton_settings
+    from servebench.servers.triton_local import LocalTriton
+
+    say(f"exporting {local.spec.id} for the local Triton ...")
+    export = workdir / "export"
+    export_family(
+        [local.spec],
+        export,
+        formats=("triton",),
+        triton_settings=triton_settings(local.settings),
+        seed=local.seed,
+    )
+    server = LocalTriton(
+        export / PYTHON_REPOSITORY, run_dir=workdir / "triton", load_models=[local.spec.id]
+    )
+    say("starting the local Triton ...")
+    server.start()
+    try:
+        say(
+            f"local Triton ready: {server.endpoints.http_url} (gRPC {server.endpoints.grpc_address})"
+        )
+        yield server.endpoints.http_url, server.endpoints.grpc_address
+    finally:
+        server.stop()
+        say("local Triton stopped")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
+    """True once 127.0.0.1:port accepts; False if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def run_locust(argv: list[str], *, port: int | None, say: Callable[[str], None]) -> int:
+    """Run Locust until it exits; Ctrl-C or SIGTERM here asks it to stop, once.
+
+    Locust is asked with SIGTERM (its graceful shutdown: stop the swarm, fire the events
+    that write the results, exit), because a child started from a background job
+    inherits an ignored SIGINT. A second interrupt here kills it.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    previous = {
+        sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    escalation = [signal.SIGTERM, signal.SIGKILL]
+    try:
+        if port is not None:
+            if wait_for_port(port, proc, UI_START_TIMEOUT_S):
+                say(f"Locust web UI: http://{LOOPBACK}:{port}  (Ctrl-C stops it)")
+            elif proc.poll() is None:
+                say(
+                    f"Locust's web UI did not open on port {port} within {UI_START_TIMEOUT_S:.0f} s"
+                )
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                if not escalation:
+                    continue
+                sig = escalation.pop(0)
+                if sig == signal.SIGTERM:
+                    say("stopping Locust (it writes the results first) ...")
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def finish_run(path: Path, returncode: int) -> dict[str, Any] | None:
+    """Close a run Locust left open (it died): status interrupted, records merged."""
+    run_file = path / RUN_FILE
+    if not run_file.is_file():
+        return None
+    run = json.loads(run_file.read_text())
+    if run.get("status") == "running":
+        RunDirectory(path, run=run).finish(
+            "interrupted", f"Locust exited with status {returncode} before closing the run"
+        )
+    return run
+
+
+def launch(
+    plan: Plan,
+    workdir: Path,
+    *,
+    port: int | None,
+    headless: bool,
+    users: int,
+    spawn_rate: float | None,
+    run_time: str | None,
+    extra: list[str],
+    say: Callable[[str], None] = print,
+) -> tuple[int, Path]:
+    """Start what the plan needs, run Locust, stop it all; returns (exit code, run dir).
+
+    `workdir` holds the export and the local Triton's run folder (the caller removes it).
+    """
+    target = plan.target
+    run_id = new_run_id(plan.run_prefix)
+    run_path = Path(plan.results_dir) / run_id
+    ui_port = None if headless else (port or free_port())
+    with contextlib.ExitStack() as stack:
+        if plan.local is not None:
+            http_url, grpc_address = stack.enter_context(local_triton(plan.local, workdir, say))
+            target = replace(target, host=http_url, grpc_host=grpc_address)
+        argv = locust_argv(
+            target,
+            results_dir=Path(plan.results_dir),
+            run_id=run_id,
+            scenario=plan.scenario,
+            port=ui_port or 0,
+            headless=headless,
+            users=users,
+            spawn_rate=spawn_rate or users,
+            run_time=run_time,
+            extra=extra,
+        )
+        address = (
+            target.grpc_host or target.host if target.protocol.endswith("grpc") else target.host
+        )
+        say(
+            f"Locust users: {target.protocol} to {address}, model {target.model}, "
+            f"batch {target.batch_size}, link {target.link}; results: {run_path}"
+        )
+        code = run_locust(argv, port=ui_port, say=say)
+    finish_run(run_path, code)
+    return code, run_path

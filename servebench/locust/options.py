@@ -1,0 +1,122 @@
+"""servebench's options as Locust command-line arguments, the web UI's form fields included.
+
+Registered through Locust's own hook (`init_command_line_parser`), so they work with
+`locust -f`, in config files and `LOCUST_*` environment variables, and those marked
+`include_in_web_ui` appear in the form that starts a swarm: the place people change
+model, version, batch size, protocol, link and gRPC address between swarms. Defaults
+are strings where the form may leave a field empty (Locust keeps a form value's type
+from the default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from locust import events
+
+from servebench.locust.settings import (
+    DEFAULT_LINK,
+    DEFAULT_PROTOCOL,
+    DEFAULT_TIMEOUT_S,
+    PROTOCOLS,
+    REQUEST_FORMATS,
+)
+from servebench.netem import BUILTIN_PROFILES
+
+
+@events.init_command_line_parser.add_listener
+def add_arguments(parser: Any, **_: Any) -> None:
+    parser.add_argument(
+        "--model",
+        default="",
+        is_required=True,
+        help="Name of the served model (as the server knows it)",
+    )
+    parser.add_argument(
+        "--model-version",
+        default="",
+        help="Model version; empty means the server's default (latest)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="Samples per request (the payload's batch)"
+    )
+    parser.add_argument(
+        "--protocol",
+        default=DEFAULT_PROTOCOL,
+        choices=PROTOCOLS,
+        help="Protocol of ServebenchUser (the protocol-specific user classes keep their own)",
+    )
+    parser.add_argument(
+        "--link",
+        default=DEFAULT_LINK,
+        help=f"Emulated network link: {', '.join(BUILTIN_PROFILES)}, or a profile YAML file",
+    )
+    parser.add_argument(
+        "--grpc-host",
+        default="",
+        help="The server's gRPC host:port for the gRPC protocols (default: --host)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        include_in_web_ui=False,
+        help="Seconds before a request counts as a timeout failure",
+    )
+    parser.add_argument(
+        "--tfs-request-format",
+        default="row",
+        choices=REQUEST_FORMATS,
+        include_in_web_ui=False,
+        help="TF Serving REST body: row (instances) or columnar (inputs)",
+    )
+    parser.add_argument(
+        "--signature",
+        default="",
+        include_in_web_ui=False,
+        help="JSON file with the model's inputs and outputs, trusted as the expected answer "
+        "instead of asking the server",
+    )
+    parser.add_argument(
+        "--results-dir",
+        default="results",
+        include_in_web_ui=False,
+        help="Folder for servebench's result directory of this Locust run",
+    )
+    parser.add_argument(
+        "--run-id",
+        default="",
+        include_in_web_ui=False,
+        help="Name of the result directory (default locust-<UTC time>)",
+    )
+    parser.add_argument(
+        "--scenario-file",
+        default="",
+        include_in_web_ui=False,
+        help="Scenario this run was configured from, copied into the result directory",
+    )
+
+
+# The options recorded in run.json (Locust's own plus servebench's), as the run started.
+RECORDED_OPTIONS = (
+    "host",
+    "grpc_host",
+    "model",
+    "model_version",
+    "batch_size",
+    "protocol",
+    "link",
+    "request_timeout",
+    "tfs_request_format",
+    "signature",
+    "locustfile",
+    "num_users",
+    "spawn_rate",
+    "run_time",
+    "headless",
+    "processes",
+)
+
+
+def recorded_options(options: Any) -> dict[str, Any]:
+    return {name: getattr(options, name, None) for name in RECORDED_OPTIONS}

@@ -1,0 +1,171 @@
+"""servebench's result directory for a Locust run, so `servebench report` reads it.
+
+One directory per Locust process that drives load (the local runner, or the master):
+`run.json` (status, machine, versions, `"source": "locust"` and Locust's options),
+`records/<trial>.parquet` and `trials.csv` written when each swarm stops, and
+`records.parquet` merged when Locust quits. Trial rows use the scenario runner's column
+names (`servebench.scenario.trial.build_row`) with the load given as `users N`: each
+swarm is a closed-loop load level, not a rate.
+
+A run directory is created when Locust starts, so a session that quits before any swarm
+still says so (status "interrupted", reason "no swarm ran"); a Locust process that dies
+leaves "running", which `servebench ui` turns into "interrupted" with the exit status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
+from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
+from servebench.load.summary import judge
+from servebench.locust.records import Coordinates
+from servebench.netem import NetemError, get_profile
+from servebench.scenario.results import RunDirectory, new_run_id
+
+SOURCE = "locust"
+# The error share above which a swarm's verdict is INVALID (the scenario runner's default).
+MAX_ERROR_SHARE = 0.01
+_NO_SCENARIO = (
+    "# A live Locust session: no scenario file. Each swarm's settings are in trials.csv,\n"
+    "# Locust's options in run.json under 'locust'.\n"
+)
+_CLOSED_LOOP = Clock(wall0=0.0, perf0=0.0)  # records already hold wall-clock times
+
+
+class LocustRun:
+    """The run directory of one Locust process, written as swarms start and stop."""
+
+    def __init__(
+        self,
+        root: Path,
+        run_id: str | None = None,
+        *,
+        options: dict[str, Any] | None = None,
+        scenario: Path | None = None,
+    ):
+        run_id = run_id or new_run_id(SOURCE)
+        text = Path(scenario).read_text() if scenario else _NO_SCENARIO
+        self.directory = RunDirectory.create(
+            Path(root), run_id, text, Path(scenario) if scenario else Path("-")
+        )
+        if scenario is None:
+            self.directory.run["scenario"] = None
+        self.directory.run["source"] = SOURCE
+        self.directory.run["locust"] = options or {}
+        self.directory.write_run()
+        self.swarms = 0
+        self.finished = False
+
+    @property
+    def path(self) -> Path:
+        return self.directory.path
+
+    def start_swarm(self) -> int:
+        self.swarms += 1
+        return self.swarms
+
+    def add_swarm(
+        self, swarm: int, trials: list[tuple[Coordinates, Chunk]], users: int
+    ) -> list[dict[str, Any]]:
+        """Write each trial's records file and summary row; returns the rows.
+
+        Called again for the same swarm with more records (a worker's last report came
+        after the swarm stopped), it replaces that swarm's files and rows.
+        """
+        rows = []
+        for coords, chunk in trials:
+            trial_id = _trial_id(swarm, coords)
+            batch = chunk_to_batch(
+                chunk,
+                trial_id=trial_id,
+                batch_size=coords.batch_size,
+                clock=_CLOSED_LOOP,
+                latency_from_send=True,
+            )
+            with ParquetRecordWriter(self.directory.trial_records_path(trial_id)) as writer:
+                writer.write(batch)
+            earlier = [r for r in self.directory.rows if r.get("trial_id") == trial_id]
+            index = earlier[0]["index"] if earlier else len(self.directory.rows) + 1
+            row = trial_row(trial_id, index, swarm, coords, batch, users)
+            self.directory.add_trial(row)
+            rows.append(row)
+        return rows
+
+    def finish(self, reason: str | None = None) -> None:
+        """Close the run: complete when some swarm recorded requests, else interrupted."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.directory.rows:
+            self.directory.finish("complete", reason)
+        else:
+            self.directory.finish("interrupted", reason or "no swarm ran")
+
+
+def _trial_id(swarm: int, coords: Coordinates) -> str:
+    digest = hashlib.sha256(json.dumps(asdict(coords), sort_keys=True).encode()).hexdigest()
+    return f"s{swarm:02d}-{digest[:8]}"
+
+
+def trial_row(
+    trial_id: str,
+    index: int,
+    swarm: int,
+    coords: Coordinates,
+    batch: pa.RecordBatch,
+    users: int,
+) -> dict[str, Any]:
+    """A trials.csv row from a swarm's records, in the scenario runner's columns."""
+    table = pa.Table.from_batches([batch])
+    summary = summarize(columns_from_table(table), mode="closed", target_rate=None)
+    judge(
+        summary,
+        late_threshold=LATE_THRESHOLD,
+        late_limit=1.0,  # closed loop: no schedule to fall behind
+        max_error_share=MAX_ERROR_SHARE,
+    )
+    stats = summary.to_dict()
+    for unused in ("windows", "batch_size", "load", "concurrency", "processes", "stable"):
+        stats.pop(unused, None)
+    row: dict[str, Any] = {
+        "trial_id": trial_id,
+        "index": index,
+        "status": "ok",
+        "reason": "",
+        "verdict": stats.pop("verdict"),
+        "verdict_reasons": "; ".join(stats.pop("reasons")),
+        "server": coords.server,
+        "server_kind": coords.server_kind,
+        "launch": SOURCE,
+        "protocol": "grpc" if coords.protocol.endswith("grpc") else "http",
+        "client_protocol": coords.protocol,
+        "setting": f"swarm {swarm}",
+        "model": coords.model,
+        "model_version": coords.version,
+        "batch_size": coords.batch_size,
+        "link": coords.link,
+        "load_kind": "users",
+        "load_level": users,
+        "swarm": swarm,
+    }
+    stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
+    row.update(stats)
+    if batch.num_rows:
+        row["request_bytes_mean"] = float(pc.mean(batch.column("request_bytes")).as_py())
+        row["response_bytes_mean"] = float(pc.mean(batch.column("response_bytes")).as_py())
+    try:
+        profile = get_profile(coords.link)
+    except NetemError:
+        return row  # a profile file that went away since the swarm: the name is enough
+    row.update(
+        link_rtt_s=profile.rtt_s, link_down_mbps=profile.down_mbps, link_up_mbps=profile.up_mbps
+    )
+    return row

@@ -1,0 +1,171 @@
+"""Locust user classes that send servebench's pre-encoded inference requests.
+
+`ServebenchUser` speaks the protocol named by `--protocol` (what `servebench ui` runs, so
+the web form can switch protocols); `TritonHttpUser`, `TritonGrpcUser`, `TfsRestUser` and
+`TfsGrpcUser` each speak one, for locustfiles that want a fixed protocol:
+
+    from servebench.locust import TritonGrpcUser   # in a locustfile
+    locust -f that_file.py --host 127.0.0.1:8001 --model my-model --headless -u 8 -t 30s
+
+Each user is closed loop (it sends again as soon as an answer is in) and fires one
+Locust request event per request, named `<model> b<batch> <protocol>`, whose context
+carries servebench's per-request record. A wrong answer (outputs missing, wrong shape or
+dtype) is a failure, never a success. Everything a user needs before its first request
+(link, signature, payload) it gets from per-process caches, so a swarm of a hundred users
+reads the signature once and starts one link emulator; when that fails (server down,
+unknown model, bad option) the user reports the reason as a failure and retries after a
+second, so the reason shows in the web UI's failures tab.
+
+Importing this module imports Locust (gevent's monkey-patching) and makes grpcio
+cooperate with gevent: only locustfiles and Locust processes import it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gevent
+from grpc.experimental import gevent as grpc_gevent
+from locust import User, constant, task
+
+from servebench.clients.base import ErrorKind, InferenceError
+from servebench.locust import options as _options  # noqa: F401  (registers the arguments)
+from servebench.locust.hooks import RECORD_KEY, state
+from servebench.locust.records import Coordinates
+from servebench.locust.settings import UserSettings, user_settings
+from servebench.locust.transport import Prepared, Transport, open_transport
+from servebench.netem import NetemError
+
+# grpcio's blocking calls must yield to gevent, or one user's call stalls every user.
+# Must run after monkey-patching (importing locust did it) and before any channel exists.
+grpc_gevent.init_gevent()
+
+SETUP_RETRY_S = 1.0
+
+__all__ = ["ServebenchUser", "TfsGrpcUser", "TfsRestUser", "TritonGrpcUser", "TritonHttpUser"]
+
+
+class ServebenchUser(User):
+    """A closed-loop user sending one model's pre-encoded request (protocol: `--protocol`)."""
+
+    #: The protocol this class speaks; None reads `--protocol` (the web form's field).
+    protocol: str | None = None
+    wait_time = constant(0)
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        self._settings: UserSettings | None = None
+        self._coordinates: Coordinates | None = None
+        self._transport: Transport | None = None
+        self._prepared: Prepared | None = None
+
+    @task
+    def infer(self) -> None:
+        if self._prepared is None and not self._set_up():
+            return
+        prepared, transport = self._prepared, self._transport
+        assert prepared is not None and transport is not None
+        payload = prepared.payload
+        send = time.time()
+        started = time.perf_counter()
+        error: InferenceError | None = None
+        response_bytes = 0
+        try:
+            response_bytes = transport.infer(payload, prepared.signature.outputs)
+        except InferenceError as exc:
+            error = exc
+        latency = time.perf_counter() - started
+        self._fire(send, latency, error, payload.request_bytes, response_bytes)
+
+    def on_stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    def _set_up(self) -> bool:
+        """Settings, link, signature and payload; on failure report it and wait a second."""
+        send = time.time()
+        started = time.perf_counter()
+        try:
+            settings = self._settings = user_settings(
+                self.environment.parsed_options, self.host, self.protocol
+            )
+            self._coordinates = Coordinates(
+                server=settings.url,
+                server_kind=settings.server_kind,
+                protocol=settings.protocol,
+                model=settings.model,
+                version=settings.version,
+                batch_size=settings.batch_size,
+                link=settings.link,
+            )
+            url = state.links.connect_url(settings)
+            transport = self._transport = self._transport or open_transport(settings, url)
+            self._prepared = state.payloads.get(settings, url, transport)
+            return True
+        except (InferenceError, ValueError, NetemError) as exc:
+            error = exc if isinstance(exc, InferenceError) else _client_error(exc)
+            self._fire(send, time.perf_counter() - started, error, 0, 0)
+            gevent.sleep(SETUP_RETRY_S)
+            return False
+
+    def _fire(
+        self,
+        send: float,
+        latency: float,
+        error: InferenceError | None,
+        request_bytes: int,
+        response_bytes: int,
+    ) -> None:
+        settings, coordinates = self._settings, self._coordinates
+        context = {}
+        if coordinates is not None:
+            context[RECORD_KEY] = (
+                coordinates,
+                send,
+                send + latency,
+                None if error is None else error.kind.value,
+                request_bytes,
+                response_bytes,
+            )
+        self.environment.events.request.fire(
+            request_type=settings.protocol if settings else (self.protocol or "servebench"),
+            name=settings.request_name if settings else "setup",
+            response_time=latency * 1e3,
+            response_length=response_bytes,
+            response=None,
+            context=context,
+            exception=error,
+            start_time=send,
+            url=settings.url if settings else None,
+        )
+
+
+def _client_error(exc: Exception) -> InferenceError:
+    """A bad option or link: counted as the client's failure, with the message that names it."""
+    return InferenceError(ErrorKind.CLIENT_ERROR, str(exc))
+
+
+class TritonHttpUser(ServebenchUser):
+    """Triton's KServe v2 HTTP API, binary tensors (`--host http://host:8000`)."""
+
+    protocol = "triton-http"
+
+
+class TritonGrpcUser(ServebenchUser):
+    """Triton's KServe v2 gRPC API (`--grpc-host host:8001`, or `--host host:8001`)."""
+
+    protocol = "triton-grpc"
+
+
+class TfsRestUser(ServebenchUser):
+    """TF Serving's REST predict API, row or columnar (`--host http://host:8501`)."""
+
+    protocol = "tfs-rest"
+
+
+class TfsGrpcUser(ServebenchUser):
+    """TF Serving's gRPC PredictionService (`--grpc-host host:8500`, or `--host`)."""
+
+    protocol = "tfs-grpc"
