@@ -19,6 +19,7 @@ It sees only `InferenceClient`. Accuracy choices, each for a measured reason:
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import time
@@ -127,6 +128,11 @@ class LoadEngine:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
         if s.arrivals is not None:
             self._timer = precise_timer(loop)
+        # Every object alive now (numpy, pyarrow, aiohttp, ... ~10^5) would otherwise be
+        # rescanned by each full garbage collection during the run: 70 ms stalls measured
+        # here. Frozen objects are skipped until the run ends.
+        gc.collect()
+        gc.freeze()
         # The clock starts after the set-up above, or the first sends would start late.
         self._clock = Clock(time.time(), perf_counter())
         if self.start_at is None:
@@ -159,6 +165,7 @@ class LoadEngine:
                 task.cancel()
             if self._timer is not None:
                 self._timer.close()
+            gc.unfreeze()
             self._finish_records()
         return self._report()
 
