@@ -40,7 +40,7 @@ from servebench.locust.settings import read_signature_file, user_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "servebench" / "locust" / "locustfile.py"
-RUN_TIME = "2s"
+RUN_TIME = "1s"
 
 
 @dataclass
@@ -215,8 +215,7 @@ def _check_all_bad_responses(outcome: LocustOutcome, name: str) -> None:
 
 def test_refused_connection_is_a_classified_failure(closed_port, tmp_path):
     outcome = run_locust(
-        tmp_path, "TritonHttpUser", "--host", f"http://{closed_port}", "--model", "m",
-        run_time="2s", users=1,
+        tmp_path, "TritonHttpUser", "--host", f"http://{closed_port}", "--model", "m", users=1,
     )  # fmt: skip
     entry = outcome.entry("m b1 triton-http")
     assert entry["num_failures"] == entry["num_requests"] > 0
@@ -242,7 +241,7 @@ def test_servebench_user_sends_through_an_emulated_link(triton_dense_model, tmp_
 def test_processes_send_their_records_to_the_master(triton_dense_model, tmp_path):
     outcome = run_locust(
         tmp_path, "TritonHttpUser", "--host", triton_dense_model.server.endpoints.http_url,
-        "--model", triton_dense_model.name, "--processes", "2", users=4,
+        "--model", triton_dense_model.name, "--processes", "2", users=4, run_time="2s",
     )  # fmt: skip
     check_clean_run(outcome, f"{triton_dense_model.name} b1 triton-http", batch_size=1)
 
@@ -411,3 +410,24 @@ def test_launcher_and_cli_do_not_import_locust():
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_one_link_emulator_per_process_and_profile(silent_server):
+    """Every user of a process asking for the same link to the same server shares one proxy."""
+    from servebench.locust.links import LinkPool
+
+    pool = LinkPool()
+    http = user_settings(SimpleNamespace(model="m", link="wifi"), f"http://{silent_server}")
+    grpc = user_settings(
+        SimpleNamespace(model="m", link="wifi", grpc_host=silent_server), None, "triton-grpc"
+    )
+    direct = user_settings(SimpleNamespace(model="m"), f"http://{silent_server}")
+    try:
+        first = pool.connect_url(http)
+        assert pool.connect_url(http) == first  # the same emulator, not a second one
+        assert first.startswith("http://127.0.0.1:") and first != f"http://{silent_server}"
+        assert pool.connect_url(grpc) == first.removeprefix("http://")  # same link and server
+        assert pool.connect_url(direct) == f"http://{silent_server}"  # nothing to emulate
+    finally:
+        stats = pool.stop_all()
+    assert list(stats) == [f"wifi->{silent_server}"]

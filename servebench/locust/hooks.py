@@ -82,12 +82,18 @@ def _on_init(environment: Any, **_: Any) -> None:
     if _is_worker(environment) or options is None or not getattr(options, "results_dir", ""):
         return  # a worker, or Locust used as a library without servebench's options
     scenario = getattr(options, "scenario_file", "") or None
-    state.run = LocustRun(
-        Path(options.results_dir),
-        getattr(options, "run_id", "") or None,
-        options=recorded_options(options),
-        scenario=Path(scenario) if scenario else None,
-    )
+    try:
+        state.run = LocustRun(
+            Path(options.results_dir),
+            getattr(options, "run_id", "") or None,
+            options=recorded_options(options),
+            scenario=Path(scenario) if scenario else None,
+        )
+    except OSError as exc:
+        # Locust logs and ignores exceptions from listeners; a load test that would record
+        # nothing must not start, so this one ends the process.
+        logger.error("servebench: cannot create the result directory (%s)", exc)
+        raise SystemExit(2) from exc
     logger.info("servebench: results go to %s", state.run.path)
 
 
@@ -146,7 +152,7 @@ def _write_late() -> None:
 def _write_swarm() -> None:
     """Write the current swarm's trials (again, when late records came in)."""
     trials = state.collector.snapshot()
-    if state.run is None or not trials:
+    if state.run is None or state.run.finished or not trials:
         return
     try:
         rows = state.run.add_swarm(state.swarm, trials, state.users)

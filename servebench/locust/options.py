@@ -81,7 +81,7 @@ def add_arguments(parser: Any, **_: Any) -> None:
         "--results-dir",
         default="results",
         include_in_web_ui=False,
-        help="Folder for servebench's result directory of this Locust run",
+        help="Folder for servebench's result directory of this Locust run (empty: none)",
     )
     parser.add_argument(
         "--run-id",

@@ -58,6 +58,7 @@ class LocustRun:
         )
         if scenario is None:
             self.directory.run["scenario"] = None
+        self.directory.run.pop("trials_planned", None)  # swarms are not planned ahead
         self.directory.run["source"] = SOURCE
         self.directory.run["locust"] = options or {}
         self.directory.write_run()
