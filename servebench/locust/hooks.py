@@ -20,13 +20,14 @@ Everything here is per process: one collector, one link pool, one payload cache.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gevent
 from locust import events
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from servebench.locust.links import LinkPool
 from servebench.locust.options import recorded_options
@@ -51,6 +52,8 @@ class ProcessState:
     swarm: int = 0
     users: int = 0
     recording: bool = False  # a swarm is running: requests are recorded
+    cpu_at_start: float = 0.0  # this process's CPU time when the swarm started
+    client_cpu_s: float | None = None  # its CPU time during the swarm (local runner only)
     late: bool = False  # records came (from workers) after the swarm's results were written
 
 
@@ -105,6 +108,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     state.payloads.clear()
     state.collector.clear()
     state.recording = True
+    state.cpu_at_start = time.process_time()
     if state.run is not None:
         state.swarm = state.run.start_swarm()
 
@@ -138,6 +142,9 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     state.recording = False
     runner = environment.runner
     state.users = sum((getattr(runner, "final_user_classes_count", None) or {}).values())
+    # Whether the generator itself was busy; a master's own CPU says nothing about its workers.
+    is_local = isinstance(runner, LocalRunner)
+    state.client_cpu_s = time.process_time() - state.cpu_at_start if is_local else None
     _write_swarm()
     if isinstance(runner, MasterRunner):
         gevent.spawn_later(LATE_REPORT_S, _write_late)
@@ -155,7 +162,7 @@ def _write_swarm() -> None:
     if state.run is None or state.run.finished or not trials:
         return
     try:
-        rows = state.run.add_swarm(state.swarm, trials, state.users)
+        rows = state.run.add_swarm(state.swarm, trials, state.users, state.client_cpu_s)
     except OSError as exc:
         logger.error("servebench: cannot write swarm %d's results: %s", state.swarm, exc)
         return

@@ -5,7 +5,8 @@ One directory per Locust process that drives load (the local runner, or the mast
 `records/<trial>.parquet` and `trials.csv` written when each swarm stops, and
 `records.parquet` merged when Locust quits. Trial rows use the scenario runner's column
 names (`servebench.scenario.trial.build_row`) with the load given as `users N`: each
-swarm is a closed-loop load level, not a rate.
+swarm is a closed-loop load level, not a rate. `client_cpu_s` is the Locust process's own
+CPU time during the swarm (local runner), to tell a busy generator from a slow server.
 
 A run directory is created when Locust starts, so a session that quits before any swarm
 still says so (status "interrupted", reason "no swarm ran"); a Locust process that dies
@@ -74,7 +75,11 @@ class LocustRun:
         return self.swarms
 
     def add_swarm(
-        self, swarm: int, trials: list[tuple[Coordinates, Chunk]], users: int
+        self,
+        swarm: int,
+        trials: list[tuple[Coordinates, Chunk]],
+        users: int,
+        client_cpu_s: float | None = None,
     ) -> list[dict[str, Any]]:
         """Write each trial's records file and summary row; returns the rows.
 
@@ -96,6 +101,8 @@ class LocustRun:
             earlier = [r for r in self.directory.rows if r.get("trial_id") == trial_id]
             index = earlier[0]["index"] if earlier else len(self.directory.rows) + 1
             row = trial_row(trial_id, index, swarm, coords, batch, users)
+            if client_cpu_s is not None:
+                row["client_cpu_s"] = client_cpu_s  # the whole swarm's, on every trial of it
             self.directory.add_trial(row)
             rows.append(row)
         return rows
@@ -165,8 +172,11 @@ def trial_row(
     try:
         profile = get_profile(coords.link)
     except NetemError:
-        return row  # a profile file that went away since the swarm: the name is enough
+        return row  # a profile file that went away since the swarm: the path is enough
     row.update(
-        link_rtt_s=profile.rtt_s, link_down_mbps=profile.down_mbps, link_up_mbps=profile.up_mbps
+        link=profile.name,  # a profile file's own name, not its path
+        link_rtt_s=profile.rtt_s,
+        link_down_mbps=profile.down_mbps,
+        link_up_mbps=profile.up_mbps,
     )
     return row
