@@ -258,6 +258,92 @@ def bare_aiohttp(url: str, seconds: float) -> None:
     uvloop.run(main())
 
 
+def engine_alone() -> None:
+    """The engine with a client that answers at once: its own ceiling, and its memory.
+
+    Prints one JSON line: closed-loop requests/s and CPU per request next to a bare asyncio
+    loop doing the same awaits; the open-loop rate it holds; RSS while it streams records.
+    """
+    import asyncio
+    import resource
+
+    import psutil
+
+    from servebench.clients.base import InferResult, ModelSignature, Payload
+    from servebench.load import LoadSettings, ParquetRecordWriter, constant, run_in_loop, run_load
+
+    class Instant:
+        async def connect(self) -> None:
+            pass
+
+        async def signature(self) -> ModelSignature:
+            return ModelSignature("instant", (), ())
+
+        def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+            return Payload(batch_size, {}, b"x", 1)
+
+        async def infer(self, payload: Payload) -> InferResult:
+            await asyncio.sleep(0)  # one trip through the loop, like a real answer
+            return InferResult(request_bytes=1, response_bytes=1)
+
+        async def close(self) -> None:
+            pass
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    async def bare(n: int) -> None:
+        client, done = Instant(), 0
+        payload = client.make_payload(1)
+
+        async def worker() -> None:
+            nonlocal done
+            while done < n:
+                done += 1
+                await client.infer(payload)
+
+        await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+
+    out: dict[str, float] = {}
+    n = 200_000
+    c0, t0 = cpu(), time.perf_counter()
+    run_in_loop(bare(n))
+    out["bare_us"], out["bare_rps"] = (cpu() - c0) / n * 1e6, n / (time.perf_counter() - t0)
+    c0, t0 = cpu(), time.perf_counter()
+    s = run_in_loop(run_load(Instant(), LoadSettings(concurrency=CONNECTIONS, count=n)))
+    out["closed_us"], out["closed_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
+    s = run_in_loop(run_load(Instant(), LoadSettings(arrivals=constant(20_000), duration=3)))
+    out["open_rate"], out["open_late"] = s.achieved_rate, s.late_share
+    out["open_lag_p99"] = s.schedule_lag_p99
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = ParquetRecordWriter(Path(tmp) / "records.parquet")
+        rss: list[float] = []
+
+        async def sampled() -> None:
+            async def sample() -> None:
+                while True:
+                    rss.append(psutil.Process().memory_info().rss / 2**20)
+                    await asyncio.sleep(1.0)
+
+            task = asyncio.create_task(sample())
+            await run_load(
+                Instant(), LoadSettings(arrivals=constant(20_000), duration=10), sink=writer
+            )
+            task.cancel()
+
+        run_in_loop(sampled())
+        writer.close()
+        out["records"] = writer.rows
+    out["rss_first"], out["rss_max"], out["rss_last"] = rss[1], max(rss[1:]), rss[-1]
+    print(json.dumps(out))
+
+
+def bench_engine(core: int) -> dict:
+    argv = pinned(core, [sys.executable, __file__, "--engine"])
+    return json.loads(run_tool(argv, 300).strip().splitlines()[-1])
+
+
 TOOLS = {
     "servebench": bench_servebench,
     "bare aiohttp+uvloop": bench_bare,
@@ -340,7 +426,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
-    report(rates, lags, args)
+    engine = bench_engine(client_core)
+    report(rates, lags, engine, args)
 
 
 def load_average() -> str:
@@ -356,7 +443,10 @@ def describe_lag(lag: dict) -> str:
 
 
 def report(
-    rates: dict[str, list[float]], lags: dict[str, list[dict]], args: argparse.Namespace
+    rates: dict[str, list[float]],
+    lags: dict[str, list[dict]],
+    engine: dict,
+    args: argparse.Namespace,
 ) -> None:
     """Medians (what a typical run gives) and bests (noise only ever slows a tool down)."""
     median = {name: statistics.median(values) for name, values in rates.items() if values}
@@ -377,16 +467,31 @@ def report(
         print(f"servebench open loop at {args.lag_rate:g} req/s, {priority}, {len(runs)} runs:")
         print(f"  median run: {describe_lag(by_lag[len(by_lag) // 2])}")
         print(f"  best run:   {describe_lag(by_lag[0])}")
+    print("engine alone (a client that answers at once, no HTTP):")
+    print(
+        f"  closed loop, {CONNECTIONS} workers: {engine['closed_rps']:,.0f} req/s, "
+        f"{engine['closed_us']:.2f} us CPU per request (a bare asyncio loop doing the same "
+        f"awaits: {engine['bare_us']:.2f} us, {engine['bare_rps']:,.0f} req/s)"
+    )
+    print(
+        f"  open loop at 20,000 req/s: achieved {engine['open_rate']:,.0f} req/s, "
+        f"{engine['open_late']:.2%} > 1 ms late, lag p99 {engine['open_lag_p99'] * 1e3:.3f} ms"
+    )
+    print(
+        f"  RSS while streaming {engine['records']:,} records to Parquet (20,000 req/s, 10 s): "
+        f"{engine['rss_first']:.0f} MiB after 1 s, max {engine['rss_max']:.0f}, "
+        f"last {engine['rss_last']:.0f}"
+    )
     print(f"load average at the end: {load_average()}")
     if args.json:
-        args.json.write_text(
-            json.dumps({"rates": rates, "median": median, "best": best, "lag": lags}, indent=2)
-            + "\n"
-        )
+        results = {"rates": rates, "median": median, "best": best, "lag": lags, "engine": engine}
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--bare":
         bare_aiohttp(sys.argv[2], float(sys.argv[3]))
+    elif sys.argv[1:] == ["--engine"]:
+        engine_alone()
     else:
         main()

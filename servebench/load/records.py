@@ -45,6 +45,9 @@ OK = 0
 TIMEOUT_CODE = ERROR_CODE[ErrorKind.TIMEOUT]
 CLIENT_ERROR_CODE = ERROR_CODE[ErrorKind.CLIENT_ERROR]
 _KIND_BY_CODE = np.array([None, *(k.value for k in ERROR_KINDS)], dtype=object)
+# Codes index this dictionary (code 0 is masked to null), so the string column is built in
+# Arrow's C++ instead of from Python objects while the event loop waits for the GIL.
+_KIND_DICTIONARY = pa.array(["", *(k.value for k in ERROR_KINDS)], type=pa.string())
 
 
 def kind_name(code: int) -> str | None:
@@ -160,17 +163,18 @@ def chunk_to_batch(
     start = chunk.send if latency_from_send else chunk.intended
     latency = chunk.completion - start
     ok = chunk.code == OK
-    kinds = pa.array(_KIND_BY_CODE[chunk.code], type=pa.string())
+    kinds = pa.DictionaryArray.from_arrays(chunk.code, _KIND_DICTIONARY, mask=ok)
+    trial = pa.DictionaryArray.from_arrays(np.zeros(n, np.int8), pa.array([trial_id]))
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(np.full(n, trial_id, dtype=object), type=pa.string()),
+            trial.cast(pa.string()),
             pa.array(chunk.seq),
             pa.array(clock.wall(chunk.intended)),
             pa.array(clock.wall(chunk.send)),
             pa.array(clock.wall(chunk.completion)),
             pa.array(latency),
             pa.array(ok),
-            kinds,
+            kinds.cast(pa.string()),
             pa.array(np.full(n, batch_size, dtype=np.int32)),
             pa.array(chunk.request_bytes),
             pa.array(chunk.response_bytes),
