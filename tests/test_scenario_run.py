@@ -96,8 +96,21 @@ def test_short_run_writes_consistent_result_files(tmp_path: Path):
     assert (cold.seconds > 0).all()
 
 
-def tritonservers() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"]
+def tritonservers(under: Path) -> list[psutil.Process]:
+    """Live tritonserver processes serving a repository below `under` (this test's own;
+    other tests' session-scoped servers must be left alone)."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if (
+                process.name() == "tritonserver"
+                and process.status() != psutil.STATUS_ZOMBIE
+                and str(under) in " ".join(process.cmdline())
+            ):
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Path):
@@ -111,7 +124,7 @@ def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Pa
             found = list((tmp_path / "results").glob("*/records/*.parquet"))
             if found:
                 time.sleep(1.0)  # well inside the first 3 s trial
-                for process in tritonservers():
+                for process in tritonservers(tmp_path):
                     process.kill()
                 records_dir.append(found[0].parent)
                 return
@@ -123,7 +136,7 @@ def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Pa
     killer.join(timeout=5)
     assert records_dir, "the first trial never started"
     trials = pd.read_csv(outcome.directory.path / "trials.csv").sort_values("index")
-    assert list(trials.status) == ["failed", "ok", "ok"]
+    assert list(trials.status) == ["failed", "ok", "ok"], list(trials.reason)
     assert "stopped answering" in trials.iloc[0].reason
     records = pq.read_table(outcome.directory.path / "records.parquet").to_pandas()
     first = records[records.trial_id == trials.iloc[0].trial_id]
@@ -164,7 +177,7 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
     assert trials.iloc[0].status == "interrupted" and trials.iloc[0].verdict == "INVALID"
     records = pq.read_table(run / "records.parquet")
     assert records.num_rows == trials["count"].sum() > 0
-    assert not tritonservers()
+    assert not tritonservers(tmp_path)
 
     first_file = run / "records" / f"{trials.iloc[0].trial_id}.parquet"
     before = first_file.stat().st_mtime_ns

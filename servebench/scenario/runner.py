@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -231,7 +232,7 @@ class ScenarioRunner:
 
     async def _one_trial(self, trial, ctx, server, setting, models, directory) -> dict[str, Any]:
         try:
-            if server.owns_process and not await asyncio.to_thread(server.is_ready):
+            if server.owns_process and not await asyncio.to_thread(_alive, server):
                 await asyncio.to_thread(server.stop)
                 await self._bring_up(server, setting, models, directory, cold=False)
             outcome = await run_trial(trial, ctx)
@@ -242,7 +243,7 @@ class ScenarioRunner:
         if self.state.interrupted:
             # Cut short: its records stay, but it is not a result; --resume runs it again.
             row.update(status="interrupted", reason=self.state.interrupted)
-        if server.owns_process and not await asyncio.to_thread(server.is_ready):
+        if server.owns_process and not await asyncio.to_thread(_alive, server):
             # The records show what the clients saw; the trial cannot stand as a result.
             row.update(status="failed", reason="the server stopped answering during the trial")
         return row
@@ -312,6 +313,22 @@ class ScenarioRunner:
                 row["slo_throughput_ips"] = estimate.slo_throughput
                 row["cost_per_million_at_slo"] = estimate.cost_at_slo
         directory.add_trial(directory.rows[-1])  # rewrites trials.csv with the new columns
+
+
+def _alive(server: Server, attempts: int = 3) -> bool:
+    """Whether the server still serves: its process exists and its health check answers.
+
+    A busy machine can make one health check time out, so a live process gets a few
+    tries before it is declared dead; a vanished process is dead at once.
+    """
+    if server.pid is not None and not psutil.pid_exists(server.pid):
+        return False
+    for attempt in range(attempts):
+        if server.is_ready():
+            return True
+        if attempt + 1 < attempts:
+            time.sleep(1.0)
+    return False
 
 
 def _telemetry_writer(path: Path, done: set[str]) -> TelemetryWriter:
