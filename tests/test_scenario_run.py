@@ -206,3 +206,21 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
         timeout=120,
     )
     assert again.returncode == 0 and "0 of 3 trials to run" in again.stdout
+
+
+def test_slo_search_records_every_step_and_the_rate_found(tmp_path: Path):
+    text = (
+        SCENARIO.format(batch_sizes="[1]", duration=1.0, links="[direct]")
+        .replace("  rates: [40]\n", "  search: max_rate\n  search_settings: {min_rate: 10, max_rate: 40, precision: 0.5, max_steps: 3}\n")
+    )  # fmt: skip
+    path = tmp_path / "search.yaml"
+    path.write_text(text)
+    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    trials = pd.read_csv(outcome.directory.path / "trials.csv")
+    (row,) = trials.to_dict("records")
+    steps = json.loads(row["search_steps"])
+    assert [s[0] for s in steps] == [10, 20, 40]  # bracketing doubles up to the ceiling
+    # a tiny dense model answers in milliseconds: every step meets a 500 ms p99
+    assert all(s[2] for s in steps) and row["max_rate"] == 40
+    records = pq.read_table(outcome.directory.path / "records.parquet").to_pandas()
+    assert sorted(records.trial_id.unique()) == [f"{row['trial_id']}.s{i}" for i in range(3)]

@@ -122,6 +122,7 @@ class ScenarioRunner:
                 return
             with self._progress() as progress:
                 overall = progress.add_task("trials", total=len(todo))
+                current = progress.add_task("current load", total=1.0)
                 progress.console.print("exporting models …")
                 await asyncio.to_thread(
                     export_models,
@@ -138,7 +139,14 @@ class ScenarioRunner:
                     if not trials or self.state.interrupted:
                         continue
                     await self._run_setting(
-                        index, setting, trials, directory, peak.value, price, progress, overall
+                        index,
+                        setting,
+                        trials,
+                        directory,
+                        peak.value,
+                        price,
+                        progress,
+                        (overall, current),
                     )
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -190,8 +198,9 @@ class ScenarioRunner:
         peak: float,
         price: InstancePrice | None,
         progress: Progress,
-        overall: Any,
+        tasks: tuple[Any, Any],
     ) -> None:
+        overall, current = tasks
         models = list({t.model.id: t.model for t in trials}.values())
         server: Server | None = None
         try:
@@ -219,12 +228,18 @@ class ScenarioRunner:
             for trial in trials:
                 if self.state.interrupted:
                     break
-                progress.update(
-                    overall,
+                progress.reset(
+                    current,
+                    total=trial.estimated_s,
                     description=f"{setting.id} · {trial.model.id} · {trial.link_name} · "
                     f"b{trial.batch_size} · {trial.level.label}",
                 )
-                row = await self._one_trial(trial, ctx, server, setting, models, directory)
+                ticker = asyncio.create_task(_tick(progress, current))
+                try:
+                    row = await self._one_trial(trial, ctx, server, setting, models, directory)
+                finally:
+                    ticker.cancel()
+                progress.update(current, completed=trial.estimated_s)
                 directory.add_trial(row)
                 progress.advance(overall)
         finally:
@@ -313,6 +328,14 @@ class ScenarioRunner:
                 row["slo_throughput_ips"] = estimate.slo_throughput
                 row["cost_per_million_at_slo"] = estimate.cost_at_slo
         directory.add_trial(directory.rows[-1])  # rewrites trials.csv with the new columns
+
+
+async def _tick(progress: Progress, task: Any, every_s: float = 0.25) -> None:
+    """Move the current-load bar with the clock (the estimate is its total)."""
+    started = time.perf_counter()
+    while True:
+        progress.update(task, completed=time.perf_counter() - started)
+        await asyncio.sleep(every_s)
 
 
 def _alive(server: Server, attempts: int = 3) -> bool:

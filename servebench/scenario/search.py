@@ -3,8 +3,7 @@
 Bracketing (double the rate until the SLO breaks), then bisection between the last rate
 that met it and the first that did not, until the bracket is narrower than `precision`
 of the rate — the shape of perf_analyzer's binary search and of MLPerf's Server-scenario
-tuning. A step whose run was not valid (generator fell behind, errors) counts as a miss:
-a rate the generator cannot even offer is not a rate the server sustains.
+tuning. A step the caller calls unusable (e.g. too many failed requests) counts as a miss.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from servebench.servers.base import Server
 from servebench.telemetry import TelemetryRecorder, TelemetryRow, client_minus_server_s
 
 DIRECT = "direct"
+MAX_SEARCH_ERROR_SHARE = 0.01
 
 
 @dataclass
@@ -200,7 +201,11 @@ async def _search(trial, ctx, measure, sink: TrialSink):
         steps += 1
         summary = await measure(rate, step_id)
         latency = sink.percentile(step_id, slo.percentile)
-        return latency, summary.verdict == "VALID", summary
+        # A late generator is already charged in the latency (measured from the intended
+        # send time), so only errors make a step unusable: a rate that fails requests is
+        # not a rate the server sustains.
+        usable = summary.count > 0 and summary.errors <= MAX_SEARCH_ERROR_SHARE * summary.count
+        return latency, usable, summary
 
     result = await search_max_rate(
         one, bound,
@@ -211,7 +216,10 @@ async def _search(trial, ctx, measure, sink: TrialSink):
     chosen = result.best or result.steps[-1]
     extra = {
         "max_rate": result.max_rate,
-        "search_steps": json.dumps([[s.rate, s.latency, s.met] for s in result.steps]),
+        # Each step: rate, SLO-percentile latency (s), met?, and why an invalid run was invalid.
+        "search_steps": json.dumps(
+            [[s.rate, s.latency, s.met, "; ".join(s.result.reasons)] for s in result.steps]
+        ),
     }
     return chosen.result, extra
 
