@@ -21,17 +21,15 @@ import grpc
 from servebench.clients.base import (
     ErrorKind,
     InferenceError,
-    InferResult,
     ModelSignature,
     Payload,
     TensorSpec,
     check_batch_size,
-    check_outputs,
     random_inputs,
 )
-from servebench.clients.endpoints import grpc_target
 from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import method_path, open_channels, raw_unary
+from servebench.clients.grpc_calls import method_path, open_channels
+from servebench.clients.grpc_model_client import GrpcModelClient
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 
@@ -64,7 +62,7 @@ def load_apis() -> SimpleNamespace:
     )
 
 
-class TfsGrpcClient:
+class TfsGrpcClient(GrpcModelClient):
     """Predict with one TF Serving model over gRPC.
 
     `channels` > 1 spreads requests round-robin over that many HTTP/2 connections.
@@ -73,6 +71,9 @@ class TfsGrpcClient:
     `signature` is trusted as the expected answer and `connect()` then asks the server
     nothing.
     """
+
+    server = "TF Serving"
+    integer_versions = True
 
     def __init__(
         self,
@@ -86,29 +87,17 @@ class TfsGrpcClient:
         connect_timeout: float = 10.0,
         signature: ModelSignature | None = None,
     ):
-        if not model:
-            raise ValueError("model: a TF Serving model name is required")
-        if version and not str(version).isdigit():
-            raise ValueError(f"version: TF Serving versions are integers, got {version!r}")
-        if channels < 1:
-            raise ValueError(f"channels: must be >= 1, got {channels}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
-        self.target = grpc_target(url)
-        self.model = model
-        self.version = str(version) if version else ""
+        super().__init__(
+            url,
+            model,
+            version=version,
+            channels=channels,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            signature=signature,
+        )
         self.signature_name = signature_name
-        self.channels = channels
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self._where = f"{self.target} model {model!r}"
-        self._signature = signature
         self._apis: SimpleNamespace | None = None
-        self._channels: list[grpc.aio.Channel] = []
-        self._calls: list = []
-        self._next = 0
 
     async def connect(self) -> None:
         """Open the channels and read the signature (unless given); InferenceError on failure."""
@@ -123,11 +112,7 @@ class TfsGrpcClient:
             for channel in channels:
                 await channel.close()
             raise
-        self._channels = channels
-        self._calls = [
-            raw_unary(channel, apis.predict_path, apis.predict.PredictResponse)
-            for channel in channels
-        ]
+        self._use_channels(channels, apis.predict_path, apis.predict.PredictResponse)
 
     def _model_spec(self, apis: SimpleNamespace) -> Any:
         return model_spec(apis, self.model, self.version, self.signature_name)
@@ -156,14 +141,6 @@ class TfsGrpcClient:
             apis, metadata, self.model, self.signature_name, self.version, self._where
         )
 
-    async def signature(self) -> ModelSignature:
-        return self._require_signature()
-
-    def _require_signature(self) -> ModelSignature:
-        if self._signature is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        return self._signature
-
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
         """Works before connect() when a signature was given, as the other clients do."""
         signature = self._require_signature()
@@ -178,29 +155,8 @@ class TfsGrpcClient:
             batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
         )
 
-    async def infer(self, payload: Payload) -> InferResult:
-        calls = self._calls
-        if not calls:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        call = calls[self._next % len(calls)]
-        self._next += 1
-        try:
-            size, response = await call(payload.encoded, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
-        except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
-            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{self._where}: {exc!r}") from exc
-        if response is None:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
-        signature = self._require_signature()
-        outputs = decode_outputs(self._apis, response, signature.outputs, self._where)
-        check_outputs(outputs, signature.outputs, payload.batch_size)
-        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
-
-    async def close(self) -> None:
-        channels, self._channels, self._calls = self._channels, [], []
-        for channel in channels:
-            await channel.close()
+    def _decode(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
+        return decode_outputs(self._apis, response, specs, self._where)
 
 
 # Functions rather than methods, so that callers with another transport (the Locust users'

@@ -32,18 +32,18 @@ from servebench.clients.base import (
     check_outputs,
     random_inputs,
 )
-from servebench.clients.endpoints import http_base, path_segment
+from servebench.clients.endpoints import path_segment
 from servebench.clients.errors import http_failure, http_status
+from servebench.clients.http_model_client import TRANSPORT_ERRORS, HttpModelClient
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 REQUEST_FORMATS = ("row", "columnar")
-_TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
 _JSON_HEADERS = {"Content-Type": "application/json"}
 # Which JSON value kinds (numpy's kind of the parsed list) an output dtype accepts.
 _ACCEPTED_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
 
 
-class TfsRestClient:
+class TfsRestClient(HttpModelClient):
     """Predict with one TF Serving model over REST from a pool of keep-alive connections.
 
     `request_format` is `row` or `columnar`. `timeout` bounds each request (None: the load
@@ -51,6 +51,9 @@ class TfsRestClient:
     `connect()`. A given `signature` is trusted as the expected answer and `connect()`
     then asks the server nothing.
     """
+
+    server = "TF Serving"
+    integer_versions = True
 
     def __init__(
         self,
@@ -65,51 +68,33 @@ class TfsRestClient:
         connect_timeout: float = 10.0,
         signature: ModelSignature | None = None,
     ):
-        if not model:
-            raise ValueError("model: a TF Serving model name is required")
-        if version and not str(version).isdigit():
-            raise ValueError(f"version: TF Serving versions are integers, got {version!r}")
         if request_format not in REQUEST_FORMATS:
             raise ValueError(
                 f"request_format: {request_format!r} is not one of {', '.join(REQUEST_FORMATS)}"
             )
-        if connections < 1:
-            raise ValueError(f"connections: must be >= 1, got {connections}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
-        self.base = http_base(url)
-        self.model = model
-        self.version = str(version) if version else ""
+        super().__init__(
+            url,
+            model,
+            version=version,
+            connections=connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            signature=signature,
+        )
         self.request_format = request_format
         self.signature_name = signature_name
-        self.connections = connections
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
         model_path = f"{self.base}/v1/models/{path_segment(model)}"
         if self.version:
             model_path += f"/versions/{self.version}"
         self.status_url = URL(model_path, encoded=True)
         self.metadata_url = URL(f"{model_path}/metadata", encoded=True)
         self.predict_url = URL(f"{model_path}:predict", encoded=True)
-        self._signature = signature
-        self._session: aiohttp.ClientSession | None = None
 
     async def connect(self) -> None:
         """Open the session and read the signature (unless given); InferenceError on failure."""
         if self._session is not None:
             return
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            headers={"Accept-Encoding": "identity"},  # measure the server, not compression
-            auto_decompress=False,
-            trust_env=False,
-        )
+        session = self._new_session()
         try:
             if self._signature is None:
                 self._signature = await self._read_signature(session)
@@ -133,25 +118,11 @@ class TfsRestClient:
             ) as response:
                 body = await response.read()
                 status = response.status
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(url)) from exc
         if status != 200:
             raise http_status(status, body, str(url))
-        try:
-            document = json.loads(body)
-        except ValueError as exc:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not JSON ({exc})") from exc
-        if not isinstance(document, dict):
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not a JSON object")
-        return document
-
-    async def signature(self) -> ModelSignature:
-        return self._require_signature()
-
-    def _require_signature(self) -> ModelSignature:
-        if self._signature is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        return self._signature
+        return json_object(body, str(url))
 
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
         signature = self._require_signature()
@@ -171,16 +142,14 @@ class TfsRestClient:
         return Payload(batch_size=batch_size, inputs=arrays, encoded=body, request_bytes=len(body))
 
     async def infer(self, payload: Payload) -> InferResult:
-        session = self._session
-        if session is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        session = self._require_session()
         try:
             async with session.post(
                 self.predict_url, data=payload.encoded, headers=_JSON_HEADERS
             ) as response:
                 body = await response.read()
                 status = response.status
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(self.predict_url)) from exc
         if status != 200:
             raise http_status(status, body, str(self.predict_url))
@@ -192,10 +161,16 @@ class TfsRestClient:
     def _decode(self, body: bytes, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:
         return decode_predict(body, specs, self.request_format, str(self.predict_url))
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+
+def json_object(body: bytes, where: str) -> dict[str, Any]:
+    """An answer body that must be one JSON object; BAD_RESPONSE naming `where` otherwise."""
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
+    return document
 
 
 def check_available(status: dict[str, Any], where: str) -> None:
@@ -214,7 +189,7 @@ def signature_from_metadata(
 ) -> ModelSignature:
     """The signature in a REST metadata answer (`{"model_spec": ..., "metadata": ...}`).
 
-    This and `check_available` / `decode_predict` are functions so that callers with
+    This and `check_available` / `decode_predict` / `json_object` are functions so that callers with
     another HTTP transport (the Locust users' gevent client) read answers the same way.
     """
     try:
@@ -231,12 +206,7 @@ def decode_predict(
     body: bytes, specs: tuple[TensorSpec, ...], request_format: str, where: str
 ) -> dict[str, np.ndarray]:
     """The outputs of a predict answer to a `row` or `columnar` request, as arrays."""
-    try:
-        document = json.loads(body)
-    except ValueError as exc:
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
-    if not isinstance(document, dict):
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
+    document = json_object(body, where)
     if "error" in document:
         raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: {document['error']}")
     answer_key = "predictions" if request_format == "row" else "outputs"

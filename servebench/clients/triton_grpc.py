@@ -11,7 +11,6 @@ Byte counts are the serialized ModelInferRequest / ModelInferResponse sizes (see
 
 from __future__ import annotations
 
-import grpc
 import numpy as np
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
@@ -21,23 +20,21 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from servebench.clients.base import (
     ErrorKind,
     InferenceError,
-    InferResult,
     ModelSignature,
     Payload,
     TensorSpec,
     check_batch_size,
-    check_outputs,
     random_inputs,
 )
-from servebench.clients.endpoints import grpc_target
 from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import method_path, open_channels, raw_unary
+from servebench.clients.grpc_calls import method_path, open_channels
+from servebench.clients.grpc_model_client import GrpcModelClient
 from servebench.clients.triton_signature import triton_signature
 
 MODEL_INFER = method_path(service_pb2.DESCRIPTOR, "GRPCInferenceService", "ModelInfer")
 
 
-class TritonGrpcClient:
+class TritonGrpcClient(GrpcModelClient):
     """Infer on one Triton model over gRPC.
 
     `channels` > 1 spreads requests round-robin over that many HTTP/2 connections (one
@@ -46,6 +43,8 @@ class TritonGrpcClient:
     control call in `connect()`. A given `signature` is trusted as the expected answer and
     `connect()` then asks the server nothing.
     """
+
+    server = "Triton"
 
     def __init__(
         self,
@@ -58,25 +57,15 @@ class TritonGrpcClient:
         connect_timeout: float = 10.0,
         signature: ModelSignature | None = None,
     ):
-        if not model:
-            raise ValueError("model: a Triton model name is required")
-        if channels < 1:
-            raise ValueError(f"channels: must be >= 1, got {channels}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
-        self.target = grpc_target(url)
-        self.model = model
-        self.version = str(version) if version else ""
-        self.channels = channels
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self._where = f"{self.target} model {model!r}"
-        self._signature = signature
-        self._channels: list[grpc.aio.Channel] = []
-        self._calls: list = []
-        self._next = 0
+        super().__init__(
+            url,
+            model,
+            version=version,
+            channels=channels,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            signature=signature,
+        )
 
     async def connect(self) -> None:
         """Read the signature (unless given) and open the channels; InferenceError on failure."""
@@ -84,11 +73,8 @@ class TritonGrpcClient:
             return
         if self._signature is None:
             self._signature = await self._read_signature()
-        self._channels = open_channels(self.target, self.channels)
-        self._calls = [
-            raw_unary(channel, MODEL_INFER, service_pb2.ModelInferResponse)
-            for channel in self._channels
-        ]
+        channels = open_channels(self.target, self.channels)
+        self._use_channels(channels, MODEL_INFER, service_pb2.ModelInferResponse)
 
     async def _read_signature(self) -> ModelSignature:
         control = triton_grpc_aio.InferenceServerClient(self.target)
@@ -109,14 +95,6 @@ class TritonGrpcClient:
             await control.close()
         return triton_signature(metadata, config.get("config", {}), self.version)
 
-    async def signature(self) -> ModelSignature:
-        return self._require_signature()
-
-    def _require_signature(self) -> ModelSignature:
-        if self._signature is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        return self._signature
-
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
         signature = self._require_signature()
         check_batch_size(signature, batch_size)
@@ -135,29 +113,10 @@ class TritonGrpcClient:
             batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
         )
 
-    async def infer(self, payload: Payload) -> InferResult:
-        calls = self._calls
-        if not calls:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        call = calls[self._next % len(calls)]
-        self._next += 1
-        try:
-            size, response = await call(payload.encoded, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
-        except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
-            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{self._where}: {exc!r}") from exc
-        if response is None:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
-        signature = self._require_signature()
-        outputs = decode_response(response, signature.outputs, self._where)
-        check_outputs(outputs, signature.outputs, payload.batch_size)
-        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
-
-    async def close(self) -> None:
-        channels, self._channels, self._calls = self._channels, [], []
-        for channel in channels:
-            await channel.close()
+    def _decode(
+        self, response: service_pb2.ModelInferResponse, specs: tuple[TensorSpec, ...]
+    ) -> dict[str, np.ndarray]:
+        return decode_response(response, specs, self._where)
 
 
 def decode_response(

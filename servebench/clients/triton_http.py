@@ -18,7 +18,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import aiohttp
 import numpy as np
 import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
@@ -35,11 +34,10 @@ from servebench.clients.base import (
     check_outputs,
     random_inputs,
 )
-from servebench.clients.endpoints import http_base, path_segment
+from servebench.clients.endpoints import path_segment
 from servebench.clients.errors import http_failure, http_status
+from servebench.clients.http_model_client import TRANSPORT_ERRORS, HttpModelClient
 from servebench.clients.triton_signature import triton_signature
-
-_TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class _Request:
     headers: Mapping[str, str]
 
 
-class TritonHttpClient:
+class TritonHttpClient(HttpModelClient):
     """Infer on one Triton model over HTTP from a pool of keep-alive connections.
 
     `binary_data` sends inputs and asks for outputs as raw bytes after a JSON header
@@ -57,6 +55,8 @@ class TritonHttpClient:
     `connect_timeout` bounds each control call in `connect()`. A given `signature` is
     trusted as the expected answer and `connect()` then asks the server nothing.
     """
+
+    server = "Triton"
 
     def __init__(
         self,
@@ -70,28 +70,21 @@ class TritonHttpClient:
         connect_timeout: float = 10.0,
         signature: ModelSignature | None = None,
     ):
-        if not model:
-            raise ValueError("model: a Triton model name is required")
-        if connections < 1:
-            raise ValueError(f"connections: must be >= 1, got {connections}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be > 0 s, got {timeout}")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout: must be > 0 s, got {connect_timeout}")
-        self.base = http_base(url)
-        self.model = model
-        self.version = str(version) if version else ""
+        super().__init__(
+            url,
+            model,
+            version=version,
+            connections=connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            signature=signature,
+        )
         self.binary_data = binary_data
-        self.connections = connections
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
         model_path = f"{self.base}/v2/models/{path_segment(model)}"
         if self.version:
             model_path += f"/versions/{path_segment(self.version)}"
         self.infer_url = URL(f"{model_path}/infer", encoded=True)
         self._where = f"{self.base} model {model!r}"
-        self._signature = signature
-        self._session: aiohttp.ClientSession | None = None
 
     async def connect(self) -> None:
         """Read the signature (unless given) and open the session; InferenceError on failure."""
@@ -99,18 +92,7 @@ class TritonHttpClient:
             return
         if self._signature is None:
             self._signature = await self._read_signature()
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            # Triton compresses answers when asked; aiohttp asks by default. A benchmark
-            # should not pay for (or count) compression nobody chose.
-            headers={"Accept-Encoding": "identity"},
-            auto_decompress=False,
-            trust_env=False,
-        )
+        self._session = self._new_session()
 
     async def _read_signature(self) -> ModelSignature:
         host = self.base.host or ""
@@ -131,19 +113,11 @@ class TritonHttpClient:
             raise InferenceError(
                 ErrorKind.HTTP_STATUS, f"{self._where}: HTTP {status}: {exc.message()}", status=code
             ) from exc
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(self.base)) from exc
         finally:
             await control.close()
         return triton_signature(metadata, config, self.version)
-
-    async def signature(self) -> ModelSignature:
-        return self._require_signature()
-
-    def _require_signature(self) -> ModelSignature:
-        if self._signature is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
-        return self._signature
 
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
         signature = self._require_signature()
@@ -178,9 +152,7 @@ class TritonHttpClient:
         )
 
     async def infer(self, payload: Payload) -> InferResult:
-        session = self._session
-        if session is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+        session = self._require_session()
         request: _Request = payload.encoded
         try:
             async with session.post(
@@ -190,7 +162,7 @@ class TritonHttpClient:
                 status = response.status
                 header_length = response.headers.get("Inference-Header-Content-Length")
                 encoding = response.headers.get("Content-Encoding")
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(self.infer_url)) from exc
         if status != 200:
             raise http_status(status, body, str(self.infer_url))
@@ -201,11 +173,6 @@ class TritonHttpClient:
         outputs = decode_answer(body, header_length, str(self.infer_url))
         check_outputs(outputs, self._require_signature().outputs, payload.batch_size)
         return InferResult(outputs, request_bytes=len(request.body), response_bytes=len(body))
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 def decode_answer(body: bytes, header_length: str | None, where: str) -> dict[str, np.ndarray]:

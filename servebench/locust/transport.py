@@ -24,7 +24,6 @@ for Triton (its HTTP client is geventhttpclient too), plain GETs and stubs for T
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -211,13 +210,7 @@ class TfsRestTransport(_Http):
         status, body, _ = self.send("GET", url.raw_path, str(url))
         if status != 200:
             raise http_status(status, body, str(url))
-        try:
-            document = json.loads(body)
-        except ValueError as exc:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not JSON ({exc})") from exc
-        if not isinstance(document, dict):
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{url}: not a JSON object")
-        return document
+        return tfs_rest.json_object(body, str(url))
 
     def read_signature(self) -> ModelSignature:
         tfs_rest.check_available(self._get_json(self.status_url), str(self.status_url))
