@@ -185,6 +185,16 @@ def _short_reason(err: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(err).__name__
 
 
+def check_image_tag(tag: str, example: str) -> None:
+    """Refuse a tag that would change the image's name (a `:`, `/` or `@` in it) or is empty.
+
+    Launchers take the tag alone and build `<image>:<tag>` themselves; a full reference
+    given as a tag would otherwise become an image name nobody asked for.
+    """
+    if not tag or any(c in tag for c in " /:@"):
+        raise ValueError(f"tag: expected an image tag such as {example}, got {tag!r}")
+
+
 class DockerServer(Server):
     """A server in a container; subclasses say which spec to run and how readiness looks."""
 

@@ -28,6 +28,7 @@ from servebench.servers.docker_engine import (
     DockerServer,
     GpuRequest,
     PublishedPort,
+    check_image_tag,
 )
 from servebench.servers.ports import LOOPBACK
 
@@ -121,8 +122,7 @@ class TfsDocker(DockerServer):
         self.served = list(self.available if models is None else models)
         for name in self.served:
             self._check_model(name, "models")
-        if not tag or any(c in tag for c in " /:@"):
-            raise ValueError(f"tag: expected an image tag such as {DEFAULT_TFS_TAG}, got {tag!r}")
+        check_image_tag(tag, DEFAULT_TFS_TAG)
         self.gpus = GpuRequest.parse(gpus)
         self.image = image or f"{TFS_IMAGE}:{tag}{'-gpu' if self.gpus else ''}"
         if batching is not None and not enable_batching:

@@ -19,6 +19,7 @@ from servebench.servers.docker_engine import (
     DockerServer,
     GpuRequest,
     PublishedPort,
+    check_image_tag,
 )
 from servebench.servers.ports import LOOPBACK
 
@@ -76,10 +77,7 @@ class TritonDocker(DockerServer):
                 "load_models: only applies in explicit model-control mode "
                 f"(mode {model_control_mode!r} loads the whole repository)"
             )
-        if not tag or any(c in tag for c in " /:@"):
-            raise ValueError(
-                f"tag: expected an image tag such as {DEFAULT_TRITON_TAG}, got {tag!r}"
-            )
+        check_image_tag(tag, DEFAULT_TRITON_TAG)
         self.image = image or f"{TRITON_IMAGE}:{tag}-py3"
         self.gpus = GpuRequest.parse(gpus)
         self.model_control_mode = model_control_mode
