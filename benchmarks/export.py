@@ -47,7 +47,9 @@ def main() -> None:
         + ", ".join(f"{s} {v:.2f}" for s, v in medians.items())
         + f", total {statistics.median(totals):.2f}"
     )
-    print(f"wall clock for 12 variants, both formats + parity: {wall:.1f} s ({wall / 12:.2f} s/variant)")
+    print(
+        f"wall clock for 12 variants, both formats + parity: {wall:.1f} s ({wall / 12:.2f} s/variant)"
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def test_local_triton_cold_start_is_plausible_and_ordered(
     dist = result.distribution()
     assert set(dist) == set(METRICS)
     assert dist["model_load_s"]["n"] == 2
-    assert dist["model_load_s"]["min"] <= dist["model_load_s"]["median"] <= dist["model_load_s"]["max"]
+    assert (
+        dist["model_load_s"]["min"] <= dist["model_load_s"]["median"] <= dist["model_load_s"]["max"]
+    )
     rows = result.rows()
     assert rows[0]["server"] == "triton-local" and rows[0]["first_over_warm"] > 0
 

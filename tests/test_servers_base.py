@@ -96,7 +96,10 @@ def test_remote_that_does_not_answer_fails_with_the_address() -> None:
     port = _closed_port()
     remote = RemoteServer("triton", f"http://127.0.0.1:{port}", ready_timeout_s=0.3)
     started = time.monotonic()
-    with pytest.raises(ServerStartError, match=rf"remote triton at http://127.0.0.1:{port} is not ready after 0.3 s \(.*refused"):
+    with pytest.raises(
+        ServerStartError,
+        match=rf"remote triton at http://127.0.0.1:{port} is not ready after 0.3 s \(.*refused",
+    ):
         remote.start()
     assert time.monotonic() - started < 5
 

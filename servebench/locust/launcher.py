@@ -38,7 +38,7 @@ import yaml
 
 from servebench.locust.settings import PROTOCOLS
 from servebench.netem import LinkProfile
-from servebench.scenario.results import RUN_FILE, RunDirectory, new_run_id
+from servebench.results import RUN_FILE, RunDirectory, new_run_id
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LOOPBACK = "127.0.0.1"

@@ -29,7 +29,7 @@ from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
 from servebench.load.summary import judge
 from servebench.locust.records import Coordinates
 from servebench.netem import NetemError, get_profile
-from servebench.scenario.results import RunDirectory, new_run_id
+from servebench.results import RunDirectory, new_run_id
 
 SOURCE = "locust"
 # The error share above which a swarm's verdict is INVALID (the scenario runner's default).

@@ -32,9 +32,9 @@ from servebench.analysis.cost import (
 from servebench.analysis.host_peak import measure_host_peak_flops
 from servebench.clients.factory import create_client
 from servebench.load import LoadEngine, run_in_loop
+from servebench.results import TELEMETRY_FILE, RunDirectory, new_run_id
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, build_server, client_target, export_models
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
-from servebench.scenario.results import TELEMETRY_FILE, RunDirectory, new_run_id
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
 from servebench.scenario.validate import load_scenario

@@ -10,7 +10,9 @@
       telemetry.parquet    samples from the telemetry samplers
       cold_start.csv       server start and model load timings
 
-Nothing here knows how a trial runs; the runner hands finished rows over.
+Nothing here knows how a trial runs: the scenario runner and the Locust integration both
+hand finished rows over, so this contract sits below both and imports nothing of
+servebench's own.
 """
 
 from __future__ import annotations
