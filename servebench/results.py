@@ -149,6 +149,10 @@ class RunDirectory:
         """Record (or replace, on resume) a trial's summary row and rewrite trials.csv."""
         self.rows = [r for r in self.rows if r.get("trial_id") != row["trial_id"]]
         self.rows.append(row)
+        self.write_trials()
+
+    def write_trials(self) -> None:
+        """Rewrite trials.csv from `rows` (also after columns were added to rows in place)."""
         self._write_csv(self.rows, TRIALS_FILE)
 
     def add_cold_start(self, row: dict[str, Any]) -> None:

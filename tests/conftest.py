@@ -193,3 +193,31 @@ def triton_batching_model(
     )
     export = export_triton(build_torch(spec, seed=0), spec, out, settings)
     return ExportedTritonModel(repository=out / PYTHON_REPOSITORY, name=export.name, spec=spec)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian Chromium through Playwright (no browser download); skips, saying
+    why, where Chromium is not installed. The flags keep it off the closed network."""
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} missing: install Debian's chromium (apt-get install -y chromium)"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

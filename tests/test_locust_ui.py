@@ -20,20 +20,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from model_zoo.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
 SCENARIO = """\
 name: locust-ui
@@ -45,21 +35,6 @@ servers:
 workload: {mode: closed, concurrency: [2], batch_sizes: [1], duration_s: 1}
 links: [direct]
 """
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} missing: install Debian's chromium (apt-get install -y chromium)"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def _free_port() -> int:

@@ -10,36 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from test_analysis_report import PLOT_SECTIONS
 from test_analysis_rundir import make_run_dir
 
 from servebench.analysis.report import write_report
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} missing: install Debian's chromium (apt-get install -y chromium)"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def open_report(browser, report: Path):

@@ -111,7 +111,12 @@ BAD = [
     (
         "    kind: triton\n",
         "    kind: triton\n    launch: remote\n",
-        "8 servers[0].url: a remote http server needs its address",
+        "8 servers[0].url: a remote server needs its HTTP/REST address",
+    ),
+    (
+        "    kind: triton\n",
+        "    kind: triton\n    launch: remote\n    protocol: grpc\n    url: http://127.0.0.1:8000\n",
+        "8 servers[0].grpc_url: a remote grpc server needs its gRPC address",
     ),
     ("warmup_s: 0.5", "warmup_s: -1", "18 workload.warmup_s: -1 — must be >= 0"),
     (

@@ -11,6 +11,7 @@ Layout of an export folder:
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -103,8 +104,6 @@ def _export_one(spec, out, formats, triton_settings, seed, version, check, force
         started = time.perf_counter()
         target = out / TFS_DIR / spec.id
         if target.exists():
-            import shutil
-
             shutil.rmtree(target)  # _claim allowed it (force); stale versions would be served
         result.savedmodel_dir = export_savedmodel(
             build_keras(spec, module), spec, out / TFS_DIR, version

@@ -102,7 +102,7 @@ def build_server(
         return create_server(
             "remote",
             api=server.kind,
-            http_url=server.url or f"http://{server.grpc_url}",
+            http_url=server.url,
             grpc_address=server.grpc_url,
             models=names,
         )

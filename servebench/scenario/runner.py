@@ -76,6 +76,7 @@ class ScenarioRunner:
         self.resume = resume
         self.console = console or Console()
         self.state = _State()
+        self.price = self._price()  # validation made sure the instance is known
 
     # -- the run ------------------------------------------------------------------------
 
@@ -133,7 +134,7 @@ class ScenarioRunner:
                 peak = await asyncio.to_thread(measure_host_peak_flops)
                 directory.run["host_peak_flops"] = peak.value
                 directory.write_run()
-                price = self._price()
+                price = self.price
                 for index, setting in enumerate(self.plan.settings):
                     trials = [t for t in todo if t.setting is setting]
                     if not trials or self.state.interrupted:
@@ -310,7 +311,7 @@ class ScenarioRunner:
     def _add_slo_costs(self, directory: RunDirectory) -> None:
         """Cost per million at the highest measured throughput that met the SLO, per group
         of trials that differ only in load level."""
-        slo, price = self.scenario.slo, self._price()
+        slo, price = self.scenario.slo, self.price
         if slo is None or price is None or not directory.rows:
             return
         groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
@@ -327,7 +328,7 @@ class ScenarioRunner:
             for row in rows:
                 row["slo_throughput_ips"] = estimate.slo_throughput
                 row["cost_per_million_at_slo"] = estimate.cost_at_slo
-        directory.add_trial(directory.rows[-1])  # rewrites trials.csv with the new columns
+        directory.write_trials()
 
 
 async def _tick(progress: Progress, task: Any, every_s: float = 0.25) -> None:

@@ -168,10 +168,11 @@ class ServerSection(Strict):
                 "or remote (url of a running server)"
             )
         if self.launch == "remote":
-            wanted = self.grpc_url if self.protocol == "grpc" else self.url
-            if not wanted:
-                field = "grpc_url" if self.protocol == "grpc" else "url"
-                raise ValueError(f"{field}: a remote {self.protocol} server needs its address")
+            # The HTTP/REST URL is always needed: readiness and model state are read there.
+            if not self.url:
+                raise ValueError("url: a remote server needs its HTTP/REST address")
+            if self.protocol == "grpc" and not self.grpc_url:
+                raise ValueError("grpc_url: a remote grpc server needs its gRPC address")
             if self.settings:
                 raise ValueError("settings: a remote server's settings cannot be changed")
         elif self.url or self.grpc_url:

@@ -74,8 +74,9 @@ def _arrivals(scenario: Scenario, rate: float | None, base_dir: Path):
     if workload.trace is not None:
         trace = workload.trace if workload.trace.is_absolute() else base_dir / workload.trace
         return TraceArrivals.from_file(trace)
-    make = poisson if workload.arrival == "poisson" else constant
-    return make(rate, seed=scenario.seed) if make is poisson else make(rate)
+    if workload.arrival == "poisson":
+        return poisson(rate, seed=scenario.seed)
+    return constant(rate)
 
 
 def load_settings(
@@ -185,7 +186,6 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         telemetry = recorder.snapshot()
         row = build_row(trial, ctx, profile, summary, recorder.summary(trial.model.id), sink, extra)
         return TrialOutcome(row, telemetry)
-    raise AssertionError("unreachable")
 
 
 async def _search(trial, ctx, measure, sink: TrialSink):

@@ -45,6 +45,7 @@ class TelemetryRecorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @classmethod
     def for_server(
@@ -90,7 +91,13 @@ class TelemetryRecorder:
         return self
 
     def stop(self) -> list[TelemetryRow]:
-        """Stop sampling, take the closing sample, release the samplers; return all rows."""
+        """Stop sampling, take the closing sample, release the samplers; return all rows.
+
+        Safe to call again (e.g. from a cleanup path after an explicit stop): samplers are
+        released once."""
+        if self._closed:
+            return self.snapshot()
+        self._closed = True
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
