@@ -7,18 +7,15 @@ immediately given the torch layer's weights in Keras' layout.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras
 import numpy as np
 from torch import nn
 
 from model_zoo.resnet import Bottleneck, ResNet50
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+from model_zoo.tf_runtime import import_keras
 from model_zoo.torch_builder import AttentionNet, ConvNet, DenseNet, RecurrentNet
+
+keras = import_keras()  # its backend set and TensorFlow's start-up chatter dropped
 
 LAYER_NORM_EPS = 1e-5  # torch's default; Keras' default (1e-3) would change the function
 

@@ -60,8 +60,9 @@ def run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 def run_savedmodel(path: Path, x: np.ndarray) -> np.ndarray:
-    import tensorflow as tf
+    from model_zoo.tf_runtime import import_tensorflow
 
+    tf = import_tensorflow()
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     return serve(**{INPUT_NAME: tf.constant(x)})[OUTPUT_NAME].numpy()
 

@@ -9,7 +9,6 @@ fits both servers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from google.protobuf import text_format
 
 from model_zoo.export.tfs_batching import TfsBatching
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from model_zoo.tf_runtime import import_keras, import_tensorflow
 
 MODELS_CONFIG = "models.config"
 BATCHING_PARAMETERS = "batching_parameters.txt"
@@ -32,9 +30,7 @@ def export_savedmodel(keras_model, spec: ModelSpec, base: Path, version: int = 1
     `keras.Model.export()` would name the input `keras_tensor_N` (unstable across builds)
     and the output `output_0`, so the endpoint is declared explicitly.
     """
-    import keras
-    import tensorflow as tf
-
+    tf, keras = import_tensorflow(), import_keras()
     target = base / spec.id / str(version)
     archive = keras.export.ExportArchive()
     archive.track(keras_model)
