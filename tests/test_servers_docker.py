@@ -9,6 +9,7 @@ import for nothing. The real-container tests export real models.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,8 +26,8 @@ from servebench.servers.docker_engine import (
     GpuRequest,
     docker_engine_problem,
 )
-from servebench.servers.docker_tfs import MONITORING_CONFIG_TEXT, TfsDocker
-from servebench.servers.docker_triton import TritonDocker
+from servebench.servers.docker_tfs import DEFAULT_TFS_TAG, MONITORING_CONFIG_TEXT, TfsDocker
+from servebench.servers.docker_triton import DEFAULT_TRITON_TAG, TritonDocker
 
 ENGINE_PROBLEM = docker_engine_problem()
 needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
@@ -259,6 +260,19 @@ def test_compose_serves_both_servers_on_loopback_read_only() -> None:
     assert services["triton"]["image"].startswith("nvcr.io/nvidia/tritonserver:")
     # The monitoring config compose mounts is the one the launcher writes.
     assert (COMPOSE.parent / "tfs_monitoring.config").read_text() == MONITORING_CONFIG_TEXT
+
+
+def test_default_image_tags_live_in_one_place() -> None:
+    """compose.yaml's fallbacks are the launchers' defaults, and no shipped scenario pins
+    another tag (a scenario that wants one names it with `image:`, on purpose)."""
+    import yaml
+
+    text = COMPOSE.read_text()
+    assert set(re.findall(r"\$\{TFS_TAG:-([^}]+)\}", text)) == {DEFAULT_TFS_TAG}
+    assert set(re.findall(r"\$\{TRITON_TAG:-([^}]+)\}", text)) == {DEFAULT_TRITON_TAG}
+    for scenario in sorted((COMPOSE.parents[1] / "scenarios").glob("*.yaml")):
+        servers = yaml.safe_load(scenario.read_text()).get("servers", [])
+        assert all("image" not in server for server in servers), scenario.name
 
 
 @pytest.mark.skipif(
