@@ -40,7 +40,9 @@ def test_percentiles_rates_and_errors():
     assert s.latency_max == pytest.approx(0.1)
     assert s.latency_mean == pytest.approx(ok.mean())
     assert s.achieved_rate == pytest.approx(100.0)
-    assert s.throughput_rps == pytest.approx(100.0, rel=0.01)
+    assert s.duration == pytest.approx(9.99 + 0.1)  # first send to last completion
+    assert s.throughput_rps == pytest.approx(987 / s.duration)  # successes only
+    assert s.error_rate == pytest.approx(0.013)
     assert s.throughput_ips == pytest.approx(4 * s.throughput_rps)
     judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.01)
     assert s.verdict == INVALID
@@ -112,3 +114,31 @@ def test_stability_settings_validation():
         StabilitySettings(max_windows=2, agree=3)
     with pytest.raises(ValueError, match=r"stability\.percentile"):
         StabilitySettings(percentile=100)
+
+
+def test_throughput_counts_successes_over_the_whole_run_after_the_server_dies():
+    """2,400 requests at 200 req/s; the server dies after 882 of them and every later request
+    is refused at once. Throughput is the successes over the run's span, not over the span
+    of the successes (which would still say 200 req/s)."""
+    n, alive = 2400, 882
+    send = np.arange(n) / 200.0
+    latency = np.where(np.arange(n) < alive, 0.002, 0.0001)
+    code = np.zeros(n, np.int8)
+    code[alive:] = ERROR_CODE[ErrorKind.CONNECTION_REFUSED]
+    s = summarize(columns(latency, send=send, code=code), mode="open", target_rate=200.0)
+    span = send[-1] + latency[-1] - send[0]
+    assert s.duration == pytest.approx(span)
+    assert s.throughput_rps == pytest.approx(alive / span)
+    assert s.throughput_rps < 75
+    assert s.error_rate == pytest.approx(1518 / 2400)
+    assert s.to_dict()["error_rate"] == pytest.approx(0.6325)
+
+
+def test_throughput_of_a_steady_closed_loop_is_concurrency_over_latency():
+    """With the run's span from first send to last completion, 4 workers each doing
+    back-to-back 10 ms requests give exactly 400 req/s (no n - 1 correction needed)."""
+    per_worker = 250
+    send = np.repeat(np.arange(per_worker) * 0.01, 4)
+    s = summarize(columns(np.full(send.size, 0.01), send=send), mode="closed", target_rate=None)
+    assert s.throughput_rps == pytest.approx(400.0)
+    assert s.error_rate == 0.0

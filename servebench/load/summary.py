@@ -37,7 +37,7 @@ class LoadSummary:
     errors_by_kind: dict[str, int]
     target_rate: float | None
     achieved_rate: float
-    throughput_rps: float
+    throughput_rps: float  # successful completions / duration
     throughput_ips: float
     latency_mean: float
     latency_p50: float
@@ -48,7 +48,8 @@ class LoadSummary:
     latency_max: float
     schedule_lag_p99: float
     late_share: float
-    duration: float
+    duration: float  # the measured span: first send to last completion, failures included
+    error_rate: float = 0.0  # errors / count, shown beside throughput (successes only)
     load: str = ""  # the load in words: "constant 500 req/s", "concurrency 64"
     concurrency: int | None = None
     batch_size: int = 1
