@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
 
-from servebench.clients.base import InferenceClient, InferenceError, Payload
+from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
     ERROR_CODE,
@@ -56,6 +56,12 @@ MAX_NAP = 0.05
 TIMER_MIN = 200e-6
 # Overdue sends issued back to back before the issuer yields to the loop once.
 BURST = 32
+# How a stop for a vanished server starts, so callers (a rate search) can tell it apart.
+SERVER_UNREACHABLE = "server unreachable"
+# Failures that mean nobody is serving at the address any more, as opposed to a server
+# that answers badly: those runs go on, and their errors are counted.
+_GONE = {ErrorKind.CONNECTION_REFUSED, ErrorKind.CONNECTION_RESET}
+_GONE_CODES = {ERROR_CODE[kind] for kind in _GONE}
 
 
 @dataclass
@@ -110,6 +116,7 @@ class LoadEngine:
         self._windows: list[WindowStats] = []
         self._stable: bool | None = None
         self._timer: PreciseTimer | None = None
+        self._unreachable_since: float | None = None
 
     def stop(self, reason: str | None = "stop requested") -> None:
         """Stop issuing, let requests in flight finish, and keep everything measured.
@@ -290,6 +297,8 @@ class LoadEngine:
             done = perf_counter()
             code = ERROR_CODE.get(exc.kind, CLIENT_ERROR_CODE)
             request_bytes, response_bytes = payload.request_bytes, 0
+            if exc.kind in _GONE:
+                self._note_gone(done, exc)
         except asyncio.CancelledError:
             if seq not in self._expired:
                 self._release(seq)
@@ -308,11 +317,23 @@ class LoadEngine:
             if not self._client_bug_logged:
                 self._client_bug_logged = True
                 log.warning("client raised %r instead of InferenceError", exc, exc_info=exc)
+        if code not in _GONE_CODES:
+            self._unreachable_since = None  # an answer, or a timeout: someone is there
         self._release(seq)
         if measured:
             n = self._buffer.add(seq, intended, send, done, code, request_bytes, response_bytes)
             if n >= self.settings.chunk_rows:
                 self._flush()
+
+    def _note_gone(self, now: float, exc: InferenceError) -> None:
+        """Stop once the address has refused or dropped every request for a while."""
+        limit = self.settings.unreachable_after
+        if limit is None:
+            return
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elif now - self._unreachable_since >= limit and not self._stopping:
+            self.stop(f"{SERVER_UNREACHABLE} for {limit:g} s ({exc.detail})")
 
     def _release(self, seq: int) -> None:
         self._active.pop(seq, None)

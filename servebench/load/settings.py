@@ -61,6 +61,10 @@ class LoadSettings:
     late_threshold: float = 1e-3
     late_limit: float = 0.01
     max_error_share: float = 0.01
+    # Seconds of nothing but refused or dropped connections after which the run stops: the
+    # server is gone, and timing out every remaining request against it measures nothing.
+    # None keeps going (a test of a server's restart, say).
+    unreachable_after: float | None = 2.0
     chunk_rows: int = 8192
 
     def __post_init__(self) -> None:
@@ -108,6 +112,8 @@ class LoadSettings:
             raise ValueError(
                 f"load.max_error_share: must be a share in [0, 1], got {self.max_error_share}"
             )
+        if self.unreachable_after is not None:
+            _positive("load.unreachable_after", self.unreachable_after)
         if self.chunk_rows < 1:
             raise ValueError(f"load.chunk_rows: must be >= 1, got {self.chunk_rows}")
 
