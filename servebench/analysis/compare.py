@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.analysis.labels import trial_label
+from servebench.analysis.search import trial_records
 
 NOISE_FLOOR = 0.10
 # Two-sided 99.9 % nominal. A bootstrap of a tail quantile is too narrow when only a
@@ -131,7 +132,8 @@ def compare_trials(
     ""). `presence` says "both", "only A" or "only B"; `note` says why nothing could be
     compared (a failed trial).
     """
-    noise_a, noise_b = trial_noise(records_a), trial_noise(records_b)
+    noise_a = trial_noise(trial_records(trials_a, records_a))
+    noise_b = trial_noise(trial_records(trials_b, records_b))
     a = trials_a.drop_duplicates("trial_id", keep="last").set_index("trial_id")
     b = trials_b.drop_duplicates("trial_id", keep="last").set_index("trial_id")
     ids = list(dict.fromkeys([*a.index, *b.index]))

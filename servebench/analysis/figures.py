@@ -3,22 +3,29 @@ sentence the report shows instead, so one missing input never sinks the whole re
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from servebench.analysis.breakdown import DIRECT_LINK
-from servebench.analysis.labels import LABEL_FIELDS, si, varying_labels
+from servebench.analysis.labels import LABEL_FIELDS, missing, si, varying_labels
 from servebench.analysis.roofline import Ceiling
+from servebench.analysis.search import search_steps, trial_records
 from servebench.analysis.svg import NoData, render
 
 MAX_LEGEND = 12
 MAX_FIGURE_LEGEND = 20
 LABEL_FIELDS_NO_LINK = tuple(f for f in LABEL_FIELDS if f != "link")
-MAX_PANELS = 4
+# Facets wrap into rows of PANEL_COLUMNS; past MAX_PANELS a figure names what it left out
+# (a 24-panel figure is already ~22 inches tall).
+PANEL_COLUMNS = 4
+MAX_PANELS = 24
 # Probabilities at which a CDF is drawn: even steps through the body, dense in the tail
 # (that is where serving lives), so a 100k-request trial costs ~330 points of SVG.
 _CDF_P = np.unique(np.concatenate([np.linspace(0, 0.99, 300), 1 - np.logspace(-2, -5, 30), [1.0]]))
@@ -70,9 +77,43 @@ def _wrap(label: str, width: int = 48) -> str:
     return f"{head}\n{tail}"
 
 
+def _facets(names: list) -> tuple[list, list]:
+    """The facets drawn and those left out (only past `MAX_PANELS`, and then the figure
+    names them: a facet never disappears without a word)."""
+    return names[:MAX_PANELS], names[MAX_PANELS:]
+
+
+def _grid_shape(count: int) -> tuple[int, int]:
+    """Rows and columns for `count` panels: at most `PANEL_COLUMNS` side by side."""
+    columns = min(max(count, 1), PANEL_COLUMNS)
+    return math.ceil(max(count, 1) / columns), columns
+
+
 def _panels(fig: Figure, names: list, *, sharey: bool = False) -> list[Axes]:
-    """One axes per name, side by side."""
-    return list(fig.subplots(1, len(names), sharey=sharey, squeeze=False)[0])
+    """One axes per name, wrapped into rows of `PANEL_COLUMNS`; spare cells removed."""
+    rows, columns = _grid_shape(len(names))
+    grid = fig.subplots(rows, columns, sharey=sharey, squeeze=False).ravel()
+    for spare in grid[len(names) :]:
+        spare.remove()
+    return list(grid[: len(names)])
+
+
+def _panel_size(count: int, width: float, height: float, extra: float = 0.0) -> tuple[float, float]:
+    """Figure size for `count` panels of `width` × `height` inches, plus `extra` height."""
+    rows, columns = _grid_shape(count)
+    return max(6.0, width * columns), height * rows + extra
+
+
+def _left_out(fig: Figure, left_out: list, what: str) -> None:
+    """Say in the figure which facets it does not show."""
+    if not left_out:
+        return
+    names = ", ".join(str(n) for n in left_out[:8]) + (" …" if len(left_out) > 8 else "")
+    fig.suptitle(
+        f"{len(left_out)} more {what} not shown (over {MAX_PANELS} panels): {names}",
+        fontsize=8,
+        color="crimson",
+    )
 
 
 def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
@@ -81,14 +122,16 @@ def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
         raise NoData("No per-request records in this run (records.parquet is missing or empty).")
     info = trials[trials["status"] == "ok"].drop_duplicates("trial_id", keep="last")
     info = info.set_index("trial_id")
-    # Failed trials keep their records on disk, but a partial trial's latencies would
-    # read as a setting's behaviour; they are in the summary table with their reason.
+    # A search trial's records are its chosen step's, under the trial's id. Failed trials
+    # keep their records on disk, but a partial trial's latencies would read as a
+    # setting's behaviour; they are in the summary table with their reason.
+    records = trial_records(trials, records)
     ok = records[records["ok"] & (records["latency"] > 0) & records["trial_id"].isin(info.index)]
     if ok.empty:
         raise NoData("No successful requests were recorded, so there is no latency to plot.")
     groups = {str(k): g["latency"].to_numpy() for k, g in ok.groupby("trial_id", sort=False)}
     link_of = info["link"].fillna("?")
-    links = list(dict.fromkeys(link_of[list(groups)]))[:MAX_PANELS]
+    links, left_out = _facets(list(dict.fromkeys(link_of[list(groups)])))
 
     # The same setting/model/batch/load has the same colour in every link's panel, and
     # one legend below the figure names them all.
@@ -107,10 +150,13 @@ def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
             _plain_log_axis(ax)
             ax.set_title(f"link: {link}")
             ax.set_xlabel("latency (ms, log)")
-        axes[0].set_ylabel("fraction of requests ≤ latency")
+            if ax.get_subplotspec().is_first_col():
+                ax.set_ylabel("fraction of requests ≤ latency")
         _figure_legend(fig, axes, len(palette))
+        _left_out(fig, left_out, "links")
 
-    return render(draw, width=max(6.0, 4.5 * len(links)), height=3.6 + _legend_height(len(palette)))
+    width, height = _panel_size(len(links), 4.5, 3.4, 0.2 + _legend_height(len(palette)))
+    return render(draw, width=width, height=height)
 
 
 def _figure_legend(fig: Figure, axes: list[Axes], count: int) -> None:
@@ -136,7 +182,7 @@ def throughput_vs_p99(trials: pd.DataFrame) -> str:
     if ok.empty or link is None:
         raise NoData("No successful trial has both a throughput and a p99 latency.")
     ok = ok[ok["link"] == link]
-    models = list(dict.fromkeys(ok["model"].fillna("?")))[:MAX_PANELS]
+    models, left_out = _facets(list(dict.fromkeys(ok["model"].fillna("?"))))
     slo = trials["slo_bound_s"].dropna()
 
     def draw(fig: Figure) -> None:
@@ -160,8 +206,107 @@ def throughput_vs_p99(trials: pd.DataFrame) -> str:
             ax.set_xlabel("throughput (inferences/s)")
             ax.set_ylabel("p99 latency (ms)")
             _legend(ax, len(curves))
+        _left_out(fig, left_out, "models")
 
-    return render(draw, width=max(6.0, 4.8 * len(models)), height=4.0)
+    return render(draw, *_panel_size(len(models), 4.8, 3.8, 0.2))
+
+
+def search_steps_figure(trials: pd.DataFrame) -> str:
+    """One panel per SLO search: each step's SLO-percentile latency against its offered
+    rate, in the order run, with the SLO bound and the rate the search chose."""
+    steps = search_steps(trials)
+    if steps.empty:
+        raise NoData("No SLO search in this run recorded its steps.")
+    info = trials.drop_duplicates("trial_id", keep="last").set_index("trial_id")
+    searched = list(dict.fromkeys(steps["trial_id"]))
+    titles = dict(
+        zip(
+            searched,
+            varying_labels(info.loc[searched], ("setting", "model", "batch_size", "link")),
+            strict=True,
+        )
+    )
+    shown, left_out = _facets(searched)
+
+    def draw(fig: Figure) -> None:
+        axes = _panels(fig, shown)
+        for ax, trial_id in zip(axes, shown, strict=True):
+            row = info.loc[trial_id]
+            mine = steps[steps["trial_id"] == trial_id]
+            measured = mine[np.isfinite(mine["latency"])]
+            curve = measured.sort_values("rate")  # the numbers give the order run
+            ax.plot(curve["rate"], curve["latency"] * 1e3, color="0.75", lw=0.8, zorder=1)
+            for met, style in (
+                (True, {"marker": "o", "color": "C2"}),
+                (False, {"marker": "X", "color": "crimson"}),
+            ):
+                part = measured[measured["met"] == met]
+                ax.scatter(
+                    part["rate"],
+                    part["latency"] * 1e3,
+                    s=30,
+                    zorder=2,
+                    label="SLO met" if met else "SLO missed",
+                    **style,
+                )
+            for step in measured.itertuples():
+                ax.annotate(
+                    str(step.step + 1),
+                    (step.rate, step.latency * 1e3),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=6,
+                    color="0.35",
+                )
+            unmeasured = mine[~np.isfinite(mine["latency"])]
+            if not unmeasured.empty:
+                rates = ", ".join(f"{r:g}" for r in unmeasured["rate"])
+                ax.text(
+                    0.02,
+                    0.98,
+                    f"no successful request at {rates}/s",
+                    transform=ax.transAxes,
+                    va="top",
+                    fontsize=7,
+                    color="crimson",
+                )
+            bound = row.get("slo_bound_s")
+            percentile = row.get("slo_percentile")
+            name = "p99" if missing(percentile) else f"p{percentile:g}"
+            if not missing(bound):
+                ax.axhline(
+                    bound * 1e3,
+                    color="crimson",
+                    ls="--",
+                    lw=1,
+                    label=f"SLO {name} ≤ {bound * 1e3:g} ms",
+                )
+            best = mine[mine["chosen"] & mine["met"]]
+            if best.empty:
+                ax.text(
+                    0.98,
+                    0.02,
+                    "no rate met the SLO",
+                    transform=ax.transAxes,
+                    ha="right",
+                    fontsize=7,
+                    color="crimson",
+                )
+            else:
+                rate = float(best["rate"].iloc[0])
+                ax.axvline(rate, color="C2", ls=":", lw=1.2, label=f"max {rate:.0f}/s")
+            if (
+                len(measured)
+                and measured["latency"].max() / max(measured["latency"].min(), 1e-9) > 20
+            ):
+                ax.set_yscale("log")
+            ax.set_title(_wrap(titles[trial_id], 40), fontsize=9)
+            ax.set_xlabel("offered rate (req/s)")
+            ax.set_ylabel(f"{name} latency (ms)")
+            ax.legend(loc="upper left" if unmeasured.empty else "center left")
+        _left_out(fig, left_out, "searches")
+
+    return render(draw, *_panel_size(len(shown), 4.6, 3.6, 0.2))
 
 
 def heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
@@ -189,30 +334,42 @@ def p99_heatmap(trials: pd.DataFrame) -> tuple[str, str]:
         ok = (
             ok[ok["batch_size"] == ok["batch_size"].min()] if ok["batch_size"].notna().any() else ok
         )
-        facets = list(dict.fromkeys(ok["layer_type"].fillna("all")))[:MAX_PANELS]
+        facets, left_out = _facets(list(dict.fromkeys(ok["layer_type"].fillna("all"))))
         facet_col = "layer_type"
         caption = (
             f"p99 latency over model depth × width (link {link}, smallest batch; median over "
             "settings and load levels), one panel per layer type."
         )
     else:
-        facets, facet_col = ["all"], None
+        facets, left_out, facet_col = ["all"], [], None
         caption = (
             "p99 latency over link × batch size (median over settings, models and load levels)."
         )
 
+    def table_of(facet: object) -> pd.DataFrame:
+        part = ok if facet_col is None else ok[ok[facet_col].fillna("all") == facet]
+        table = part.pivot_table(
+            index=rows_dim, columns=cols_dim, values="latency_p99", aggfunc="median", sort=False
+        )
+        if rows_dim != "link":
+            table = table.sort_index()
+        return table.reindex(sorted(table.columns), axis=1) * 1e3
+
+    tables = [table_of(f) for f in facets]
+    # One colour scale for every panel: the same colour is the same p99 in each.
+    finite = np.concatenate([t.to_numpy(dtype=float).ravel() for t in tables])
+    finite = finite[np.isfinite(finite)]
+    norm = Normalize(finite.min(), finite.max()) if finite.size else Normalize(0, 1)
+    mid = (norm.vmin + norm.vmax) / 2
+
     def draw(fig: Figure) -> None:
         axes = _panels(fig, facets)
-        for ax, facet in zip(axes, facets, strict=True):
-            part = ok if facet_col is None else ok[ok[facet_col].fillna("all") == facet]
-            table = part.pivot_table(
-                index=rows_dim, columns=cols_dim, values="latency_p99", aggfunc="median", sort=False
+        image = None
+        for ax, facet, table in zip(axes, facets, tables, strict=True):
+            values = table.to_numpy(dtype=float)
+            image = ax.imshow(
+                np.ma.masked_invalid(values), cmap="viridis", norm=norm, aspect="auto"
             )
-            if rows_dim != "link":
-                table = table.sort_index()
-            table = table.reindex(sorted(table.columns), axis=1)
-            values = table.to_numpy(dtype=float) * 1e3
-            image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
             ax.set_xticks(range(len(table.columns)), [f"{c:g}" for c in table.columns])
             ax.set_yticks(range(len(table.index)), [_tick(v) for v in table.index])
             ax.set_xlabel(cols_dim.replace("_", " "))
@@ -220,8 +377,6 @@ def p99_heatmap(trials: pd.DataFrame) -> tuple[str, str]:
             ax.grid(False)
             if facet_col is not None:
                 ax.set_title(str(facet))
-            finite = values[np.isfinite(values)]
-            mid = (finite.min() + finite.max()) / 2 if finite.size else 0
             for (i, j), v in np.ndenumerate(values):
                 if np.isfinite(v):
                     ax.text(
@@ -233,10 +388,11 @@ def p99_heatmap(trials: pd.DataFrame) -> tuple[str, str]:
                         fontsize=7,
                         color="white" if v < mid else "black",
                     )
-            fig.colorbar(image, ax=ax, label="p99 (ms)")
+        fig.colorbar(image, ax=axes, label="p99 (ms)", shrink=0.9)
+        _left_out(fig, left_out, "layer types")
 
     height = max(3.0, 0.45 * max(ok[rows_dim].nunique(), 1) + 1.8)
-    return render(draw, width=max(5.5, 4.8 * len(facets)), height=height), caption
+    return render(draw, *_panel_size(len(facets), 4.4, height, 0.3)), caption
 
 
 def _tick(value: object) -> str:

@@ -61,6 +61,7 @@ TEXT_COLUMNS = (
     "mode",
     "errors_by_kind",
     "instance",
+    "search_steps",  # JSON list of an SLO search's steps (analysis/search.py)
 )
 NUMBER_COLUMNS = (
     "index",

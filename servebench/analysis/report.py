@@ -25,6 +25,7 @@ from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
 from servebench.analysis.roofline import host_ceiling, roofline_points
+from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
 
@@ -94,6 +95,7 @@ def render_html(data: RunData, report: Report) -> str:
 
     sections = [
         _summary_section(data),
+        *_search_sections(report, trials),
         _plot_section(
             report,
             "latency-cdf",
@@ -276,6 +278,25 @@ def _summary_section(data: RunData) -> _Section:
         "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
     )
     return section
+
+
+def _search_sections(report: Report, trials: pd.DataFrame) -> list[_Section]:
+    """The SLO search's steps, in runs that searched (other runs get no empty section)."""
+    if search_steps(trials).empty:
+        return []
+    return [
+        _plot_section(
+            report,
+            "search-steps",
+            "SLO search steps",
+            lambda: figures.search_steps_figure(trials),
+            "Each step of each setting's SLO search: the latency percentile the SLO names "
+            "against the offered (open-loop) rate, numbered in the order run — doubling "
+            "until the SLO breaks, then bisecting. Green: SLO met; red: missed or too many "
+            "failed requests. The dashed line is the SLO bound; the dotted line the highest "
+            "rate that met it, which the summary reports as max rate and costs are taken at.",
+        )
+    ]
 
 
 def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:

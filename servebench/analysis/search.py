@@ -1,0 +1,93 @@
+"""SLO-search trials as their files hold them.
+
+A search trial is one row in trials.csv but several load runs ("steps") on disk: the
+runner names each step's records `<trial id>.s<N>` (N counts from 0 in the order the
+steps ran) and writes the steps into the row's `search_steps` column as JSON
+`[[rate, latency, met, reasons], ...]` — the offered rate (req/s), the SLO-percentile
+latency in seconds, whether the step met the SLO, and why an unusable step was so. The
+row's own figures are those of the chosen step: the highest rate that met the SLO, else
+the last step run. Readers that join records to trials by id go through
+`trial_records`, so a search trial's latencies are found and mean what its row says.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from servebench.analysis.labels import missing
+
+STEP_COLUMNS = ("trial_id", "step", "step_id", "rate", "latency", "met", "reasons", "chosen")
+
+
+def step_id(trial_id: str, step: int) -> str:
+    """The records' trial id of one step (the runner's naming, scenario/trial.py)."""
+    return f"{trial_id}.s{step}"
+
+
+def search_steps(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per step of every search trial, in the order the steps ran.
+
+    `chosen` marks the step whose summary is the trial's row. A row whose `search_steps`
+    cannot be read as the runner writes it contributes no steps rather than failing the
+    report.
+    """
+    rows = []
+    column = trials.get("search_steps", pd.Series([None] * len(trials), index=trials.index))
+    for trial_id, text in zip(trials["trial_id"], column, strict=True):
+        steps = _parse(text)
+        if not steps:
+            continue
+        met = [i for i, s in enumerate(steps) if s[2]]
+        chosen = max(met, key=lambda i: steps[i][0]) if met else len(steps) - 1
+        for i, (rate, latency, ok, reasons) in enumerate(steps):
+            rows.append(
+                {
+                    "trial_id": trial_id,
+                    "step": i,
+                    "step_id": step_id(trial_id, i),
+                    "rate": rate,
+                    "latency": latency,
+                    "met": ok,
+                    "reasons": reasons,
+                    "chosen": i == chosen,
+                }
+            )
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def _parse(text: object) -> list[tuple[float, float, bool, str]]:
+    if missing(text) or not str(text).strip():
+        return []
+    try:
+        raw = json.loads(str(text))
+        return [
+            (
+                float(s[0]),
+                np.nan if s[1] is None else float(s[1]),
+                bool(s[2]),
+                str(s[3]) if len(s) > 3 and s[3] else "",
+            )
+            for s in raw
+        ]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return []
+
+
+def trial_records(trials: pd.DataFrame, records: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Records keyed by the trial ids of `trials`: a search trial's chosen step's records
+    under the trial's own id, its other steps' records left out (they belong to other
+    rates; the steps figure shows them), every other record as it is."""
+    if records is None:
+        return None
+    steps = search_steps(trials)
+    if steps.empty:
+        return records
+    picked = steps[steps["chosen"]]
+    chosen = dict(zip(picked["step_id"], picked["trial_id"], strict=True))
+    other = set(steps.loc[~steps["chosen"], "step_id"])
+    keep = records[~records["trial_id"].isin(other)].copy()
+    keep["trial_id"] = keep["trial_id"].map(lambda t: chosen.get(t, t)).astype(object)
+    return keep
