@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from servebench.netem import (
@@ -309,3 +310,24 @@ def test_bad_addresses_are_reported():
         port = taken.getsockname()[1]
         with pytest.raises(EmulatorError, match=f"listen 127.0.0.1:{port}"):
             LinkEmulator("wifi", "127.0.0.1:9", listen=("127.0.0.1", port)).start()
+
+
+def test_worker_is_out_of_the_callers_process_group():
+    """A terminal's Ctrl-C goes to its whole foreground group; the worker must not be in
+    it, or it dies before the runner has stopped the load through it (issue 10)."""
+    with probe_server() as server, LinkEmulator("wifi", server) as address:
+        (worker,) = psutil.Process().children()
+        assert os.getpgid(worker.pid) != os.getpgrp()
+        with socket.create_connection(address, timeout=5):
+            pass
+
+
+def test_stop_after_the_worker_died_does_not_raise():
+    with probe_server() as server:
+        emulator = LinkEmulator("wifi", server)
+        emulator.start()
+        (worker,) = psutil.Process().children()
+        worker.kill()
+        worker.wait(5)
+        assert emulator.stop() is None  # no final counters from a dead worker, no error
+        assert not psutil.pid_exists(worker.pid)

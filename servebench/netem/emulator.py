@@ -12,6 +12,7 @@ Its own process gives it its own interpreter, a precise-timer loop and a core.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -71,12 +72,16 @@ class LinkEmulator:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         # Lives as long as the worker; closed in _kill().
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        # Its own session: a terminal's Ctrl-C (SIGINT to the whole foreground group) must
+        # reach only the caller, which stops the load first and then this worker. It still
+        # cannot outlive the caller: end of stdin stops it (worker.py).
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "servebench.netem.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
+            start_new_session=True,
         )
         config = {
             "profile": self.profile.model_dump(mode="json"),
@@ -190,7 +195,10 @@ class LinkEmulator:
                 proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
-                    stream.close()
+                    # Closing flushes what a failed _send left buffered; to a dead worker
+                    # that is a BrokenPipeError, which must not replace the caller's outcome.
+                    with contextlib.suppress(OSError):
+                        stream.close()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -1,0 +1,98 @@
+"""Ctrl-C in a terminal during a trial on an emulated link (issue 10, item 10).
+
+A terminal sends SIGINT to its whole foreground process group, not just to servebench.
+The link emulator's worker must not be in that group: if it is, it dies of the SIGINT
+before the runner has stopped the load, and the trial is marked failed (BrokenPipeError)
+instead of interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+SCENARIO = """\
+name: tiny-link
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
+servers:
+  - name: triton
+    kind: triton
+    settings: {max_batch_size: 4, dynamic_batching: false}
+workload:
+  rates: [40]
+  batch_sizes: [1, 2]
+  duration_s: 4.0
+  warmup_s: 0.2
+  timeout_s: 2
+links: [wifi]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _needs_triton(triton_install):
+    """Skips (with the reason) where the nvidia-pytriton wheel is missing."""
+
+
+def _emulator_workers(root: psutil.Process) -> list[psutil.Process]:
+    found = []
+    for process in root.children(recursive=True):
+        try:
+            if "servebench.netem.worker" in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_sigint_to_the_process_group_interrupts_a_trial_on_an_emulated_link(tmp_path: Path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
+    command += ["--output", str(results), "--no-report"]
+    # Its own session stands in for the terminal's foreground group (and keeps the SIGINT
+    # away from pytest).
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not list(results.glob("*/records/*.parquet")):
+            assert process.poll() is None, process.communicate()[0]
+            time.sleep(0.05)
+        time.sleep(1.0)  # well inside the first 4 s trial
+        workers = _emulator_workers(psutil.Process(process.pid))
+        assert workers, "no link emulator worker found during the trial"
+        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, output
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "interrupted" and "SIGINT" in meta["reason"], meta
+    trials = pd.read_csv(run / "trials.csv")
+    assert list(trials.status) == ["interrupted"], list(trials.reason)
+    # the link stayed up until the runner stopped the load: no request failed because of it
+    assert trials.iloc[0]["count"] > 0 and trials.iloc[0]["errors"] == 0, trials.iloc[0].to_dict()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == [], f"emulator workers left running: {[p.pid for p in alive]}"
