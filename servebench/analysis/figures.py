@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from servebench.analysis.breakdown import DIRECT_LINK
 from servebench.analysis.labels import LABEL_FIELDS, missing, si, varying_labels
-from servebench.analysis.roofline import Ceiling
+from servebench.analysis.roofline import Ceiling, above_roof
 from servebench.analysis.search import search_steps, trial_records
 from servebench.analysis.svg import NoData, render
 
@@ -400,7 +400,10 @@ def _tick(value: object) -> str:
 
 
 def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
-    """Achieved FLOP/s against arithmetic intensity, under the host's measured roof."""
+    """Achieved FLOP/s against arithmetic intensity, under the host's measured roofs:
+    the GEMM peak (flat) and, where measured, the copy bandwidth (a slope), each drawn
+    across the whole axis so both are visible, their minimum (the roofline) solid.
+    Points above the roofline are ringed in red; the report says why they can be."""
     if points.empty:
         raise NoData(
             "No successful trial has FLOP and byte counts with a throughput "
@@ -408,23 +411,29 @@ def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
         )
     models = list(dict.fromkeys(points["model"].fillna("?")))
     batches = sorted(points["batch_size"].dropna().unique())
+    above = above_roof(points)
 
     def draw(fig: Figure) -> None:
         ax = fig.subplots()
         lo, hi = points["intensity"].min() / 3, points["intensity"].max() * 3
+        if ceiling.ridge is not None:  # keep the ridge, where the two roofs meet, in view
+            lo, hi = min(lo, ceiling.ridge / 3), max(hi, ceiling.ridge * 3)
         xs = np.geomspace(lo, hi, 200)
         if ceiling.peak_flops is not None:
-            label = f"host GEMM peak {si(ceiling.peak_flops, 'FLOP/s')} (measured)"
+            compute = f"compute roof: GEMM peak {si(ceiling.peak_flops, 'FLOP/s')} (measured)"
+            if ceiling.peak_bw is None:
+                compute += "; no bandwidth roof measured"
+            ax.axhline(ceiling.peak_flops, color="black", lw=0.8, ls="--", label=compute)
             if ceiling.peak_bw is not None:
-                ax.plot(xs, ceiling.attainable(xs), color="black", lw=1.5, label=label)
-                ax.plot([], [], " ", label=f"slope: copy bandwidth {si(ceiling.peak_bw, 'B/s')}")
-            else:
-                ax.axhline(
-                    ceiling.peak_flops,
-                    color="black",
-                    lw=1.5,
-                    label=label + "; no bandwidth slope measured",
+                ax.plot(
+                    xs,
+                    ceiling.peak_bw * xs,
+                    color="0.4",
+                    lw=0.8,
+                    ls="--",
+                    label=f"bandwidth roof: copy {si(ceiling.peak_bw, 'B/s')} × intensity",
                 )
+            ax.plot(xs, ceiling.attainable(xs), color="black", lw=1.8, label="roofline")
         for i, batch in enumerate(batches):
             rows = points[points["batch_size"] == batch]
             for j, model in enumerate(models):
@@ -438,17 +447,34 @@ def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
                     marker=_MARKERS[j % len(_MARKERS)],
                     label=f"{model} · b{batch:g}",
                     s=28,
+                    zorder=3,
                 )
+        if not above.empty:
+            ax.scatter(
+                above["intensity"],
+                above["achieved_flops"],
+                s=110,
+                facecolors="none",
+                edgecolors="crimson",
+                lw=1.2,
+                zorder=4,
+                label=f"above the measured roof ({len(above)}; see the note)",
+            )
+        top = max(points["achieved_flops"].max(), ceiling.peak_flops or 0) * 2
+        low = points["achieved_flops"].min() / 3
+        if ceiling.peak_bw is not None:
+            low = min(low, ceiling.peak_bw * lo)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
-        _plain_log_axis(ax, "x")
         ax.set_yscale("log")
+        ax.set_ylim(low, top)
+        _plain_log_axis(ax, "x")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: si(v, "FLOP/s")))
         ax.set_xlabel("arithmetic intensity (FLOP/byte: weights once + activations per sample)")
         ax.set_ylabel("achieved FLOP/s (inferences/s × FLOP/inference)")
-        _legend(ax, len(models) * len(batches) + 1)
+        _legend(ax, len(models) * len(batches) + 3)
 
-    return render(draw, width=8.0, height=4.5)
+    return render(draw, width=8.0, height=4.8)
 
 
 def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:

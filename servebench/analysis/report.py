@@ -24,7 +24,7 @@ from servebench.analysis import figures
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
-from servebench.analysis.roofline import host_ceiling, roofline_points
+from servebench.analysis.roofline import Ceiling, above_roof, host_ceiling, roofline_points
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
@@ -55,6 +55,7 @@ figure{margin:.5rem 0}figure svg{max-width:100%;height:auto}
 figcaption,.caption{color:#555;font-size:.85rem}
 .no-data{color:#666;font-style:italic}.plot-error{color:#8a1c1c}
 pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
+.roof-note{background:#fff8e1;border:1px solid #f0d58c;padding:.5rem .8rem;font-size:.85rem}
 """
 
 
@@ -118,7 +119,9 @@ def render_html(data: RunData, report: Report) -> str:
             "Roofline",
             lambda: figures.roofline(points, ceiling),
             _roofline_caption(ceiling),
-            tables=[_roofline_table(points)] if not points.empty else [],
+            tables=[_roofline_note(points, ceiling), _roofline_table(points)]
+            if not points.empty
+            else [],
         ),
         _cost_section(report, trials),
         _plot_section(
@@ -342,17 +345,50 @@ def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
     return section
 
 
-def _roofline_caption(ceiling) -> str:
+def _roofline_caption(ceiling: Ceiling) -> str:
     if ceiling.peak_flops is None:
         return "No measured host peak in this run: the points have no ceiling to compare with."
-    roof = f"Ceiling: measured host GEMM peak {si(ceiling.peak_flops, 'FLOP/s')}"
+    roof = f"Roofs: compute, the host's float32 GEMM peak {si(ceiling.peak_flops, 'FLOP/s')}"
     if ceiling.peak_bw is None:
         roof += " (flat: no memory-bandwidth slope was measured)"
     else:
-        roof += f" and copy bandwidth {si(ceiling.peak_bw, 'B/s')} (ridge at {ceiling.ridge:.3g} FLOP/byte)"
+        roof += (
+            f"; bandwidth, its copy rate {si(ceiling.peak_bw, 'B/s')} × intensity "
+            f"(the two meet at {ceiling.ridge:.3g} FLOP/byte)"
+        )
+    if ceiling.provenance:
+        roof += f"; {ceiling.provenance}"
     return (
         roof + ". Points far below the roof at low load are limited by the offered load, "
         "not by the hardware; the highest point of each model is its real efficiency."
+    )
+
+
+def _roofline_note(points: pd.DataFrame, ceiling: Ceiling) -> str:
+    """Why a point can sit above a measured roof — never left unexplained."""
+    above = above_roof(points)
+    if above.empty:
+        return ""
+    worst = (
+        above.sort_values("efficiency", ascending=False)
+        .groupby(["setting", "model", "batch_size"], dropna=False, sort=False)
+        .head(1)
+    )
+    names = "; ".join(
+        f"{trial_label({**r, 'load_kind': None, 'load_level': None, 'link': None})} "
+        f"({r['efficiency']:.0%})"
+        for r in worst.to_dict("records")
+    )
+    when = f" ({ceiling.provenance})" if ceiling.provenance else ""
+    return (
+        f'<p class="roof-note" id="above-roof"><strong>{len(above)} of {len(points)} trials '
+        f"plot above the measured roof</strong>: {_e(names)}. The hardware was not beaten: the "
+        f"roof is too low for what these models ran on. The host may have been busy when the "
+        f"roof was measured{_e(when)}; the serving runtime's kernels (onnxruntime's MLAS, "
+        "Winograd or fused convolutions) may do fewer FLOPs than the zoo counts or run "
+        "faster than numpy's GEMM; the bandwidth roof is one thread's copy while a server "
+        "streams with several. Re-measure on a quiet machine with "
+        "<code>servebench report host-peak --remeasure</code>.</p>"
     )
 
 

@@ -4,7 +4,8 @@ Arithmetic intensity is the zoo's FLOPs over the bytes one batch must move — t
 once per batch plus each sample's activations — so it grows with batch size, which is
 why batching helps until the compute ceiling is reached. Achieved FLOP/s is inferences/s
 times FLOPs per sample. The ceiling is the host's measured GEMM peak (`host_peak_flops`)
-and, where the run measured it, the memory-bandwidth slope (`host_peak_bw`, bytes/s).
+and, where the run measured it, the memory-bandwidth slope (`host_peak_bw`, bytes/s);
+run.json's `host_peak` says when and how both were measured (analysis/host_peak.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import pandas as pd
 
 @dataclass(frozen=True)
 class Ceiling:
-    """The roof: flat compute peak, optionally a bandwidth slope (None: not measured)."""
+    """The roof: flat compute peak, optionally a bandwidth slope (None: not measured),
+    and a sentence on how they were measured (None: the run did not say)."""
 
     peak_flops: float | None
     peak_bw: float | None
+    provenance: str | None = None
 
     @property
     def ridge(self) -> float | None:
@@ -61,7 +64,35 @@ def host_ceiling(trials: pd.DataFrame, run: Mapping[str, Any] | None = None) -> 
         value = (run or {}).get(column)
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
-    return Ceiling(first("host_peak_flops"), first("host_peak_bw"))
+    return Ceiling(
+        first("host_peak_flops"), first("host_peak_bw"), _provenance((run or {}).get("host_peak"))
+    )
+
+
+def _provenance(meta: object) -> str | None:
+    """'measured 2026-11-30 with 2 BLAS threads, best of 8 rounds (cached; load 2.3)'."""
+    if not isinstance(meta, Mapping) or not meta.get("measured_at"):
+        return None
+    text = f"measured {str(meta['measured_at'])[:10]}"
+    if meta.get("threads"):
+        text += f" with {meta['threads']} BLAS threads"
+    rounds = meta.get("flops_rounds")
+    if isinstance(rounds, list) and rounds:
+        text += f", best of {len(rounds)} rounds"
+    notes = []
+    if meta.get("cached"):
+        notes.append("cached for this machine")
+    load = meta.get("load_average")
+    if isinstance(load, (int, float)):
+        notes.append(f"load average {load:.1f} then")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def above_roof(points: pd.DataFrame, tolerance: float = 1.0) -> pd.DataFrame:
+    """The points whose achieved FLOP/s exceed the measured roof at their intensity."""
+    if points.empty:
+        return points
+    return points[points["efficiency"] > tolerance]
 
 
 def roofline_points(trials: pd.DataFrame, ceiling: Ceiling | None = None) -> pd.DataFrame:

@@ -122,6 +122,37 @@ def compare(
     )
 
 
+@app.command("host-peak")
+def host_peak(
+    remeasure: Annotated[
+        bool, typer.Option("--remeasure", help="measure again and replace the cached roofs")
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="where host_peak.json lives (default $SERVEBENCH_CACHE_DIR or ~/.cache/servebench)"
+        ),
+    ] = None,
+) -> None:
+    """The roofline's roofs for this machine (GEMM FLOP/s, copy bytes/s): cached, or measured."""
+    from servebench.analysis.host_peak import cache_path, host_peaks
+    from servebench.analysis.labels import si
+
+    with console.status("measuring the host's GEMM and copy peaks …"):
+        peaks = host_peaks(remeasure=remeasure, cache_dir=cache_dir)
+    spread = ", ".join(f"{v / 1e9:.0f}" for v in peaks.flops_rounds)
+    console.print(f"machine          {escape(peaks.machine)}", highlight=False)
+    console.print(
+        f"GEMM peak        {si(peaks.flops.value, 'FLOP/s')}  (rounds, GFLOP/s: {spread})",
+        highlight=False,
+    )
+    console.print(f"copy bandwidth   {si(peaks.bw.value, 'B/s')}", highlight=False)
+    load = "" if peaks.load_average is None else f", load average {peaks.load_average:.1f}"
+    origin = "from the cache" if peaks.cached else "just measured"
+    console.print(f"measured         {peaks.measured_at}{load} ({origin})", highlight=False)
+    console.print(f"cache            {escape(str(cache_path(cache_dir)))}", highlight=False)
+
+
 def _ratio(value: float, flag: str) -> str:
     if not math.isfinite(value):
         return "–"
