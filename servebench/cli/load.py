@@ -3,11 +3,13 @@
 Open loop with `--rate` (constant or `--poisson`), `--request-intervals FILE`
 (perf_analyzer's format) or `--load-schedule step|line` (ghz's names); closed loop with
 `--concurrency`. Times on the command line are seconds; the table shows milliseconds.
-Exit status: 0 when the verdict is VALID, 3 when it is INVALID.
+Exit status: 0 when the verdict is VALID, 3 when it is INVALID, 2 (one line, no run)
+when the address, model, version, protocol or an output path is wrong.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from enum import StrEnum
@@ -19,6 +21,8 @@ import typer
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
 
+EXIT_USAGE = 2
+EXIT_FAILED = 1
 EXIT_INVALID = 3
 
 
@@ -141,20 +145,38 @@ def load(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the summary as JSON.", rich_help_panel=_OUT)
     ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Server's Prometheus page, for its queue/compute time per request "
+            "(default for Triton: port 8002 of its host; '' for none).",
+            rich_help_panel=_OUT,
+        ),
+    ] = None,
     trial_id: Annotated[
         str, typer.Option(help="Trial id in the records.", rich_help_panel=_OUT)
     ] = "",
 ) -> None:
     """Run one load against a URL and model and print the summary (like perf_analyzer).
 
-    Exit status 0 when the verdict is VALID, 3 when it is INVALID.
+    Exit status 0 when the verdict is VALID, 3 when it is INVALID, 2 when the address,
+    model, protocol or an output path is wrong (one line saying which).
     """
     import functools
 
+    from servebench.cli.load_server import (
+        ServerMetrics,
+        default_metrics_url,
+        explain,
+        protocol_hint,
+    )
+    from servebench.clients.base import InferenceError
     from servebench.clients.factory import create_client
     from servebench.load import LoadSettings, StabilitySettings, run
 
     try:
+        _check_output(records, "--records")
+        _check_output(json_out, "--json")
         arrivals = _arrivals(
             rate,
             poisson,
@@ -197,14 +219,70 @@ def load(
             trial_id=trial_id,
             processes=processes,
         )
+        asyncio.run(_checked_connect(factory, protocol, url, model, batch_size, seed))
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    summary = run(factory, settings, records=records)
-    print_summary(summary, url=url, records=records)
+        raise _fail(str(exc)) from None
+    if metrics_url is None:
+        metrics_url = default_metrics_url(protocol, url)
+    metrics = ServerMetrics(metrics_url, model, warmup) if metrics_url else None
+    try:
+        summary = run(
+            factory,
+            settings,
+            records=records,
+            on_start=metrics.start if metrics is not None else None,
+        )
+    except InferenceError as exc:  # the server went away after the check above
+        raise _fail(asyncio.run(explain(exc, protocol, url, model))) from None
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except (RuntimeError, OSError) as exc:  # a worker process, or the records file, failed
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    server = metrics.summary() if metrics is not None else None
+    print_summary(summary, url=url, records=records, server=server)
+    if metrics is not None and server is None and metrics.note:
+        typer.echo(metrics.note)
+    if protocol == "http" and summary.ok == 0 and set(summary.errors_by_kind) == {"http_status"}:
+        hint = asyncio.run(protocol_hint(url, protocol, model))
+        if hint:
+            typer.echo(f"note: {hint}")
     if json_out is not None:
-        json_out.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        document = summary.to_dict()
+        if server is not None:
+            document["server"] = server
+        json_out.write_text(json.dumps(document, indent=2) + "\n")
     if summary.verdict != "VALID":
         raise typer.Exit(EXIT_INVALID)
+
+
+def _fail(message: str) -> typer.Exit:
+    """One line on stderr and exit 2: the message names what to fix, a traceback would not."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _check_output(path: Path | None, option: str) -> None:
+    """Refuse an output path that cannot be written before the load, not after it."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
+
+
+async def _checked_connect(
+    factory: Any, protocol: str, url: str, model: str, batch_size: int, seed: int
+) -> None:
+    """`preflight`, with a failed connect turned into a ValueError carrying the sentence."""
+    from servebench.cli.load_server import explain, preflight
+    from servebench.clients.base import InferenceError
+
+    try:
+        await preflight(factory, protocol, url, batch_size, seed)
+    except InferenceError as exc:
+        raise ValueError(await explain(exc, protocol, url, model)) from None
 
 
 def _arrivals(
@@ -304,8 +382,19 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
-def print_summary(summary: LoadSummary, *, url: str = "", records: Path | None = None) -> None:
-    """The summary as a rich table, then the verdict and its reasons."""
+def print_summary(
+    summary: LoadSummary,
+    *,
+    url: str = "",
+    records: Path | None = None,
+    server: dict[str, Any] | None = None,
+) -> None:
+    """The summary as a rich table, then the verdict and its reasons.
+
+    `server` (telemetry summary keys) adds the server's side of a request, in
+    perf_analyzer's words: queue, compute input / infer / output, and what is left of the
+    client's latency (network and client overhead).
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -324,6 +413,7 @@ def print_summary(summary: LoadSummary, *, url: str = "", records: Path | None =
         ("achieved send rate (req/s)", f"{summary.achieved_rate:.1f}"),
         ("throughput (req/s)", f"{summary.throughput_rps:.1f}"),
         ("throughput (infer/s)", f"{summary.throughput_ips:.1f}"),
+        ("error rate", f"{summary.error_rate:.2%}"),
         ("latency mean (ms)", _ms(summary.latency_mean)),
         ("latency p50 (ms)", _ms(summary.latency_p50)),
         ("latency p90 (ms)", _ms(summary.latency_p90)),
@@ -335,6 +425,8 @@ def print_summary(summary: LoadSummary, *, url: str = "", records: Path | None =
         ("sent > 1 ms late", f"{summary.late_share:.2%}"),
         ("measured span (s)", f"{summary.duration:.2f}"),
     ]
+    if server is not None:
+        rows += _server_rows(summary, server)
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
@@ -357,3 +449,35 @@ def print_summary(summary: LoadSummary, *, url: str = "", records: Path | None =
         console.print(f"  [red]- {reason}[/]")
     if records is not None:
         console.print(f"records: {records}")
+
+
+def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str, str]]:
+    """The server's figures per request (means over the measured part of the load)."""
+    from servebench.telemetry.summary import client_minus_server_s
+
+    def count(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    rows = [
+        (
+            "server requests (ok / failed)",
+            f"{count(server.get('server_requests'))} / {count(server.get('server_failures'))}",
+        ),
+        (
+            "server avg batch",
+            "-" if server.get("server_avg_batch") is None else f"{server['server_avg_batch']:.2f}",
+        ),
+        ("server request (ms)", _ms(server.get("server_request_s"))),
+        ("  queue (ms)", _ms(server.get("server_queue_s"))),
+        ("  compute input (ms)", _ms(server.get("server_compute_input_s"))),
+        ("  compute infer (ms)", _ms(server.get("server_compute_infer_s"))),
+        ("  compute output (ms)", _ms(server.get("server_compute_output_s"))),
+    ]
+    if summary.ok:
+        rows.append(
+            (
+                "client - server (ms)",
+                _ms(client_minus_server_s(summary.latency_mean, server)),
+            )
+        )
+    return rows

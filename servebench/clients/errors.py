@@ -7,7 +7,8 @@
   message (Triton's and TF Serving's `{"error": ...}` body, the gRPC details) goes into the
   detail, so "unknown model 'x'" reaches the user;
 - a success status whose body nevertheless reports an error → SERVER_ERROR;
-- an answer that does not decode, or does not match the signature → BAD_RESPONSE;
+- an answer that does not decode, or does not match the signature → BAD_RESPONSE (one
+  that is not HTTP/1.1 at all is said to be so: usually a gRPC port);
 - anything else the client library raises → CLIENT_ERROR.
 
 Every detail names where the request went (URL or `host:port`), so a failed run says what
@@ -45,6 +46,12 @@ def http_failure(exc: BaseException, where: str) -> InferenceError:
     if isinstance(exc, aiohttp.ClientOSError | ConnectionError):
         kind = ErrorKind.CONNECTION_RESET if exc.errno in _RESET_ERRNOS else ErrorKind.CLIENT_ERROR
         return InferenceError(kind, f"{where}: {exc}")
+    if isinstance(exc, aiohttp.ClientResponseError) and "bad status line" in exc.message.lower():
+        # aiohttp quotes the raw bytes it could not parse (binary HTTP/2 frames from a
+        # gRPC port): say what they mean instead.
+        return InferenceError(
+            ErrorKind.BAD_RESPONSE, f"{where}: the answer is not HTTP/1.1 (a gRPC port?)"
+        )
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
         return InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: {exc}")
     return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {type(exc).__name__}: {exc}")

@@ -112,13 +112,21 @@ def run(
     records: str | Path | RecordSink | None = None,
     use_uvloop: bool | None = None,
     handle_signals: bool = True,
+    on_start: Callable[[float], None] | None = None,
 ) -> LoadSummary:
-    """Run one load from start to end; `records` is a Parquet path or a sink (or None)."""
+    """Run one load from start to end; `records` is a Parquet path or a sink (or None).
+
+    `on_start` gets the wall-clock time the schedule starts (warm-up included), once the
+    clients are connected: the moment a caller reading server counters beside the load
+    needs, which connecting (metadata, worker processes) delays by a varying amount.
+    """
     sink, owned = _open_sink(records)
     try:
         if settings.processes > 1:
-            return _run_processes(factory, settings, sink, use_uvloop)
-        return run_in_loop(_run_single(factory, settings, sink, handle_signals), use_uvloop)
+            return _run_processes(factory, settings, sink, use_uvloop, on_start)
+        return run_in_loop(
+            _run_single(factory, settings, sink, handle_signals, on_start), use_uvloop
+        )
     finally:
         if owned and sink is not None:
             sink.close()
@@ -152,13 +160,19 @@ def _open_sink(records: str | Path | RecordSink | None) -> tuple[RecordSink | No
 
 
 async def _run_single(
-    factory: ClientFactory, settings: LoadSettings, sink: RecordSink | None, handle_signals: bool
+    factory: ClientFactory,
+    settings: LoadSettings,
+    sink: RecordSink | None,
+    handle_signals: bool,
+    on_start: Callable[[float], None] | None,
 ) -> LoadSummary:
     client = factory()
     await client.connect()
     try:
         payload = client.make_payload(settings.batch_size, settings.seed)
         engine = LoadEngine(client, payload, settings, sink)
+        if on_start is not None:
+            on_start(time.time())
         with _graceful_stop(engine, handle_signals):
             report = await engine.run()
         return summarize_reports(settings, [report])
@@ -199,6 +213,7 @@ def _run_processes(
     settings: LoadSettings,
     sink: RecordSink | None,
     use_uvloop: bool | None,
+    on_start: Callable[[float], None] | None,
 ) -> LoadSummary:
     try:
         pickle.dumps(factory)
@@ -229,6 +244,8 @@ def _run_processes(
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             start_at = _start_workers(conns, procs)
+            if on_start is not None:
+                on_start(start_at)
             reports = []
             for i, conn in enumerate(conns):
                 reports.append(_collect(i, conn, procs[i], settings, start_at, parts[i], sink))

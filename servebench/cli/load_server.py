@@ -1,0 +1,184 @@
+"""What `servebench load` asks the server besides the load itself.
+
+- `preflight`: one connect before the load, so that a wrong address, model, version or
+  protocol is one sentence naming it (exit 2) instead of a traceback or a run of failures;
+- `explain`: that sentence, with the protocol the address seems to speak when it is not
+  the one asked for (`servebench.clients.sniff`);
+- `ServerMetrics`: the server's own queue and compute time per request over the measured
+  part of the load, from its Prometheus page (as perf_analyzer prints them), read with
+  the same parser and counter rules as the scenario runner's telemetry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+from servebench.clients.base import ErrorKind, InferenceClient, InferenceError
+from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.sniff import guess_protocol
+
+# Triton's default metrics port, tried for Triton protocols when no --metrics-url is given.
+TRITON_METRICS_PORT = 8002
+_REACH_TIMEOUT_S = 5.0
+# A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
+_MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
+# The server-metric keys of a telemetry summary (its GPU and process keys need samplers).
+SERVER_KEYS = (
+    "server_requests", "server_failures", "server_inferences", "server_executions",
+    "server_avg_batch", "server_queue_s", "server_compute_input_s", "server_compute_infer_s",
+    "server_compute_output_s", "server_compute_s", "server_request_s",
+)  # fmt: skip
+
+
+async def preflight(
+    factory: Callable[[], InferenceClient], protocol: str, url: str, batch_size: int, seed: int
+) -> None:
+    """Connect, build the payload and close; raises InferenceError or ValueError.
+
+    Model clients read the model's metadata on connect, which checks address, model,
+    version and protocol at once. The raw `http` client connects lazily, so for it the
+    address is tried with a TCP connect.
+    """
+    client = factory()
+    try:
+        await client.connect()
+        client.make_payload(batch_size, seed)  # a batch the model cannot take
+        if protocol == "http":
+            await _reachable(url)
+    finally:
+        await client.close()
+
+
+async def _reachable(url: str) -> None:
+    base = http_base(url)
+    port = base.port or (443 if base.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(base.host, port), _REACH_TIMEOUT_S
+        )
+    except ConnectionRefusedError:
+        raise InferenceError(
+            ErrorKind.CONNECTION_REFUSED, f"{url}: connection refused by {base.host}:{port}"
+        ) from None
+    except (OSError, TimeoutError) as exc:
+        raise InferenceError(
+            ErrorKind.CLIENT_ERROR, f"{url}: cannot connect ({exc or 'timed out'})"
+        ) from None
+    writer.close()
+
+
+async def explain(exc: InferenceError, protocol: str, url: str, model: str) -> str:
+    """One sentence for a failed connect: the client's detail (it names the address and
+    model) and, when the address answers another protocol, which one to use."""
+    message = exc.detail or str(exc)
+    if exc.kind is ErrorKind.CONNECTION_REFUSED:
+        return f"{message}; is the server running, and is this its {_port_kind(protocol)} port?"
+    guess = await guess_protocol(url, model)
+    if guess is not None and guess != protocol:
+        return f"{message}; the address answers like {guess}: try --protocol {guess}"
+    return message
+
+
+async def protocol_hint(url: str, protocol: str, model: str) -> str | None:
+    """For a load whose every request got an HTTP error status: what the endpoint is, and
+    the command-line options that talk to it (base URL and model read from the path)."""
+    guess = await guess_protocol(url, model)
+    if guess is None or guess == protocol:
+        return None
+    base = http_base(url)
+    found = _MODEL_IN_PATH.search(base.path)
+    options = f"--protocol {guess} --url {base.origin()}"
+    options += f" --model {unquote(found.group(1))}" if found else " --model MODEL"
+    return f"every request got an HTTP error status, and {url} answers like {guess}: try {options}"
+
+
+def _port_kind(protocol: str) -> str:
+    return "gRPC" if protocol.endswith("grpc") else "HTTP"
+
+
+def default_metrics_url(protocol: str, url: str) -> str | None:
+    """Triton's default metrics page on the server's host, for Triton protocols."""
+    if not protocol.startswith("triton-"):
+        return None
+    try:
+        if protocol == "triton-grpc":
+            host = grpc_target(url).rsplit(":", 1)[0]
+        else:
+            host = http_base(url).host or ""
+            host = f"[{host}]" if ":" in host else host
+    except ValueError:
+        return None
+    return f"http://{host}:{TRITON_METRICS_PORT}/metrics"
+
+
+class ServerMetrics:
+    """The server's counters at the start of the measured part of a load and at its end.
+
+    `start` (the load runner's `on_start`) takes the first scrape when the warm-up ends,
+    so warm-up requests do not enter the server's figures. `summary` returns None when
+    the page could not be read or counted none of this load's requests, with the reason
+    in `note`.
+    """
+
+    def __init__(self, url: str, model: str, warmup_s: float) -> None:
+        from servebench.telemetry.prometheus import PrometheusSampler
+
+        self.url = url
+        self.model = model
+        self.warmup_s = warmup_s
+        self.note = ""
+        self._sampler = PrometheusSampler(url)
+        self._first: list[Any] = []
+        self._timer: threading.Timer | None = None
+
+    def start(self, schedule_start: float) -> None:
+        """Read the baseline at `schedule_start` (wall clock) plus the warm-up."""
+        delay = schedule_start + self.warmup_s - time.time()
+        if delay > 0:
+            self._timer = threading.Timer(delay, self._take_first)
+            self._timer.daemon = True
+            self._timer.start()
+        else:
+            self._take_first()
+
+    def _take_first(self) -> None:
+        self._first = self._scrape()
+
+    def _scrape(self) -> list[Any]:
+        from servebench.telemetry.rows import TelemetryRow
+        from servebench.telemetry.summary import SERVER_METRICS
+
+        now = time.time()
+        try:
+            readings = self._sampler.sample()
+        except (OSError, ValueError) as exc:
+            self.note = (
+                f"server metrics: none ({exc}); "
+                "give --metrics-url for the server's queue/compute breakdown"
+            )
+            return []
+        return [
+            TelemetryRow("", now, SERVER_METRICS, r.metric, r.value, r.labels) for r in readings
+        ]
+
+    def summary(self) -> dict[str, Any] | None:
+        """Per-request queue/compute seconds and counts (telemetry.summary's keys)."""
+        from servebench.telemetry.summary import summarize
+
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+        last = self._scrape() if self._first else []
+        if not self._first or not last:
+            return None
+        stats = summarize(self._first + last, self.model)
+        if not stats.get("server_requests"):
+            self.note = f"server metrics: {self.url} counted no requests of model {self.model!r}"
+            return None
+        return {key: stats[key] for key in SERVER_KEYS}
