@@ -121,3 +121,56 @@ def test_serve_refuses_a_folder_that_is_not_a_repository(tmp_path: Path):
     result = invoke("models", "serve", str(tmp_path), "--once")
     assert result.exit_code == 2
     assert "not a Triton repository" in result.output
+
+
+def test_check_names_an_exported_file_it_cannot_run(tmp_path: Path):
+    family = tmp_path / "family.yaml"
+    generated = invoke("models", "generate", "--depths", "1", "--widths", "8", "-o", str(family))
+    assert generated.exit_code == 0, generated.output
+    out = tmp_path / "export"
+    exported = invoke("models", "export", str(family), "-o", str(out), "--to", "triton")
+    assert exported.exit_code == 0, exported.output
+    (onnx,) = (out / "triton").glob("*/1/model.onnx")
+    onnx.write_bytes(onnx.read_bytes()[:300])  # a copy cut short
+    checked = invoke("models", "check", str(out))
+    assert checked.exit_code == 2, checked.output
+    assert "Traceback" not in checked.output
+    (line,) = checked.output.strip().splitlines()
+    assert line.startswith("FAIL ") and f"cannot run {onnx}" in line and "INVALID_PROTOBUF" in line
+
+
+def test_serve_exits_non_zero_with_the_log_when_tritonserver_dies(triton_batching_model):
+    """Killing the server out from under `models serve` is a failure, not a clean stop."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    model = triton_batching_model
+    argv = ["models", "serve", str(model.repository), "--models", model.name]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servebench.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving;"):
+                break
+        started = "".join(lines)
+        pid = int(re.search(r"tritonserver \(pid (\d+)\) ready", started).group(1))
+        os.kill(pid, signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, started + rest
+    assert "Traceback" not in rest
+    assert f"error: tritonserver (pid {pid}) exited on its own; the end of its log:" in rest
+    assert "stopped" not in rest

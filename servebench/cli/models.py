@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -227,7 +228,11 @@ def export(
 def check(
     export_dir: Annotated[Path, typer.Argument(help="a `models export` folder")],
 ) -> None:
-    """Parity: the same seeded input through torch, onnxruntime and TensorFlow."""
+    """Parity: the same seeded input through torch, onnxruntime and TensorFlow.
+
+    Exit 1 when outputs differ, 2 when an exported file cannot be run at all (truncated,
+    corrupt): each model gets its own line either way, and the others are still checked.
+    """
     from model_zoo.export.family import TFS_DIR, load_family
     from model_zoo.export.triton import ONNX_FILENAME, STANDARD_REPOSITORY
     from model_zoo.parity import ParityError, check_parity
@@ -237,7 +242,7 @@ def check(
         specs, seed = load_family(export_dir)
     except FileNotFoundError as err:
         raise fail(str(err)) from None
-    failures = 0
+    failures = unreadable = 0
     for spec in specs:
         onnx_files = sorted((export_dir / STANDARD_REPOSITORY / spec.id).glob(f"*/{ONNX_FILENAME}"))
         saved = sorted((export_dir / TFS_DIR / spec.id).glob("*/saved_model.pb"))
@@ -256,6 +261,19 @@ def check(
         except ParityError as err:
             failures += 1
             console.print(f"[red]FAIL[/red] {err}", highlight=False)
+        except Exception as err:
+            # onnxruntime (InvalidProtobuf, Fail, ...) and TensorFlow (OpError, DecodeError,
+            # OSError) each raise their own classes for a file they cannot load.
+            unreadable += 1
+            files = ", ".join(str(p) for p in (onnx_files[-1:] + saved[-1:]))
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+            console.print(
+                f"[red]FAIL[/red] {spec.id}: cannot run {files}: {type(err).__name__}: {reason}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    if unreadable:
+        raise typer.Exit(code=2)
     if failures:
         raise typer.Exit(code=1)
 
@@ -320,7 +338,11 @@ def serve(
     ] = False,
     run_dir: Annotated[Path | None, typer.Option(help="where the server log goes")] = None,
 ) -> None:
-    """Start the local Triton on an exported repository and print its URLs until Ctrl-C."""
+    """Start the local Triton on an exported repository and print its URLs until Ctrl-C.
+
+    Exits 0 after Ctrl-C (or SIGTERM); 1, with the end of the server's log, when the
+    tritonserver process dies on its own, so a supervisor or CI job sees the failure.
+    """
     from servebench.servers.triton_install import TritonNotInstalledError
     from servebench.servers.triton_local import LocalTriton, TritonError
 
@@ -328,10 +350,15 @@ def serve(
     names = [n for n in models.split(",") if n] or sorted(
         p.parent.name for p in repo.glob("*/config.pbtxt")
     )
+    died = ""
     try:
         with LocalTriton(repo, run_dir=run_dir) as server:
             ep = server.endpoints
-            console.print(f"tritonserver ready in {server.startup_s:.2f} s (log {server.log_path})")
+            console.print(
+                f"tritonserver (pid {server.pid}) ready in {server.startup_s:.2f} s "
+                f"(log {server.log_path})",
+                highlight=False,
+            )
             table = Table("model", "load s", *(["smoke inference"] if once else []))
             for name in names:
                 load_s = server.load_model(name)
@@ -345,14 +372,22 @@ def serve(
             )
             if not once:
                 console.print("serving; press Ctrl-C to stop")
-                _wait_for_interrupt(server)
+                if not _wait_for_interrupt(server):
+                    # Read now: stopping removes a temporary run dir, log included.
+                    died = (
+                        f"tritonserver (pid {server.pid}) exited on its own; "
+                        f"the end of its log:\n{server.log_tail()}"
+                    )
     except (TritonNotInstalledError, TritonError, FileNotFoundError) as err:
         raise fail(str(err)) from None
+    if died:
+        console.print(f"[red]error:[/red] {escape(died)}", highlight=False)
+        raise typer.Exit(code=1)
     console.print("stopped")
 
 
-def _wait_for_interrupt(server) -> None:
-    """Block until Ctrl-C (or SIGTERM); say so if the server dies on its own first."""
+def _wait_for_interrupt(server) -> bool:
+    """Block until Ctrl-C or SIGTERM (True) or until the server dies on its own (False)."""
     import signal
     import time
 
@@ -363,6 +398,6 @@ def _wait_for_interrupt(server) -> None:
     try:
         while server.is_running():
             time.sleep(0.5)
-        console.print(f"[red]tritonserver exited[/red]; log tail:\n{server.log_tail()}")
     except KeyboardInterrupt:
-        pass
+        return True
+    return False
