@@ -38,6 +38,12 @@ def _plan(path: Path):
         raise typer.Exit(code=2) from None
 
 
+# `scenario run`'s exit status by run status (README, Scenarios): CI jobs tell a run with
+# some failed trials (1) from one that measured nothing or stopped on an error (3); 2 is
+# bad input, as for every command.
+RUN_EXIT_CODES = {"complete": 0, "partial": 1, "failed": 3, "interrupted": 130}
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
@@ -95,29 +101,45 @@ def run(
     resume: Annotated[
         Path | None, typer.Option(help="an earlier run directory: run only its missing trials")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(help="resume even a run of a different scenario (noted in run.json)"),
+    ] = False,
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
 ) -> None:
-    """Run every trial of a scenario; results go to results/<run-id>/."""
+    """Run every trial of a scenario; results go to results/<run-id>/.
+
+    Exit status: 0 every trial ok, 1 some trials failed, 2 bad input (scenario, --output,
+    --resume), 3 the run failed (every trial failed, or it stopped on an error), 130
+    interrupted."""
     from servebench.analysis.report import write_report
     from servebench.analysis.summary import print_summary
+    from servebench.results import ResultDirError
     from servebench.scenario.runner import ScenarioRunner
 
     _load(file)  # validation errors print the same way as `validate`
-    runner = ScenarioRunner(file, output=output, resume=resume, console=console)
-    outcome = runner.run()
+    runner = ScenarioRunner(file, output=output, resume=resume, force=force, console=console)
+    try:
+        outcome = runner.run()
+    except ResultDirError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2) from None
     print_summary(outcome.directory.path, console)
     if report:
         written = write_report(outcome.directory.path)
         console.print(f"report: {written.path}", highlight=False)
         for problem in written.errors:
             console.print(f"[red]report plot failed:[/red] {problem}", highlight=False)
+    code = RUN_EXIT_CODES.get(outcome.status, RUN_EXIT_CODES["failed"])
     console.print(
-        f"run {outcome.status}"
-        + (f": {outcome.reason}" if outcome.reason else "")
-        + f" — results in {outcome.directory.path}",
+        escape(
+            f"run {outcome.status}"
+            + (f": {outcome.reason}" if outcome.reason else "")
+            + f" — results in {outcome.directory.path}"
+            + (f" (exit {code})" if code else "")
+        ),
         highlight=False,
+        soft_wrap=True,
     )
-    if outcome.status == "failed":
-        raise typer.Exit(code=1)
-    if outcome.status == "interrupted":
-        raise typer.Exit(code=130)
+    if code:
+        raise typer.Exit(code=code)

@@ -3,13 +3,21 @@
 For each server setting: start (or attach), time the cold start, load the models, then run
 its trials. A failing trial is marked failed with its reason and the run goes on; a server
 that dies is restarted for the next trial; Ctrl-C stops the current load cleanly, keeps
-everything measured and marks the run `interrupted`. `--resume RUN_DIR` skips the trials a
-run already completed.
+everything measured and marks the run `interrupted`. `--resume RUN_DIR` repairs what a
+killed run left and skips the trials it already completed, if the scenario is the same.
+
+The run's status says how it went: `complete` (every trial ok), `partial` (some trials
+failed), `failed` (every trial failed, or the run stopped on an error such as a full disk)
+or `interrupted`; the reason says why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import hashlib
+import json
+import os
 import signal
 import statistics
 import time
@@ -32,14 +40,20 @@ from servebench.analysis.cost import (
 from servebench.analysis.host_peak import measure_host_peak_flops
 from servebench.clients.factory import create_client
 from servebench.load import LoadEngine, run_in_loop
-from servebench.results import TELEMETRY_FILE, RunDirectory, new_run_id
+from servebench.results import (
+    ResultDirError,
+    RunDirectory,
+    new_run_id,
+    no_space,
+    no_space_reason,
+)
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, build_server, client_target, export_models
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
 from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server
-from servebench.telemetry import TelemetryWriter, read_telemetry
+from servebench.telemetry import rows_to_table
 
 WARM_PROBES = 5
 
@@ -57,7 +71,6 @@ class RunOutcome:
 class _State:
     engine: LoadEngine | None = None
     interrupted: str | None = None
-    telemetry: TelemetryWriter | None = None
 
 
 class ScenarioRunner:
@@ -67,13 +80,16 @@ class ScenarioRunner:
         *,
         output: Path | None = None,
         resume: Path | None = None,
+        force: bool = False,
         console: Console | None = None,
     ) -> None:
         self.path = Path(scenario_path)
         self.scenario: Scenario = load_scenario(self.path)
+        self.scenario_hash = scenario_hash(self.scenario)
         self.plan: Plan = expand(self.scenario, self.path.parent)
         self.output = output or self.scenario.output
         self.resume = resume
+        self.force = force
         self.console = console or Console()
         self.state = _State()
         self.price = self._price()  # validation made sure the instance is known
@@ -81,11 +97,9 @@ class ScenarioRunner:
     # -- the run ------------------------------------------------------------------------
 
     def run(self) -> RunOutcome:
-        if self.resume is not None:
-            directory = RunDirectory.open(self.resume)
-        else:
-            run_id = new_run_id(self.scenario.name)
-            directory = RunDirectory.create(self.output, run_id, self.path.read_text(), self.path)
+        """Run the missing trials; a `ResultDirError` (bad --output or --resume) comes
+        before anything is started or changed."""
+        directory = self._directory()
         directory.run.update(trials_planned=len(self.plan.trials), status="running", reason=None)
         directory.write_run()
         done = directory.completed_trials()
@@ -95,7 +109,6 @@ class ScenarioRunner:
             highlight=False,
         )
         status, reason = "complete", None
-        self.state.telemetry = _telemetry_writer(directory.path / TELEMETRY_FILE, done)
         try:
             run_in_loop(self._run(directory, todo))
             if self.state.interrupted:
@@ -103,16 +116,58 @@ class ScenarioRunner:
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted by a second Ctrl-C"
         except Exception as err:  # the run cannot go on; what it measured stays
-            status, reason = "failed", f"{type(err).__name__}: {err}"
+            status, reason = "failed", _reason(err, directory.path)
         finally:
-            rows = directory.rows
-            failed = sum(1 for r in rows if r.get("status") == "failed")
-            if status == "complete" and failed:
-                reason = f"{failed} of {len(rows)} trials failed (see trials.csv)"
+            status, reason = self._close(directory, status, reason)
+        failed = sum(1 for r in directory.rows if r.get("status") == "failed")
+        return RunOutcome(directory, status, reason, failed, len(directory.rows) - failed)
+
+    def _directory(self) -> RunDirectory:
+        """A new run directory (unique id), or the one to resume once it is known to hold a
+        run of the same scenario and repaired after a kill."""
+        if self.resume is None:
+            directory = RunDirectory.create(
+                self.output,
+                new_run_id(self.scenario.name),
+                self.path.read_text(),
+                self.path,
+                unique=True,
+            )
+            directory.run["scenario_hash"] = self.scenario_hash
+            return directory
+        directory = RunDirectory.open(self.resume)
+        earlier = directory.run.get("scenario_hash")
+        if earlier != self.scenario_hash:
+            was = f"hash {earlier[:12]}" if earlier else "no scenario hash in its run.json"
+            differs = (
+                f"{self.resume} holds a run of a different scenario than {self.path} "
+                f"({was}, this one {self.scenario_hash[:12]}): its trials would be mixed"
+            )
+            if not self.force:
+                raise ResultDirError(f"{differs}; --force resumes it anyway")
+            directory.warn(f"{differs}; resumed by --force")
+            directory.run["scenario_hash"] = self.scenario_hash
+        for note in directory.recover():
+            self.console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        return directory
+
+    def _close(
+        self, directory: RunDirectory, status: str, reason: str | None
+    ) -> tuple[str, str | None]:
+        """Settle the status (failed trials make a finished run partial or failed) and
+        close the run directory; return the final status and reason."""
+        failed = [r for r in directory.rows if r.get("status") == "failed"]
+        if status == "complete" and failed:
+            status, reason = _failures(directory.rows, failed)
+        try:
             self._add_slo_costs(directory)
-            self.state.telemetry.close()
-            directory.finish(status, reason)
-        return RunOutcome(directory, status, reason, failed, len(rows) - failed)
+        except OSError as err:
+            if no_space(err) is None:
+                raise
+            if status != "failed":
+                status, reason = "failed", _reason(err, directory.path)
+        directory.finish(status, reason)
+        return directory.run["status"], directory.run["reason"]
 
     async def _run(self, directory: RunDirectory, todo: list[Trial]) -> None:
         loop = asyncio.get_running_loop()
@@ -208,6 +263,8 @@ class ScenarioRunner:
             server = await asyncio.to_thread(build_server, setting, index, models, directory.path)
             await self._bring_up(server, setting, models, directory, cold=True)
         except Exception as err:
+            if no_space(err) is not None:
+                raise
             reason = f"server setting {setting.id} did not come up: {err}"
             for trial in trials:
                 directory.add_trial(_failed_row(trial, reason))
@@ -253,8 +310,14 @@ class ScenarioRunner:
                 await self._bring_up(server, setting, models, directory, cold=False)
             outcome = await run_trial(trial, ctx)
         except Exception as err:
+            full = no_space(err)
+            if full is not None:  # a full disk ends the run; writers name no file
+                where = full.filename or str(directory.trial_records_path(trial.id))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) from err
             return _failed_row(trial, f"{type(err).__name__}: {err}")
-        self.state.telemetry.write(outcome.telemetry)
+        await asyncio.to_thread(
+            directory.write_trial_telemetry, trial.id, rows_to_table(outcome.telemetry)
+        )
         row = outcome.row
         if self.state.interrupted:
             # Cut short: its records stay, but it is not a result; --resume runs it again.
@@ -355,12 +418,32 @@ def _alive(server: Server, attempts: int = 3) -> bool:
     return False
 
 
-def _telemetry_writer(path: Path, done: set[str]) -> TelemetryWriter:
-    """One writer for the run; a resumed run keeps the samples of its completed trials."""
-    earlier = [r for r in read_telemetry(path) if r.trial_id in done] if path.is_file() else []
-    writer = TelemetryWriter(path)
-    writer.write(earlier)
-    return writer
+def scenario_hash(scenario: Scenario) -> str:
+    """A digest of what the scenario measures: the validated scenario dumped canonically.
+
+    Comments, formatting, key order and defaults spelled out do not change it, nor does
+    `output` (where results go); any change to models, servers, workload, links, SLO or
+    cost does, which is what --resume must not mix."""
+    data = scenario.model_dump(mode="json", exclude={"output"})
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _failures(rows: list[dict[str, Any]], failed: list[dict[str, Any]]) -> tuple[str, str]:
+    """A run that went through with failed trials: `partial`, or `failed` if none was ok."""
+    if len(failed) < len(rows):
+        return "partial", f"{len(failed)} of {len(rows)} trials failed (see trials.csv)"
+    why = failed[0].get("reason")  # NaN when read back from an older trials.csv
+    first = why.splitlines()[0] if isinstance(why, str) and why.strip() else "no reason given"
+    return "failed", f"all {len(rows)} trials failed (first: {first})"
+
+
+def _reason(err: BaseException, run_dir: Path) -> str:
+    """Why the run stopped, for run.json and the last line."""
+    full = no_space(err)
+    if full is not None:
+        return no_space_reason(full.filename or run_dir)
+    return f"{type(err).__name__}: {err}"
 
 
 def _failed_row(trial: Trial, reason: str) -> dict[str, Any]:

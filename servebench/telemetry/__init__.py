@@ -12,6 +12,7 @@ from servebench.telemetry.rows import (
     TelemetryRow,
     TelemetryWriter,
     read_telemetry,
+    rows_to_table,
     write_telemetry,
 )
 from servebench.telemetry.sampler import Sampler, SamplerUnavailable
@@ -42,6 +43,7 @@ __all__ = [
     "counter_delta",
     "parse_metrics",
     "read_telemetry",
+    "rows_to_table",
     "summarize",
     "tfs_stats",
     "triton_stats",

@@ -88,10 +88,11 @@ def read_telemetry(path: Path) -> list[TelemetryRow]:
 
 
 class TelemetryWriter:
-    """Appends each trial's rows to one `telemetry.parquet` as they finish.
+    """Appends batches of rows to one Parquet file, one row group each.
 
-    Written trial by trial (one row group each) so an interrupted run still leaves the
-    telemetry of every trial that completed.
+    The file is valid once closed: a process killed before `close` leaves no footer and
+    nothing readable. That is why a scenario run writes each trial's telemetry as its own
+    closed file (`RunDirectory.write_trial_telemetry`) rather than through one writer.
     """
 
     def __init__(self, path: Path) -> None:
