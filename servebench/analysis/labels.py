@@ -4,6 +4,7 @@ table and the comparison name things the same way."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -99,3 +100,79 @@ def varying_labels(rows: pd.DataFrame, fields: tuple[str, ...] = LABEL_FIELDS) -
     if "setting" in blank:
         blank["server"] = None
     return [trial_label({**row, **blank}) for row in rows.to_dict("records")]
+
+
+# Short names of server settings for narrow tables: `triton[dynamic_batching=off,
+# instance_count=1]` reads as `b-off i1`, and a legend printed once says what b and i are.
+SETTING_ABBREVIATIONS = {
+    "dynamic_batching": "b",
+    "enable_batching": "b",
+    "instance_count": "i",
+    "instance_kind": "k",
+    "max_batch_size": "mb",
+    "max_queue_delay_us": "qd",
+    "preferred_batch_sizes": "pb",
+    "batch_timeout_us": "bt",
+    "num_batch_threads": "nt",
+    "max_enqueued_batches": "eb",
+    "rest_api_num_threads": "rt",
+    "intra_op_threads": "ia",
+    "inter_op_threads": "ie",
+}
+_SETTING = re.compile(r"^(?P<server>[^\[]+)\[(?P<values>.*)\]$")
+_PAIR_START = re.compile(r",(?=\w+=)")
+
+
+def parse_setting(setting: str) -> tuple[str, dict[str, str]]:
+    """`triton[dynamic_batching=off,instance_count=1]` → ('triton', {...: 'off', ...: '1'}).
+
+    The runner names a setting by its server and the values that vary between the run's
+    settings (scenario/plan.py); a value may itself hold commas (`[4, 8]`), so pairs are
+    split only before the next `key=`.
+    """
+    match = _SETTING.match(setting)
+    if not match:
+        return setting, {}
+    pairs = [p.split("=", 1) for p in _PAIR_START.split(match["values"]) if "=" in p]
+    return match["server"], {k: v for k, v in pairs}
+
+
+def short_settings(settings: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Short labels of `settings` and the legend lines that explain their letters.
+
+    The server's name is kept only when the run has more than one server; a key no
+    table knows is abbreviated by its words' initials, or kept whole if that would
+    collide with another key's letters.
+    """
+    parsed = {s: parse_setting(s) for s in dict.fromkeys(settings)}
+    servers = {server for server, _ in parsed.values()}
+    keys = list(dict.fromkeys(k for _, values in parsed.values() for k in values))
+    # Known keys keep their table letters (Triton's dynamic_batching and TF Serving's
+    # enable_batching are both `b`: the server's name tells them apart); another key
+    # gets its initials, or stays whole where the initials are already someone's.
+    abbreviation = {k: SETTING_ABBREVIATIONS[k] for k in keys if k in SETTING_ABBREVIATIONS}
+    for key in keys:
+        if key not in abbreviation:
+            short = "".join(w[0] for w in key.split("_") if w)
+            abbreviation[key] = key if short in abbreviation.values() else short
+    labels = {}
+    for setting, (server, values) in parsed.items():
+        parts = [_short_value(abbreviation[k], v) for k, v in values.items()]
+        if len(servers) > 1 or not parts:
+            parts.insert(0, server)
+        labels[setting] = " ".join(parts)
+    meaning: dict[str, list[str]] = {}
+    for key in keys:
+        if abbreviation[key] != key:
+            meaning.setdefault(abbreviation[key], []).append(key)
+    legend = [f"{short} = {' / '.join(names)}" for short, names in meaning.items()]
+    return labels, legend
+
+
+def _short_value(abbreviation: str, value: str) -> str:
+    """`b` + `off` → `b-off`; `i` + `2` → `i2`; `pb` + `[4, 8]` → `pb4+8`."""
+    if value.startswith("[") and value.endswith("]"):
+        value = "+".join(v.strip() for v in value[1:-1].split(",") if v.strip()) or "none"
+    if value[:1].isdigit():
+        return f"{abbreviation}{value}"
+    return f"{abbreviation}-{value.lower().removeprefix('kind_')}"

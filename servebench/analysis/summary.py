@@ -3,57 +3,271 @@ first table of the HTML report (both from `summary_table`, so they never disagre
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servebench.analysis.labels import missing, money, ms, number, trial_label
+from servebench.analysis.labels import (
+    missing,
+    money,
+    ms,
+    number,
+    short_settings,
+    trial_label,
+)
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
 
-# (header, column, formatter); optional columns appear only when some trial has a value.
+# (header, terminal header, column, formatter); optional columns appear only when some
+# trial has a value. The terminal's headers are short because a column is as wide as its
+# header and a number must never wrap.
 _ALWAYS = (
-    ("req/s", "throughput_rps", lambda v: number(v, 1)),
-    ("inf/s", "throughput_ips", lambda v: number(v, 1)),
-    ("p50 ms", "latency_p50", ms),
-    ("p99 ms", "latency_p99", ms),
-    ("errors", "errors", lambda v: number(v, 0)),
+    ("req/s", "req/s", "throughput_rps", lambda v: number(v, 1)),
+    ("inf/s", "inf/s", "throughput_ips", lambda v: number(v, 1)),
+    ("p50 ms", "p50 ms", "latency_p50", ms),
+    ("p99 ms", "p99 ms", "latency_p99", ms),
+    ("errors", "errors", "errors", lambda v: number(v, 0)),
 )
 _OPTIONAL = (
-    ("max rate/s", "max_rate", lambda v: number(v, 1)),
-    ("SLO", "slo_met", lambda v: "–" if missing(v) else ("met" if v else "missed")),
+    ("max rate/s", "max/s", "max_rate", lambda v: number(v, 1)),
+    ("SLO", "SLO", "slo_met", lambda v: "–" if missing(v) else ("met" if v else "missed")),
     # Telemetry's units: server CPU in cores (CPU-seconds per second), GPU busy 0-1.
-    ("server cpu cores", "server_cpu_mean", lambda v: number(v, 2)),
-    ("gpu %", "gpu_util_mean", lambda v: "–" if missing(v) else number(100 * v, 0)),
-    ("$/M inf", "cost_per_million", money),
+    ("server cpu cores", "cpu", "server_cpu_mean", lambda v: number(v, 2)),
+    ("gpu %", "gpu %", "gpu_util_mean", lambda v: "–" if missing(v) else number(100 * v, 0)),
+    ("$/M inf", "$/M inf", "cost_per_million", money),
 )
+# What the terminal's abbreviated headers mean, printed once under the table.
+_TERMINAL_NOTES = {
+    "max/s": "max/s = highest rate meeting the SLO",
+    "cpu": "cpu = server CPU cores busy",
+    "$/M inf": "$/M inf = USD per million inferences",
+}
+
+
+def _metrics(trials: pd.DataFrame) -> list[tuple[str, str, str, Callable[[Any], str]]]:
+    return list(_ALWAYS) + [
+        c for c in _OPTIONAL if trials[c[2]].map(lambda v: not missing(v)).any()
+    ]
+
+
+def _state(row: dict[str, Any]) -> tuple[str, str, str]:
+    """(state, status word, why): state is "ok", "invalid" or "failed"."""
+    status = row.get("status") or "ok"
+    verdict = row.get("verdict")
+    if status != "ok":
+        return "failed", str(status), str(row.get("reason") or "no reason recorded")
+    if verdict == "INVALID":
+        return "invalid", "INVALID", str(row.get("verdict_reasons") or "")
+    return "ok", "ok" if missing(verdict) else str(verdict), ""
 
 
 def summary_table(trials: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, formatted rows, and each row's state ("ok", "invalid" or "failed")."""
-    columns = list(_ALWAYS) + [
-        c for c in _OPTIONAL if trials[c[1]].map(lambda v: not missing(v)).any()
-    ]
-    headers = ["#", "trial", "status", *(h for h, _, _ in columns)]
+    columns = _metrics(trials)
+    headers = ["#", "trial", "status", *(h for h, _, _, _ in columns)]
     rows, states = [], []
     for i, row in enumerate(trials.to_dict("records"), start=1):
-        status = row.get("status") or "ok"
-        verdict = row.get("verdict")
-        if status != "ok":
-            state = "failed"
-            text = f"{status}: {row.get('reason') or 'no reason recorded'}"
-        elif verdict == "INVALID":
-            state = "invalid"
-            text = f"INVALID: {row.get('verdict_reasons') or ''}".rstrip(": ")
-        else:
-            state = "ok"
-            text = "ok" if missing(verdict) else str(verdict)
-        cells = [fmt(row.get(col)) for _, col, fmt in columns]
+        state, word, why = _state(row)
+        text = f"{word}: {why}" if why else word
+        cells = [fmt(row.get(col)) for _, _, col, fmt in columns]
         rows.append([str(i), trial_label(row), text, *cells])
         states.append(state)
     return headers, rows, states
+
+
+@dataclass(eq=False)  # identity: two columns may hold equal cells
+class _Column:
+    """One column of the terminal table: cells as text, and how it may shrink."""
+
+    header: str
+    cells: list[str]
+    numeric: bool  # right-aligned
+    keep: int  # lower is kept longer when the terminal is too narrow for every column
+    floor: int | None = None  # a name may be cut to this width (with "…"); None: never
+
+    @property
+    def natural(self) -> int:
+        return max([len(self.header), *(len(c) for c in self.cells)])
+
+    @property
+    def least(self) -> int:
+        return self.natural if self.floor is None else min(self.natural, self.floor)
+
+
+_GAP = 2  # columns are two spaces apart (box SIMPLE_HEAD, padding collapsed)
+_ESSENTIAL = 8  # `keep` of the last column never dropped for a name's room (inf/s)
+_HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}$")
+
+
+@dataclass
+class TerminalSummary:
+    """The trial table fitted to a width, and the lines that go with it."""
+
+    table: Table
+    shared: str  # coordinates every trial has in common, said once above the table
+    legend: list[str]  # what short labels and headers mean
+    notes: list[str]  # why each failed or invalid trial is so, numbered in the table
+    left_out: list[str]  # columns that did not fit
+
+
+def terminal_summary(trials: pd.DataFrame, width: int) -> TerminalSummary:
+    """The summary as a rich table no wider than `width`, one line per trial.
+
+    Coordinates every trial shares move above the table, settings get short labels
+    (legend below), reasons become numbered notes, and columns are dropped from the
+    least needed (`keep`) until the rest fit at full width: a number is never wrapped or
+    cut; only names (setting, model, link) may end in "…".
+    """
+    rows = trials.to_dict("records")
+    labels, legend = short_settings([str(r.get("setting") or r.get("server") or "") for r in rows])
+    coordinates = [
+        _Column(
+            "setting",
+            [labels[str(r.get("setting") or r.get("server") or "")] for r in rows],
+            False,
+            1,
+            8,
+        ),
+        _Column("model", [_text(r.get("model")) for r in rows], False, 2, 10),
+        _Column("batch", [_batch(r.get("batch_size")) for r in rows], False, 3),
+        _Column("link", [_text(r.get("link")) for r in rows], False, 4, 6),
+        _Column("load", [_load(r) for r in rows], False, 5),
+    ]
+    shared = [
+        f"{c.header} {c.cells[0]}"
+        for c in coordinates
+        if rows and len(set(c.cells)) == 1 and c.cells[0] not in ("", "–")
+    ]
+    if any(s.startswith("setting ") for s in shared):
+        legend = []  # one setting: its label is the server's name, nothing to explain
+    coordinates = [c for c in coordinates if len(set(c.cells)) > 1]
+    for column in coordinates:
+        if column.header == "model":
+            column.cells = _short_models(column.cells)
+
+    notes: list[str] = []
+    status_cells, states = [], []
+    for row in rows:
+        state, word, why = _state(row)
+        if why:
+            note = f"{word}: {why}"
+            if note not in notes:
+                notes.append(note)
+            word = f"{word} [{notes.index(note) + 1}]"
+        status_cells.append(word)
+        states.append(state)
+
+    metrics = _metrics(trials)
+    keep = {"p99 ms": 7, "inf/s": 8, "errors": 9, "max/s": 10, "SLO": 11, "p50 ms": 12}
+    columns = [
+        _Column("#", [str(i) for i in range(1, len(rows) + 1)], True, 0),
+        *coordinates,
+        _Column("status", status_cells, False, 6),
+        *(
+            _Column(short, [fmt(r.get(col)) for r in rows], True, keep.get(short, 13 + n))
+            for n, (_, short, col, fmt) in enumerate(metrics)
+        ),
+    ]
+    chosen = _fit(columns, width)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    for column, size in chosen.items():
+        table.add_column(
+            column.header,
+            justify="right" if column.numeric else "left",
+            width=size,
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    for i, state in enumerate(states):
+        table.add_row(*(escape(c.cells[i]) for c in chosen), style=_STYLE[state])
+    shown = {c.header for c in chosen}
+    legend += [text for header, text in _TERMINAL_NOTES.items() if header in shown]
+    clients = [r["load_level"] for r in rows if r.get("load_kind") == "concurrency"]
+    if clients and not missing(clients[0]):
+        legend.append(f"c{clients[0]:g} = {clients[0]:g} closed-loop clients")
+    return TerminalSummary(
+        table=table,
+        shared=" · ".join(shared),
+        legend=legend,
+        notes=[f"[{n}] {note}" for n, note in enumerate(notes, start=1)],
+        left_out=[c.header for c in columns if c not in chosen],
+    )
+
+
+def _fit(columns: list[_Column], width: int) -> dict[_Column, int]:
+    """Columns that fit in `width`, in display order, with their widths.
+
+    Columns are taken by `keep` at their least width while they fit; the room left goes
+    to cut names. A name cut short weighs more than an extra figure, so while one is,
+    the least needed figure past p99 and inf/s gives its room back.
+    """
+    picked: list[_Column] = []
+    for column in sorted(columns, key=lambda c: c.keep):
+        trial = [*picked, column]
+        if sum(c.least for c in trial) + _GAP * (len(trial) - 1) <= width:
+            picked.append(column)
+    while True:
+        sizes = {c: c.least for c in picked}
+        room = width - sum(sizes.values()) - _GAP * (len(picked) - 1)
+        for column in sorted(picked, key=lambda c: c.keep):
+            extra = min(room, column.natural - sizes[column])
+            sizes[column] += extra
+            room -= extra
+        optional = [c for c in picked if c.keep > _ESSENTIAL]
+        if not optional or all(sizes[c] == c.natural for c in picked):
+            return {c: sizes[c] for c in columns if c in sizes}
+        picked.remove(max(optional, key=lambda c: c.keep))
+
+
+def _pack(items: list[str], width: int) -> list[str]:
+    """Items joined by '; ' into lines of at most `width`, never splitting an item."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= width:
+            lines[-1] += f"; {item}"
+        else:
+            lines.append(item)
+    return lines
+
+
+def _short_models(names: list[str]) -> list[str]:
+    """Model ids without their 6-hex content hash (`conv-d2-w32`) where that still tells
+    every model apart; the hash only matters between models of one shape."""
+    short = {n: _HASH_SUFFIX.sub("", n) for n in set(names)}
+    return [short[n] for n in names] if len(set(short.values())) == len(short) else names
+
+
+def _text(value: Any) -> str:
+    return "–" if missing(value) or value == "" else str(value)
+
+
+def _load(row: dict[str, Any]) -> str:
+    """'4/s' (open-loop rate), 'c8' (8 closed-loop clients), 'search', or the kind."""
+    kind, level = row.get("load_kind"), row.get("load_level")
+    if missing(level):
+        return _text(kind)
+    if kind == "rate":
+        return f"{level:g}/s"
+    if kind == "concurrency":
+        return f"c{level:g}"
+    return f"{kind or 'load'} {level:g}"
+
+
+def _batch(value: Any) -> str:
+    return "–" if missing(value) else f"b{int(value)}"
 
 
 def run_counts(trials: pd.DataFrame) -> str:
@@ -74,16 +288,27 @@ _STYLE = {"ok": "", "invalid": "yellow", "failed": "red"}
 
 
 def print_summary(run_dir: str | Path, console: Console) -> RunData:
-    """Print the run's trial table, its status and where the report is; returns the data."""
+    """Print the run's trial table, its status and where the report is; returns the data.
+
+    The table fits the console's width (one line per trial, numbers never wrapped);
+    what it abbreviates or leaves out is said once below it.
+    """
     data = load_run(run_dir, records=False)
-    table = Table(title=f"run {data.run_id}", title_justify="left", show_lines=False)
-    headers, rows, states = summary_table(data.trials)
-    for header in headers:
-        numeric = header not in ("trial", "status")
-        table.add_column(header, justify="right" if numeric else "left", overflow="fold")
-    for row, state in zip(rows, states, strict=True):
-        table.add_row(*(escape(c) for c in row), style=_STYLE[state])
-    console.print(table)
+    summary = terminal_summary(data.trials, console.width)
+    console.print(f"run {escape(data.run_id)}", highlight=False)
+    if summary.shared:
+        console.print(f"all trials: {escape(summary.shared)}", highlight=False)
+    console.print(summary.table)
+    for line in summary.notes:
+        console.print(escape(line), highlight=False)
+    for line in _pack(summary.legend, console.width):
+        console.print(f"[dim]{escape(line)}[/dim]", highlight=False)
+    if summary.left_out:
+        console.print(
+            f"[dim]left out at {console.width} columns: {escape(', '.join(summary.left_out))} "
+            "(a wider terminal shows them; report.html has every column)[/dim]",
+            highlight=False,
+        )
     status = data.status
     planned = data.run.get("trials_planned")
     plan = f" ({planned} planned)" if planned else ""
