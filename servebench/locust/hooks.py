@@ -92,7 +92,7 @@ def _on_init(environment: Any, **_: Any) -> None:
             options=recorded_options(options),
             scenario=Path(scenario) if scenario else None,
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a --run-id that is a path
         # Locust logs and ignores exceptions from listeners; a load test that would record
         # nothing must not start, so this one ends the process.
         logger.error("servebench: cannot create the result directory (%s)", exc)

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from servebench.locust.results import check_run_id
 from servebench.locust.settings import PROTOCOLS
 from servebench.netem import LinkProfile
 from servebench.results import RUN_FILE, RunDirectory, new_run_id
@@ -234,6 +235,45 @@ def local_triton(
         say("local Triton stopped")
 
 
+def own_options(extra: list[str]) -> tuple[str | None, list[str]]:
+    """Split a `--run-id` off the options passed through to Locust, checked as a name.
+
+    The launcher names the run directory itself (it closes the run if Locust dies), so a
+    run id given after `--` becomes the launcher's. `--results-dir` there is refused: it
+    would send the results somewhere `--results` does not say.
+    """
+    run_id, rest = None, []
+    items = iter(extra)
+    for item in items:
+        name, sep, value = item.partition("=")
+        if name == "--results-dir":
+            raise LaunchError("--results-dir: give the results folder as servebench ui --results")
+        if name != "--run-id":
+            rest.append(item)
+            continue
+        run_id = value if sep else next(items, "")
+        try:
+            check_run_id(run_id)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+    return run_id, rest
+
+
+def check_port_free(port: int) -> None:
+    """Refuse a web UI port that is taken before anything starts (Locust would fail late,
+    with a traceback, after a local Triton was exported and started)."""
+    if not 1 <= port <= 65535:
+        raise LaunchError(f"--port: {port} is outside 1-65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError as exc:
+            raise LaunchError(
+                f"--port {port}: {LOOPBACK}:{port} is not free ({exc.strerror}); "
+                "choose another, or leave --port out for a free one"
+            ) from None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
@@ -325,8 +365,11 @@ def launch(
     `workdir` holds the export and the local Triton's run folder (the caller removes it).
     """
     target = plan.target
-    run_id = new_run_id(plan.run_prefix)
+    run_id, extra = own_options(extra)
+    run_id = run_id or new_run_id(plan.run_prefix)
     run_path = Path(plan.results_dir) / run_id
+    if port is not None and not headless:
+        check_port_free(port)
     ui_port = None if headless else (port or free_port())
     with contextlib.ExitStack() as stack:
         if plan.local is not None:

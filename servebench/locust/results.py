@@ -52,7 +52,7 @@ class LocustRun:
         options: dict[str, Any] | None = None,
         scenario: Path | None = None,
     ):
-        run_id = run_id or new_run_id(SOURCE)
+        run_id = check_run_id(run_id) if run_id else new_run_id(SOURCE)
         text = Path(scenario).read_text() if scenario else _NO_SCENARIO
         self.directory = RunDirectory.create(
             Path(root), run_id, text, Path(scenario) if scenario else Path("-")
@@ -116,6 +116,20 @@ class LocustRun:
             self.directory.finish("complete", reason)
         else:
             self.directory.finish("interrupted", reason or "no swarm ran")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names one folder in the results folder; refuse anything that is a path.
+
+    `--run-id ../../X` would otherwise create (and a later run overwrite) a directory
+    anywhere the user can write, outside the results folder the run was given.
+    """
+    if run_id in ("", ".", "..") or any(c in run_id for c in "/\\\0") or run_id != run_id.strip():
+        raise ValueError(
+            f"--run-id {run_id!r}: a run id is a folder name inside the results folder, "
+            "not a path (no '/', '\\', '..' or surrounding spaces)"
+        )
+    return run_id
 
 
 def _trial_id(swarm: int, coords: Coordinates) -> str:
