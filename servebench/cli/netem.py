@@ -65,6 +65,12 @@ def proxy_command(
         listen_at = parse_address(listen, "--listen")
     except NetemError as exc:
         raise _fail(str(exc)) from None
+    if not _local_only(listen_at.host):
+        typer.echo(
+            f"warning: --listen {listen_at}: other machines can connect to this link too "
+            f"(and through it to {target}); listen on 127.0.0.1 to keep it on this machine",
+            err=True,
+        )
 
     async def until_signal(proxy) -> None:  # type: ignore[no-untyped-def]
         stop = asyncio.Event()
@@ -88,6 +94,19 @@ def proxy_command(
         f"{stats.up.bytes_out} bytes up, {stats.down.bytes_out} bytes down",
         err=True,
     )
+
+
+def _local_only(host: str) -> bool:
+    """True for loopback addresses and `localhost`; a wildcard (0.0.0.0, ::), another
+    interface's address or a host name may be reachable from the network."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @app.command("check")
