@@ -30,6 +30,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from servebench.analysis.loader import load_run
 from servebench.cli import app
 from servebench.results import RECORDS_DIR, RunDirectory, new_run_id
 from servebench.scenario.runner import ScenarioRunner
@@ -334,6 +335,9 @@ def test_sigkilled_run_resumes_and_loses_no_completed_trial(tmp_path: Path, trit
     first = run / RECORDS_DIR / f"{trials.trial_id[0]}.parquet"
     first_rows, first_mtime = pq.read_metadata(first).num_rows, first.stat().st_mtime_ns
     assert first_rows == trials["count"][0]
+    # Before any resume, the report reads what the killed run measured.
+    killed = load_run(run)
+    assert set(killed.records.trial_id) == set(killed.telemetry.trial_id) == {trials.trial_id[0]}
 
     # What a kill at other moments leaves: a merge cut short, a telemetry file cut short
     # (also the single telemetry.parquet earlier versions kept open), a half-written CSV.

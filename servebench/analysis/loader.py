@@ -22,6 +22,7 @@ TRIALS_FILE = "trials.csv"
 RECORDS_FILE = "records.parquet"
 RECORDS_DIR = "records"  # per-trial files of a run that has not merged them (crash)
 TELEMETRY_FILE = "telemetry.parquet"
+TELEMETRY_DIR = "telemetry"  # per-trial files of a run that has not merged them (crash)
 COLD_START_FILE = "cold_start.csv"
 SCENARIO_FILE = "scenario.yaml"
 REPORT_FILE = "report.html"
@@ -162,7 +163,7 @@ def load_run(path: str | Path, *, records: bool = True) -> RunData:
         trials=read_trials(path / TRIALS_FILE),
         records=read_records(path) if records else None,
         cold_start=read_cold_start(path / COLD_START_FILE),
-        telemetry=_read_parquet(path / TELEMETRY_FILE),
+        telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
         scenario_text=(
             (path / SCENARIO_FILE).read_text() if (path / SCENARIO_FILE).is_file() else None
         ),
@@ -286,3 +287,17 @@ def _read_table(path: Path) -> pa.Table:
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     return _read_table(path).to_pandas() if path.is_file() else None
+
+
+def _read_merged_or_parts(path: Path, name: str, folder: str) -> pd.DataFrame | None:
+    """The merged file, else the per-trial files of a run that never merged them (killed,
+    or a full disk at the merge); a part without its footer holds nothing and is skipped."""
+    if (path / name).is_file():
+        return _read_parquet(path / name)
+    tables = []
+    for part in sorted((path / folder).glob("*.parquet")) if (path / folder).is_dir() else []:
+        try:
+            tables.append(_read_table(part))
+        except RunDirError:
+            continue
+    return pa.concat_tables(tables, promote_options="default").to_pandas() if tables else None
