@@ -55,10 +55,22 @@ def html(
     from servebench.analysis.loader import RunDirError
     from servebench.analysis.report import write_report
 
+    if output is not None and output.is_dir():
+        raise _fail(ValueError(f"--output {output}: is a folder; give a file name"))
+    if output is not None and not output.parent.is_dir():
+        raise _fail(ValueError(f"--output {output}: folder {output.parent} does not exist"))
     try:
         report = write_report(run_dir, output)
     except RunDirError as err:
         raise _fail(err) from None
+    except OSError as err:  # no space, no permission: say where, without a traceback
+        target = err.filename or output or run_dir
+        console.print(
+            f"[red]error:[/red] cannot write {escape(str(target))}: {escape(err.strerror or str(err))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1) from None
     for ident in report.empty:
         console.print(f"[dim]{ident}: no data for this plot[/dim]", highlight=False)
     for problem in report.errors:
