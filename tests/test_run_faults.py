@@ -9,6 +9,7 @@ full-disk runs use the real local Triton with a tiny model.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -349,8 +350,7 @@ def test_sigkilled_run_resumes_and_loses_no_completed_trial(tmp_path: Path, trit
         tear(run / "telemetry.parquet")
     (run / ".trials.csv.tmp").write_text("trial_id,status\nhalf")
 
-    lines: list[str] = []
-    console = Console(file=open(os.devnull, "w"), record=True)  # noqa: SIM115
+    console = Console(file=io.StringIO(), record=True)
     try:
         outcome = ScenarioRunner(path, resume=run, console=console).run()
     finally:
