@@ -15,6 +15,7 @@ import pytest
 from servebench.servers.local import LocalTritonServer
 from servebench.servers.probe import InferenceProbe
 from servebench.telemetry import TelemetryRecorder, read_telemetry, write_telemetry
+from servebench.telemetry.summary import summarize
 
 CLIENTS = 16
 REQUESTS = 96
@@ -31,6 +32,22 @@ def server(triton_batching_model, tmp_path_factory) -> LocalTritonServer:
         yield server
     finally:
         server.stop()
+
+
+def test_warm_up_requests_are_not_counted(server: LocalTritonServer, triton_batching_model) -> None:
+    name = triton_batching_model.name
+    probe = InferenceProbe.for_server(server, name)
+    recorder = TelemetryRecorder.for_server(
+        pid=server.pid, metrics_url=server.endpoints.metrics_url, interval_s=0.2, trial_id="w"
+    )
+    with recorder:
+        for _ in range(7):  # the warm-up, sent while the recorder already samples
+            probe.send()
+        recorder.mark_measured()
+        for _ in range(5):
+            probe.send()
+    assert recorder.summary(model=name)["server_requests"] == 5
+    assert summarize(recorder.snapshot(), model=name)["server_requests"] == 12
 
 
 def test_scrape_deltas_match_the_requests_sent(

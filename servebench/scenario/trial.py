@@ -7,6 +7,7 @@ the load's summary, the telemetry aggregates, the model's cost figures and the l
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -167,14 +168,29 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         ).start()
         stack.callback(recorder.stop)
 
+        loop = asyncio.get_running_loop()
+
+        def warmed_up() -> None:
+            # Off the loop: a scrape blocks, and the measured sends have begun.
+            loop.run_in_executor(None, recorder.mark_measured)
+
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
+            # Server counters start where the client's counts do: after the warm-up. A
+            # search keeps the mark of its first step (its telemetry spans every step).
+            marker = (
+                loop.call_later(settings.warmup, warmed_up)
+                if recorder.measured_from is None
+                else None
+            )
             try:
                 return await run_load(
                     client, settings, sink=sink, payload=payload, on_engine=ctx.on_engine
                 )
             finally:
                 ctx.on_engine(None)
+                if marker is not None:
+                    marker.cancel()
 
         extra: dict[str, Any] = {}
         if trial.level.kind == "search":

@@ -42,6 +42,7 @@ class TelemetryRecorder:
         self.rows: list[TelemetryRow] = []
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        self.measured_from: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,6 +118,15 @@ class TelemetryRecorder:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def mark_measured(self) -> None:
+        """The warm-up is over: sample now and aggregate only from here on.
+
+        Warm-up requests are not in the client's counts, so the server's counters must not
+        have them either (9,554 counted by Triton vs 7,315 by the client, before this).
+        """
+        self.measured_from = time.time()
+        self.sample_once()
+
     # -- sampling -----------------------------------------------------------------------
 
     def sample_once(self) -> None:
@@ -159,5 +169,6 @@ class TelemetryRecorder:
             return list(self.rows)
 
     def summary(self, model: str | None = None) -> dict[str, float | str | None]:
-        """The per-trial aggregates (see `telemetry.summary.summarize`)."""
-        return summarize(self.snapshot(), model=model)
+        """The per-trial aggregates (see `telemetry.summary.summarize`), from the end of the
+        warm-up when `mark_measured` was called."""
+        return summarize(self.snapshot(), model=model, since=self.measured_from)

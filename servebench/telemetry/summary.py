@@ -158,13 +158,16 @@ def _scaled(microseconds: float | None) -> float | None:
     return microseconds * _US if microseconds is not None else None
 
 
-def summarize(rows: Iterable[TelemetryRow], model: str | None = None) -> dict:
-    """The trial-summary fields telemetry contributes (`SUMMARY_KEYS`).
+def summarize(
+    rows: Iterable[TelemetryRow], model: str | None = None, since: float | None = None
+) -> dict:
+    """The trial-summary fields telemetry contributes (`SUMMARY_KEYS`), from samples taken
+    at or after `since` (the end of the warm-up; None: all of them).
 
     GPU figures come from NVML when it ran, else from the server's own GPU metrics
     (`gpu_source` says which). GPU memory is the peak of the sum over GPUs.
     """
-    rows = list(rows)
+    rows = [row for row in rows if since is None or row.timestamp >= since]
     summary: dict = dict.fromkeys(SUMMARY_KEYS)
     util = _per_timestamp(rows, "gpu", "gpu_utilization", "mean")
     if util:
