@@ -63,28 +63,23 @@ def _stderr_filtered() -> Iterator[None]:
 _started = False
 
 
-def _start() -> None:
+def import_tensorflow() -> ModuleType:
+    """`tensorflow`, imported and its devices probed, with the start-up chatter dropped."""
     global _started
     if not _started:
         with _stderr_filtered():
-            import keras  # noqa: F401  (imports TensorFlow as its backend)
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # the cuInit attempt happens here, once
         _started = True
-
-
-def import_tensorflow() -> ModuleType:
-    """`tensorflow`, imported and its devices probed, with the start-up chatter dropped."""
-    _start()
     import tensorflow
 
     return tensorflow
 
 
 def import_keras() -> ModuleType:
-    """`keras` on the TensorFlow backend, imported the same quiet way."""
-    _start()
+    """`keras` on the TensorFlow backend, imported after TensorFlow's quiet start."""
+    import_tensorflow()
     import keras
 
     return keras

@@ -34,8 +34,13 @@ from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 
 def load_apis() -> SimpleNamespace:
-    """The generated TF Serving modules, imported on first use (this imports TensorFlow)."""
+    """The generated TF Serving modules, imported on first use (this imports TensorFlow,
+    through model_zoo's quiet import so its CPU-only start-up lines stay off the terminal)."""
     from google.protobuf import json_format, wrappers_pb2
+
+    from model_zoo.tf_runtime import import_tensorflow
+
+    import_tensorflow()
     from tensorflow_serving.apis import (
         get_model_metadata_pb2,
         get_model_status_pb2,
