@@ -1,9 +1,12 @@
 """Analysis figures: host ceilings, report cost at scale, and how often `report compare`
 flags noise.
 
-Run: .venv/bin/python benchmarks/analysis_report.py [--pairs 20] [--scale 12]
+Run: .venv/bin/python benchmarks/analysis_report.py [--pairs 20] [--scale 12] [--spread 6]
 
-1. The host ceilings the roofline uses (what the runner measures once per run).
+1. The host ceilings the roofline uses (`host_peaks`: measured once per machine and
+   cached), and their spread over `--spread` fresh processes: the old per-run measurement
+   (one best-of-3 GEMM in the runner's process) against `host_peaks(remeasure=True)`,
+   interleaved so both see the same neighbours.
 2. `write_report` on the test suite's simulated run (17 trials) and on a run scaled up
    `--scale` times (copies of every trial under other model names), to show the report
    stays usable on large studies.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,27 +38,56 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_analysis_rundir import BATCHES, LINKS, RATES, SETTINGS, _trial_id, make_run_dir  # noqa: E402
 
 from servebench.analysis.compare import compare_trials  # noqa: E402
-from servebench.analysis.host_peak import measure_host_peak_bw, measure_host_peak_flops  # noqa: E402
+from servebench.analysis.host_peak import host_peaks  # noqa: E402
 from servebench.analysis.loader import load_run  # noqa: E402
 from servebench.analysis.report import write_report  # noqa: E402
 
 FLAGS = ("throughput_flag", "p50_flag", "p99_flag")
 
 
-def ceilings() -> None:
+OLD_WAY = "from servebench.analysis.host_peak import measure_host_peak_flops as m; print(m().value)"
+NEW_WAY = (
+    "import sys; from servebench.analysis.host_peak import host_peaks as h; "
+    "print(h(remeasure=True, cache_dir=sys.argv[1]).flops.value)"
+)
+
+
+def ceilings(root: Path, spread: int) -> None:
     start = time.perf_counter()
-    flops = measure_host_peak_flops()
-    mid = time.perf_counter()
-    bw = measure_host_peak_bw()
-    end = time.perf_counter()
+    peaks = host_peaks(remeasure=True, cache_dir=root)
+    took = time.perf_counter() - start
+    rounds = ", ".join(f"{v / 1e9:.0f}" for v in peaks.flops_rounds)
     print(
-        f"host GEMM peak   {flops.value / 1e9:7.1f} GFLOP/s  (n={flops.size}, best of "
-        f"{flops.repeats}, {mid - start:.1f} s)"
+        f"host GEMM peak   {peaks.flops.value / 1e9:7.1f} GFLOP/s  (n={peaks.flops.size}, "
+        f"{peaks.threads} threads, best of {len(peaks.flops_rounds)} rounds: {rounds}; "
+        f"{took:.1f} s with the copy)"
     )
     print(
-        f"copy bandwidth   {bw.value / 1e9:7.1f} GB/s     ({bw.size >> 20} MiB, best of "
-        f"{bw.repeats}, {end - mid:.1f} s)"
+        f"copy bandwidth   {peaks.bw.value / 1e9:7.1f} GB/s     ({peaks.bw.size >> 20} MiB, "
+        f"best of {len(peaks.bw_rounds)} rounds)"
     )
+    start = time.perf_counter()
+    cached = host_peaks(cache_dir=root)
+    print(
+        f"cached read      {cached.flops.value / 1e9:7.1f} GFLOP/s  ({time.perf_counter() - start:.3f} s)"
+    )
+    if spread:
+        old, new = [], []
+        for _ in range(spread):
+            old.append(_in_fresh_process(OLD_WAY))
+            new.append(_in_fresh_process(NEW_WAY, str(root / "spread")))
+        for name, values in (("per-run best of 3 (old)", old), ("host_peaks, 8 rounds (new)", new)):
+            print(
+                f"{name:27s} over {spread} processes: {min(values) / 1e9:.0f}-"
+                f"{max(values) / 1e9:.0f} GFLOP/s ({', '.join(f'{v / 1e9:.0f}' for v in values)})"
+            )
+
+
+def _in_fresh_process(code: str, *args: str) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout)
 
 
 def scale_up(run: Path, factor: int) -> Path:
@@ -129,10 +162,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--scale", type=int, default=12)
+    parser.add_argument("--spread", type=int, default=6, help="fresh processes per way (0: skip)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="servebench-analysis-"))
     try:
-        ceilings()
+        ceilings(root / "cache", args.spread)
         report_cost(root, args.scale)
         false_flags(root, args.pairs)
     finally:

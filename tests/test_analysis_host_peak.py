@@ -154,3 +154,26 @@ def test_points_above_the_roof_get_a_note(tmp_path: Path) -> None:
     assert "plot above the measured roof" in note[1] and MODEL["model"] in note[1]
     assert "servebench report host-peak --remeasure" in note[1]
     assert "above the measured roof (" in roofline  # ringed in the figure too
+
+
+def test_busy_host_is_said(tmp_path: Path) -> None:
+    from servebench.analysis.roofline import host_ceiling
+
+    meta = {**_fake(50e9).run_fields()["host_peak"], "load_average": 4.7}
+    ceiling = host_ceiling(pd.DataFrame({"host_peak_flops": [50e9]}), {"host_peak": meta})
+    assert "load average 4.7 on 2 threads then: the host was busy" in ceiling.provenance
+
+
+def test_cli_host_peak(measured, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    runner = CliRunner()
+    first = runner.invoke(app, ["report", "host-peak", "--cache-dir", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    assert "GEMM peak        101 GFLOP/s" in first.output and "just measured" in first.output
+    again = runner.invoke(app, ["report", "host-peak", "--cache-dir", str(tmp_path)])
+    assert "from the cache" in again.output and len(measured) == 1
+    fresh = runner.invoke(app, ["report", "host-peak", "--remeasure", "--cache-dir", str(tmp_path)])
+    assert "102 GFLOP/s" in fresh.output and len(measured) == 2

@@ -82,9 +82,15 @@ def _provenance(meta: object) -> str | None:
     notes = []
     if meta.get("cached"):
         notes.append("cached for this machine")
-    load = meta.get("load_average")
+    load, threads = meta.get("load_average"), meta.get("threads")
     if isinstance(load, (int, float)):
-        notes.append(f"load average {load:.1f} then")
+        busy = isinstance(threads, int) and load >= threads
+        notes.append(
+            f"load average {load:.1f} on {threads} threads then: the host was busy and the "
+            "roofs may read low"
+            if busy
+            else f"load average {load:.1f} then"
+        )
     return text + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -163,6 +163,13 @@ def host_peak(
     origin = "from the cache" if peaks.cached else "just measured"
     console.print(f"measured         {peaks.measured_at}{load} ({origin})", highlight=False)
     console.print(f"cache            {escape(str(cache_path(cache_dir)))}", highlight=False)
+    if peaks.load_average is not None and peaks.load_average >= peaks.threads:
+        console.print(
+            f"[yellow]the host was busy when measured (load {peaks.load_average:.1f} on "
+            f"{peaks.threads} threads): the roofs may read low; re-measure when it is quiet "
+            "(--remeasure)[/yellow]",
+            highlight=False,
+        )
 
 
 def _ratio(value: float, flag: str) -> str:
