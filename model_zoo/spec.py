@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from model_zoo.textfile import TextFileError, load_yaml
+
 LayerType = Literal["dense", "conv", "lstm", "gru", "attention", "resnet50"]
 MUTABLE_LAYER_TYPES: tuple[str, ...] = ("dense", "conv", "lstm", "gru", "attention")
 SEQUENCE_TYPES: frozenset[str] = frozenset({"lstm", "gru", "attention"})
@@ -185,10 +187,15 @@ def save_specs(specs: list[ModelSpec], path: Path) -> None:
 
 
 def load_specs(path: Path) -> list[ModelSpec]:
-    """Read one spec or a list of specs from a YAML or JSON file."""
+    """Read one spec or a list of specs from a YAML or JSON file.
+
+    JSON is YAML, so one reader takes both: the bounded one every user file goes through
+    (`model_zoo.textfile`), so bad bytes or an alias bomb give one line, not a traceback or
+    a runaway parse.
+    """
     try:
-        raw = yaml.safe_load(path.read_text())  # JSON is YAML, so one loader reads both
-    except yaml.YAMLError as err:
-        raise SpecError(f"{path}: not valid YAML/JSON: {err}") from None
+        raw = load_yaml(path)
+    except TextFileError as err:
+        raise SpecError(str(err)) from None
     items = raw if isinstance(raw, list) else [raw]
     return [parse_spec(item, where=f"{path}[{i}] ") for i, item in enumerate(items)]

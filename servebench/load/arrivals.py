@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from model_zoo.textfile import TextFileError, read_text
+
 # Poisson gaps are drawn in blocks: one numpy call per block instead of one per request.
 _BLOCK = 4096
 
@@ -172,9 +174,9 @@ class TraceArrivals(ArrivalProcess):
         """Read perf_analyzer's `--request-intervals` file: microseconds, one per line."""
         path = Path(path)
         try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise ValueError(f"request intervals file {path}: {exc.strerror}") from exc
+            lines = read_text(path).splitlines()
+        except TextFileError as exc:
+            raise ValueError(f"request intervals file {exc}") from None
         gaps = []
         for number, line in enumerate(lines, start=1):
             text = line.strip()

@@ -10,7 +10,6 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -20,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from model_zoo.textfile import TextFileError, load_yaml
 from servebench.netem.errors import ProfileError
 from servebench.netem.trace import MahimahiTrace
 
@@ -229,14 +229,16 @@ def profile_from_mapping(data: Any, origin: str, base_dir: Path | None = None) -
 
 
 def load_profile_file(path: str | Path) -> LinkProfile:
-    """Read a custom profile from YAML; trace paths are relative to the file's folder."""
+    """Read a custom profile from YAML; trace paths are relative to the file's folder.
+
+    The bounded reader shared by every user file (`model_zoo.textfile`, a leaf that imports
+    nothing of servebench) turns bad bytes, bad YAML and alias bombs into one line.
+    """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"profile file {path}: cannot read it ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile file {path}: not valid YAML ({exc})") from exc
+        data = load_yaml(path)
+    except TextFileError as exc:
+        raise ProfileError(f"profile file {exc}") from None
     if isinstance(data, dict):
         data.setdefault("name", path.stem)
     return profile_from_mapping(data, f"profile file {path}", base_dir=path.resolve().parent)

@@ -17,6 +17,7 @@ import bisect
 from dataclasses import dataclass
 from pathlib import Path
 
+from model_zoo.textfile import TextFileError, read_text
 from servebench.netem.errors import ProfileError
 
 #: Bytes one delivery opportunity carries (Mahimahi's MTU-sized packet).
@@ -35,9 +36,9 @@ class MahimahiTrace:
         """Parse a trace file; errors name the file and line, since traces are hand-edited."""
         path = Path(path)
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ProfileError(f"trace file {path}: cannot read it ({exc.strerror})") from exc
+            text = read_text(path)
+        except TextFileError as exc:
+            raise ProfileError(f"trace file {exc}") from None
         stamps: list[int] = []
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
