@@ -35,6 +35,7 @@ class Schedule(StrEnum):
 _LOAD = "Load"
 _STOP = "Stop"
 _STAB = "Stability mode"
+_VERDICT = "Verdict"
 _HTTP = "HTTP (protocol http)"
 _OUT = "Output"
 
@@ -102,6 +103,27 @@ def load(
     max_in_flight: Annotated[
         int | None, typer.Option(help="Cap on requests in flight.", rich_help_panel=_STOP)
     ] = 10_000,
+    late_threshold_ms: Annotated[
+        float, typer.Option(help="A send this late counts as late.", rich_help_panel=_VERDICT)
+    ] = 1.0,
+    late_limit: Annotated[
+        float,
+        typer.Option(help="Share of late sends above which to warn.", rich_help_panel=_VERDICT),
+    ] = 0.01,
+    rate_tolerance: Annotated[
+        float,
+        typer.Option(
+            help="INVALID when the sent rate falls this share short of the schedule.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.05,
+    lag_ratio: Annotated[
+        float,
+        typer.Option(
+            help="INVALID when schedule lag p99 exceeds this share of latency p99.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.25,
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False,
@@ -218,6 +240,10 @@ def load(
             seed=seed,
             trial_id=trial_id,
             processes=processes,
+            late_threshold=late_threshold_ms / 1e3,
+            late_limit=late_limit,
+            rate_tolerance=rate_tolerance,
+            lag_ratio=lag_ratio,
         )
         asyncio.run(_checked_connect(factory, protocol, url, model, batch_size, seed))
     except ValueError as exc:
@@ -240,7 +266,9 @@ def load(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
     server = metrics.summary() if metrics is not None else None
-    print_summary(summary, url=url, records=records, server=server)
+    print_summary(
+        summary, url=url, records=records, server=server, late_threshold_s=late_threshold_ms / 1e3
+    )
     if metrics is not None and server is None and metrics.note:
         typer.echo(metrics.note)
     if protocol == "http" and summary.ok == 0 and set(summary.errors_by_kind) == {"http_status"}:
@@ -388,8 +416,9 @@ def print_summary(
     url: str = "",
     records: Path | None = None,
     server: dict[str, Any] | None = None,
+    late_threshold_s: float = 1e-3,
 ) -> None:
-    """The summary as a rich table, then the verdict and its reasons.
+    """The summary as a rich table, then the verdict, its reasons and warnings.
 
     `server` (telemetry summary keys) adds the server's side of a request, in
     perf_analyzer's words: queue, compute input / infer / output, and what is left of the
@@ -422,7 +451,7 @@ def print_summary(
         ("latency p99.9 (ms)", _ms(summary.latency_p99_9)),
         ("latency max (ms)", _ms(summary.latency_max)),
         ("schedule lag p99 (ms)", _ms(summary.schedule_lag_p99)),
-        ("sent > 1 ms late", f"{summary.late_share:.2%}"),
+        (f"sent > {late_threshold_s * 1e3:g} ms late", f"{summary.late_share:.2%}"),
         ("measured span (s)", f"{summary.duration:.2f}"),
     ]
     if server is not None:
@@ -447,6 +476,8 @@ def print_summary(
     console.print(f"verdict: [{style}]{summary.verdict}[/]")
     for reason in summary.reasons:
         console.print(f"  [red]- {reason}[/]")
+    for warning in summary.warnings:
+        console.print(f"  [yellow]warning: {warning}[/]")
     if records is not None:
         console.print(f"records: {records}")
 

@@ -74,10 +74,12 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
         late_threshold=settings.late_threshold,
         late_limit=settings.late_limit,
         max_error_share=settings.max_error_share,
+        rate_tolerance=settings.rate_tolerance,
+        lag_ratio=settings.lag_ratio,
         stop_reason="; ".join(dict.fromkeys(reasons)) or None,
     )
-    for reason in summary.reasons:
-        if reason.startswith("generator fell behind"):
+    for reason in summary.reasons + summary.warnings:
+        if reason.startswith(("generator fell behind", "generator lag")):
             log.warning("load %s", reason)
     return summary
 

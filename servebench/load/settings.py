@@ -58,8 +58,14 @@ class LoadSettings:
     seed: int = 0
     trial_id: str = ""
     processes: int = 1
+    # How the generator's lateness is judged (see load.summary): a send more than
+    # `late_threshold` s late is late; over `late_limit` of them is a warning; sending
+    # `rate_tolerance` short of the schedule, or a lag p99 over `lag_ratio` of latency p99,
+    # is INVALID.
     late_threshold: float = 1e-3
     late_limit: float = 0.01
+    rate_tolerance: float = 0.05
+    lag_ratio: float = 0.25
     max_error_share: float = 0.01
     # Seconds of nothing but refused or dropped connections after which the run stops: the
     # server is gone, and timing out every remaining request against it measures nothing.
@@ -108,6 +114,11 @@ class LoadSettings:
         _positive("load.late_threshold", self.late_threshold)
         if not 0 <= self.late_limit <= 1:
             raise ValueError(f"load.late_limit: must be a share in [0, 1], got {self.late_limit}")
+        if not 0 <= self.rate_tolerance < 1:
+            raise ValueError(
+                f"load.rate_tolerance: must be a share in [0, 1), got {self.rate_tolerance}"
+            )
+        _positive("load.lag_ratio", self.lag_ratio)
         if not 0 <= self.max_error_share <= 1:
             raise ValueError(
                 f"load.max_error_share: must be a share in [0, 1], got {self.max_error_share}"

@@ -174,6 +174,8 @@ def summarize(
     lag = cols.lag.astype(np.float64)
     send = cols.send.astype(np.float64)
     send_span = float(send.max() - send.min()) if n >= 2 else 0.0
+    intended = send - lag
+    intended_span = float(intended.max() - intended.min()) if n >= 2 else 0.0
     span = measured_span(cols)
     throughput = ok / span if span > 0 else 0.0
     mean_batch = float(cols.batch_size[ok_mask].mean()) if ok else 0.0
@@ -186,6 +188,7 @@ def summarize(
         errors_by_kind=errors_by_kind,
         target_rate=target_rate,
         achieved_rate=rate(n, send_span),
+        scheduled_rate=rate(n, intended_span) if mode == "open" else None,
         throughput_rps=throughput,
         throughput_ips=throughput * mean_batch,
         latency_mean=float(latency.mean()) if ok else float("nan"),

@@ -164,6 +164,7 @@ def trial_row(
         "reason": "",
         "verdict": stats.pop("verdict"),
         "verdict_reasons": "; ".join(stats.pop("reasons")),
+        "verdict_warnings": "; ".join(stats.pop("warnings")),
         "server": coords.server,
         "server_kind": coords.server_kind,
         "launch": SOURCE,

@@ -259,6 +259,7 @@ def build_row(
         "reason": "",
         "verdict": stats.pop("verdict"),
         "verdict_reasons": "; ".join(stats.pop("reasons")),
+        "verdict_warnings": "; ".join(stats.pop("warnings")),
         **trial.coordinates,
         "launch": trial.setting.server.launch,
         "protocol": trial.setting.server.protocol,
