@@ -1,4 +1,9 @@
-"""Server subprocesses that cannot outlive servebench and stop as a whole process group."""
+"""Server subprocesses that cannot outlive servebench and stop as a whole process group.
+
+A server's helpers (tritonserver's python-backend stubs) share its process group but are
+not told when the server dies; everything here treats the group, not the leader, as the
+server: it is killed as soon as its leader exits, and a stop waits until it is gone.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,14 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_PROC = Path("/proc")
+_GONE_POLL_S = 0.02
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -77,16 +85,25 @@ def spawn_server(argv: Sequence[str], env: Mapping[str, str], log_path: Path) ->
 
     Its own session (and so its own process group) lets a stop reach every helper process
     the server forks, without touching the caller's group. The kernel kills it if this
-    process dies (see `_die_with_parent`), whichever thread asked for it.
+    process dies (see `_die_with_parent`), whichever thread asked for it; its helpers die
+    when it does (see `_kill_group_when_leader_exits`).
     """
     global _spawner
     job = functools.partial(_spawn, list(argv), dict(env), log_path)
     if threading.current_thread() is threading.main_thread():
-        return job()
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = _Spawner()
-    return _spawner.call(job)
+        proc = job()
+    else:
+        with _spawner_lock:
+            if _spawner is None:
+                _spawner = _Spawner()
+        proc = _spawner.call(job)
+    threading.Thread(
+        target=_kill_group_when_leader_exits,
+        args=(proc.pid,),
+        name=f"servebench-reaper-{proc.pid}",
+        daemon=True,
+    ).start()
+    return proc
 
 
 def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
@@ -102,11 +119,28 @@ def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
         )
 
 
+def _kill_group_when_leader_exits(pid: int) -> None:
+    """SIGKILL the server's process group as soon as its leader exits, however it ended.
+
+    Nobody else would: tritonserver's python-backend stubs get no signal when the server is
+    killed or crashes, and live on under init, holding memory, shared memory and their
+    executable (a restart copying the backends then failed with ETXTBSY). `WNOWAIT` leaves
+    the exit status for `Popen` to collect, and while the leader is an unreaped zombie its
+    pid, the group's id, cannot be reused by another process.
+    """
+    with contextlib.suppress(ChildProcessError):  # Popen collected it first: still kill
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    _signal_group(pid, signal.SIGKILL)
+
+
 def stop_process_group(proc: subprocess.Popen, timeout_s: float) -> int | None:
     """SIGTERM the process group, SIGKILL it after `timeout_s`; return the exit code.
 
     A last SIGKILL to the group also reaches helpers that outlived the leader (the
     python-backend stubs), which are ours alone because the group is the server's session.
+    Returns only once they have finished exiting (or `timeout_s` more has passed): a
+    SIGKILLed process with many threads takes a while to release its memory and executable,
+    and a restart right after must not find them still in use.
     """
     if proc.poll() is None:
         _signal_group(proc.pid, signal.SIGTERM)
@@ -116,7 +150,38 @@ def stop_process_group(proc: subprocess.Popen, timeout_s: float) -> int | None:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
     _signal_group(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(_GONE_POLL_S)
     return proc.returncode
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that have not finished exiting.
+
+    A zombie counts as finished once its other threads are gone: by then every thread has
+    released the memory and the executable, and it only waits for its parent (init, for an
+    orphaned stub) to collect it. Empty where there is no /proc.
+    """
+    members = []
+    try:
+        entries = list(os.scandir(_PROC))
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+            if int(group) != pgid:
+                continue
+            if state == "Z" and len(os.listdir(Path(entry.path, "task"))) <= 1:
+                continue
+        except (OSError, ValueError):  # it vanished while we looked
+            continue
+        members.append(int(entry.name))
+    return members
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

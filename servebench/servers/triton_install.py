@@ -72,11 +72,16 @@ class TritonInstall:
         return install
 
     def prepare_backends(self, dest: Path) -> Path:
-        """Copy the backends folder to `dest` with this Python's stub inside; return `dest`."""
+        """Copy the backends folder to `dest` with this Python's stub inside; return `dest`.
+
+        An earlier copy is removed first rather than written over: a stub of a server that
+        was killed may still be executing from it, and writing into a running executable
+        fails with ETXTBSY, while unlinking it does not.
+        """
+        shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(
             self.root / "backends",
             dest,
-            dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
         shutil.copy2(self.stub, dest / "python" / "triton_python_backend_stub")
