@@ -312,11 +312,18 @@ def test_bad_addresses_are_reported():
             LinkEmulator("wifi", "127.0.0.1:9", listen=("127.0.0.1", port)).start()
 
 
+def _workers() -> list[psutil.Process]:
+    """This process's link emulator workers (other tests may have servers running)."""
+    return [
+        p for p in psutil.Process().children() if "servebench.netem.worker" in " ".join(p.cmdline())
+    ]
+
+
 def test_worker_is_out_of_the_callers_process_group():
     """A terminal's Ctrl-C goes to its whole foreground group; the worker must not be in
     it, or it dies before the runner has stopped the load through it (issue 10)."""
     with probe_server() as server, LinkEmulator("wifi", server) as address:
-        (worker,) = psutil.Process().children()
+        (worker,) = _workers()
         assert os.getpgid(worker.pid) != os.getpgrp()
         with socket.create_connection(address, timeout=5):
             pass
@@ -326,7 +333,7 @@ def test_stop_after_the_worker_died_does_not_raise():
     with probe_server() as server:
         emulator = LinkEmulator("wifi", server)
         emulator.start()
-        (worker,) = psutil.Process().children()
+        (worker,) = _workers()
         worker.kill()
         worker.wait(5)
         assert emulator.stop() is None  # no final counters from a dead worker, no error
