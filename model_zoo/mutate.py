@@ -24,6 +24,10 @@ DEFAULT_INPUT_SHAPES: dict[str, tuple[int, ...]] = {
 
 MUTATIONS = ("deepen", "shallow", "widen", "narrow", "swap_type")
 
+#: The most specs one family may hold. Each is exported and served (seconds apiece), so
+#: more is a slip, not a study; checked before any spec is built.
+MAX_FAMILY_SIZE = 10_000
+
 
 def grid(
     layer_types: Sequence[str],
@@ -31,13 +35,21 @@ def grid(
     widths: Sequence[int],
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    max_count: int = MAX_FAMILY_SIZE,
     **common: Any,
 ) -> list[ModelSpec]:
     """Every combination, in the order given; `common` holds shared fields and knobs.
 
     A knob that only some of the types take (e.g. `heads`) is applied to those types only,
-    so one grid can mix conv and attention models.
+    so one grid can mix conv and attention models. A grid of more than `max_count`
+    combinations is refused before any spec is built.
     """
+    combinations = len(layer_types) * len(depths) * len(widths)
+    if combinations > max_count:
+        raise SpecError(
+            f"grid: {len(layer_types)} types x {len(depths)} depths x {len(widths)} widths = "
+            f"{combinations:,} models; at most {max_count:,}"
+        )
     shapes = {**DEFAULT_INPUT_SHAPES, **(input_shapes or {})}
     specs: list[ModelSpec] = []
     for layer_type in layer_types:
@@ -107,12 +119,17 @@ def random_mutations(
     max_depth: int = 16,
     max_width: int = 1024,
     max_attempts: int | None = None,
+    max_count: int = MAX_FAMILY_SIZE,
 ) -> list[ModelSpec]:
     """`count` distinct mutants of `base`, each one mutation away from an earlier one.
 
     The same base, count and seed always give the same list. Mutants that break a rule
     (depth or width beyond the caps, heads not dividing width) are skipped and retried.
+    More than `max_count` mutants are refused up front: the search for them would run for
+    hours and the family could not be served anyway.
     """
+    if count > max_count:
+        raise SpecError(f"count: {count:,} mutants asked for; at most {max_count:,}")
     if base.layer_type not in MUTABLE_LAYER_TYPES:
         raise SpecError(f"layer_type: {base.layer_type} is a fixed reference and cannot mutate")
     rng = random.Random(seed)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError
 
 from model_zoo.textfile import TextFileError, load_yaml
+from model_zoo.validation import OnePassModel, Problem, rule
 
 LayerType = Literal["dense", "conv", "lstm", "gru", "attention", "resnet50"]
 MUTABLE_LAYER_TYPES: tuple[str, ...] = ("dense", "conv", "lstm", "gru", "attention")
@@ -36,78 +39,113 @@ _KNOB_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _KNOBS = ("kernel_size", "residual", "heads", "seq_len")
 
+# Hard ceilings, far above any model a serving benchmark builds, so that a slip (an extra
+# zero, `1e11`) is refused here instead of exhausting memory in a builder or exporter.
+MAX_DEPTH = 1024
+MAX_WIDTH = 65_536
+MAX_OUTPUTS = 1_000_000
+MAX_SEQ_LEN = 65_536
+MAX_HEADS = 1024
+MAX_KERNEL_SIZE = 31
+#: Elements of one sample at the served input (seq_len x features for sequence models):
+#: 2**26 float32 values are 256 MiB per sample.
+MAX_SAMPLE_ELEMENTS = 2**26
+
 
 class SpecError(ValueError):
     """A spec that cannot describe a model; the message names the field and the reason."""
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(OnePassModel):
     """One model of a family.
 
     `input_shape` is per sample, without the batch dimension: `(features,)` for dense and
     for each time step of lstm/gru/attention (whose sequence length is `seq_len`), and
     `(height, width, channels)` — channels-last, as TF Serving clients send images — for
-    conv and resnet50.
+    conv and resnet50. Every number has a ceiling (the `MAX_*` constants above).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     layer_type: LayerType
     depth: int = Field(
-        ge=1, description="hidden layers (dense, recurrent, attention) or conv layers"
+        ge=1, le=MAX_DEPTH, description="hidden layers (dense, recurrent, attention) or conv layers"
     )
-    width: int = Field(ge=1, description="units, channels or model dimension")
-    input_shape: tuple[int, ...]
-    num_outputs: int = Field(default=10, ge=1)
+    width: int = Field(ge=1, le=MAX_WIDTH, description="units, channels or model dimension")
+    input_shape: tuple[Annotated[int, Field(ge=1, le=MAX_SAMPLE_ELEMENTS)], ...]
+    num_outputs: int = Field(default=10, ge=1, le=MAX_OUTPUTS)
     dtype: Literal["float32"] = "float32"
-    kernel_size: int | None = Field(default=None, ge=1)
+    kernel_size: int | None = Field(default=None, ge=1, le=MAX_KERNEL_SIZE)
     residual: bool | None = None
-    heads: int | None = Field(default=None, ge=1)
-    seq_len: int | None = Field(default=None, ge=1)
+    heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    seq_len: int | None = Field(default=None, ge=1, le=MAX_SEQ_LEN)
 
-    @model_validator(mode="before")
     @classmethod
-    def _fill_knobs(cls, data: Any) -> Any:
+    def _prepare(cls, data: Any) -> Any:
+        """Fill the knobs of the spec's type with their defaults (see `_KNOB_DEFAULTS`)."""
         if not isinstance(data, dict) or data.get("layer_type") not in _KNOB_DEFAULTS:
             return data
-        layer_type = data["layer_type"]
-        defaults = _KNOB_DEFAULTS[layer_type]
         filled = dict(data)
-        for knob in _KNOBS:
-            if knob in defaults:
-                if filled.get(knob) is None:
-                    filled[knob] = defaults[knob]
-            elif filled.get(knob) is not None:
-                raise ValueError(f"{knob}: not a setting of {layer_type} models")
+        for knob, default in _KNOB_DEFAULTS[data["layer_type"]].items():
+            if filled.get(knob) is None:
+                filled[knob] = default
         return filled
 
-    @model_validator(mode="after")
-    def _check_shapes(self) -> ModelSpec:
-        if any(d < 1 for d in self.input_shape):
-            raise ValueError(f"input_shape: every dimension must be >= 1, got {self.input_shape}")
+    @rule("layer_type", *_KNOBS)
+    def _knobs_of_the_type(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        # Defaults are only filled for the type's own knobs, so any other one was written.
+        for knob in _KNOBS:
+            if knob not in _KNOB_DEFAULTS[self.layer_type] and getattr(self, knob) is not None:
+                yield (knob,), f"not a setting of {self.layer_type} models"
+
+    @rule("layer_type", "input_shape")
+    def _rank(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         rank = len(self.input_shape)
         if self.layer_type in ("conv", "resnet50") and rank != 3:
-            raise ValueError(
-                f"input_shape: {self.layer_type} takes (height, width, channels), "
-                f"got {rank} dims {self.input_shape}"
+            yield (
+                ("input_shape",),
+                (f"{self.layer_type} takes (height, width, channels), got {rank} dims"),
             )
-        if self.layer_type == "dense" and rank != 1:
-            raise ValueError(f"input_shape: dense takes (features,), got {rank} dims")
-        if self.layer_type in SEQUENCE_TYPES and rank != 1:
-            raise ValueError(
-                f"input_shape: {self.layer_type} takes (features,) per time step "
-                f"(the length is seq_len), got {rank} dims {self.input_shape}"
+        elif self.layer_type == "dense" and rank != 1:
+            yield ("input_shape",), f"dense takes (features,), got {rank} dims"
+        elif self.layer_type in SEQUENCE_TYPES and rank != 1:
+            yield (
+                ("input_shape",),
+                (
+                    f"{self.layer_type} takes (features,) per time step (the length is seq_len), "
+                    f"got {rank} dims"
+                ),
             )
+        elif self.layer_type == "resnet50" and min(self.input_shape[:2]) < 32:
+            yield ("input_shape",), "resnet50 needs at least 32x32 pixels"
+
+    @rule("layer_type", "input_shape", "seq_len")
+    def _sample_size(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        elements = math.prod(self.served_input_shape)
+        if elements > MAX_SAMPLE_ELEMENTS:
+            yield (
+                ("input_shape",),
+                (
+                    f"{elements:,} elements per sample "
+                    f"({'seq_len x ' if self.layer_type in SEQUENCE_TYPES else ''}input_shape); "
+                    f"at most {MAX_SAMPLE_ELEMENTS:,} (256 MiB of float32)"
+                ),
+            )
+
+    @rule("layer_type", "width", "heads")
+    def _heads_divide_width(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.layer_type == "attention" and self.width % (self.heads or 1):
-            raise ValueError(f"heads: width {self.width} is not divisible by heads {self.heads}")
+            yield ("heads",), f"width {self.width} is not divisible by heads {self.heads}"
+
+    @rule("layer_type", "kernel_size")
+    def _odd_kernel(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.layer_type == "conv" and (self.kernel_size or 1) % 2 == 0:
-            raise ValueError(f"kernel_size: must be odd for 'same' padding, got {self.kernel_size}")
-        if self.layer_type == "resnet50":
-            if (self.depth, self.width) != (50, 64):
-                raise ValueError("depth/width: resnet50 is fixed at depth 50, base width 64")
-            if min(self.input_shape[:2]) < 32:
-                raise ValueError("input_shape: resnet50 needs at least 32x32 pixels")
-        return self
+            yield ("kernel_size",), f"must be odd for 'same' padding, got {self.kernel_size}"
+
+    @rule("layer_type", "depth", "width")
+    def _resnet50_is_fixed(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.layer_type == "resnet50" and (self.depth, self.width) != (50, 64):
+            yield ("depth",), "resnet50 is fixed at depth 50, base width 64"
 
     @property
     def served_input_shape(self) -> tuple[int, ...]:

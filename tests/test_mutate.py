@@ -56,3 +56,33 @@ def test_mutation_respects_caps_and_says_when_it_cannot():
     assert all(s.depth <= 3 and s.width <= 4 for s in family)
     with pytest.raises(SpecError, match="count: only"):
         random_mutations(tiny, 500, seed=1, max_depth=2, max_width=2, max_attempts=200)
+
+
+def test_huge_families_are_refused_before_they_are_built(monkeypatch):
+    import time
+
+    import model_zoo.mutate
+
+    started = time.perf_counter()
+    with pytest.raises(SpecError, match=r"^count: 100,000,000 mutants asked for; at most 10,000"):
+        random_mutations(BASE, 100_000_000, seed=0)
+    monkeypatch.setattr(model_zoo.mutate, "parse_spec", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(SpecError, match=r"^grid: 5 types x 200 depths x 200 widths = 200,000"):
+        grid(["dense", "conv", "lstm", "gru", "attention"], range(1, 201), range(1, 201))
+    assert time.perf_counter() - started < 1
+    with pytest.raises(SpecError, match=r"at most 10$"):
+        random_mutations(BASE, 11, seed=0, max_count=10)
+
+
+def test_models_generate_refuses_a_runaway_mutate_count(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    out = tmp_path / "family.yaml"
+    result = CliRunner().invoke(
+        app, ["models", "generate", "--types", "dense", "--mutate", "100000000", "-o", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "count: 100,000,000 mutants asked for; at most 10,000" in result.output
+    assert not out.exists()

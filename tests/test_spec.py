@@ -26,7 +26,7 @@ GOOD = {"layer_type": "conv", "depth": 3, "width": 16, "input_shape": [8, 8, 3]}
     ],
 )
 def test_bad_conv_spec_names_the_field(change, field):
-    with pytest.raises(SpecError, match=rf"^models\.yaml\[0\] {field}: "):
+    with pytest.raises(SpecError, match=rf"^models\.yaml\[0\] {field}(\.\d+)?: "):
         parse_spec({**GOOD, **change}, where="models.yaml[0] ")
 
 
@@ -110,3 +110,37 @@ def test_replace_rederives_knobs_for_a_new_type():
     dense = conv.replace(layer_type="dense", input_shape=[12])
     assert dense.kernel_size is None
     assert isinstance(dense, ModelSpec)
+
+
+def test_every_problem_of_a_spec_is_reported_at_once():
+    # A knob of another type, a field error and a rule: once, only the first came out.
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**GOOD, "depth": 0, "heads": 2, "kernel_size": 4}, where="m.yaml[0] ")
+    lines = str(caught.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "m.yaml[0] depth",
+        "m.yaml[0] heads",
+        "m.yaml[0] kernel_size",
+    ], lines
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"depth": 10**9}, "depth"),
+        ({"width": 10**7}, "width"),
+        ({"input_shape": [10**11, 8, 3]}, "input_shape.0"),
+        ({"input_shape": [8192, 8192, 3]}, "input_shape"),  # each dim fine, the sample not
+        ({"num_outputs": 10**9}, "num_outputs"),
+        ({"kernel_size": 1001}, "kernel_size"),
+    ],
+)
+def test_sizes_have_ceilings(change, field):
+    with pytest.raises(SpecError, match=rf"^{field}: "):
+        parse_spec({**GOOD, **change})
+
+
+def test_a_long_sequence_counts_against_the_sample_size():
+    data = {"layer_type": "lstm", "depth": 1, "width": 8, "input_shape": [2**20], "seq_len": 128}
+    with pytest.raises(SpecError, match=r"^input_shape: 134,217,728 elements per sample"):
+        parse_spec(data)
