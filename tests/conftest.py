@@ -23,6 +23,18 @@ from servebench.servers.triton_install import TritonInstall, TritonNotInstalledE
 from servebench.servers.triton_local import LocalTriton
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The host-roof cache of the runs tests start goes to a temporary folder, not the
+    user's ~/.cache (the first run of a session measures the roofs once)."""
+    from servebench.analysis.host_peak import CACHE_ENV
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("servebench-cache")))
+    yield
+    patch.undo()
+
+
 class TritonFactory:
     """Starts `LocalTriton`s with run dirs under pytest's tmp dir; stops them on close."""
 

@@ -37,7 +37,7 @@ from servebench.analysis.cost import (
     merge_prices,
     price_of,
 )
-from servebench.analysis.host_peak import measure_host_peak_flops
+from servebench.analysis.host_peak import record_host_peaks
 from servebench.clients.factory import create_client
 from servebench.load import LoadEngine, run_in_loop
 from servebench.results import (
@@ -52,7 +52,7 @@ from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
 from servebench.scenario.validate import load_scenario
-from servebench.servers.base import Server
+from servebench.servers.base import Server, ServerError
 from servebench.telemetry import rows_to_table
 
 WARM_PROBES = 5
@@ -186,8 +186,7 @@ class ScenarioRunner:
                     directory.path,
                     lambda m: progress.console.print(f"  exported {m.spec_id}", highlight=False),
                 )
-                peak = await asyncio.to_thread(measure_host_peak_flops)
-                directory.run["host_peak_flops"] = peak.value
+                peak = await asyncio.to_thread(record_host_peaks, directory.run)
                 directory.write_run()
                 price = self.price
                 for index, setting in enumerate(self.plan.settings):
@@ -411,8 +410,11 @@ def _alive(server: Server, attempts: int = 3) -> bool:
     if server.pid is not None and not psutil.pid_exists(server.pid):
         return False
     for attempt in range(attempts):
-        if server.is_ready():
-            return True
+        try:
+            if server.is_ready():
+                return True
+        except ServerError:  # never (re)started: a failed restart must be retried next trial
+            return False
         if attempt + 1 < attempts:
             time.sleep(1.0)
     return False
