@@ -174,3 +174,29 @@ def test_serve_exits_non_zero_with_the_log_when_tritonserver_dies(triton_batchin
     assert "Traceback" not in rest
     assert f"error: tritonserver (pid {pid}) exited on its own; the end of its log:" in rest
     assert "stopped" not in rest
+
+
+def test_serve_takes_fixed_ports_and_names_one_in_use(triton_batching_model):
+    import socket
+
+    from servebench.servers.ports import free_ports
+
+    model = triton_batching_model
+    http, grpc, metrics = free_ports(3)
+    served = invoke(
+        "models", "serve", str(model.repository), "--models", model.name, "--once",
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+    )  # fmt: skip
+    assert served.exit_code == 0, served.output
+    assert f"HTTP    http://127.0.0.1:{http}" in served.output
+    assert f"gRPC    127.0.0.1:{grpc}" in served.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = invoke(
+            "models", "serve", str(model.repository), "--once", "--http-port", str(port)
+        )
+    assert refused.exit_code == 2, refused.output
+    assert f"port {port} on 127.0.0.1 is already in use" in refused.output
+    assert "Traceback" not in refused.output

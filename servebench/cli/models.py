@@ -337,6 +337,11 @@ def serve(
         bool, typer.Option(help="load, answer one inference per model, print, and stop")
     ] = False,
     run_dir: Annotated[Path | None, typer.Option(help="where the server log goes")] = None,
+    http_port: Annotated[int | None, typer.Option(help="HTTP port (default: a free one)")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port (default: a free one)")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="metrics port (default: a free one)")
+    ] = None,
 ) -> None:
     """Start the local Triton on an exported repository and print its URLs until Ctrl-C.
 
@@ -352,7 +357,8 @@ def serve(
     )
     died = ""
     try:
-        with LocalTriton(repo, run_dir=run_dir) as server:
+        ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+        with LocalTriton(repo, run_dir=run_dir, **ports) as server:
             ep = server.endpoints
             console.print(
                 f"tritonserver (pid {server.pid}) ready in {server.startup_s:.2f} s "

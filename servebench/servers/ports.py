@@ -22,3 +22,13 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
             sock.bind((host, 0))
             ports.append(sock.getsockname()[1])
         return ports
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether `port` can be bound on `host` now (a fixed port someone asked for)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

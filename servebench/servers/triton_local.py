@@ -31,7 +31,7 @@ from subprocess import Popen
 from types import TracebackType
 from typing import Any
 
-from servebench.servers.ports import LOOPBACK, free_ports
+from servebench.servers.ports import LOOPBACK, free_ports, port_is_free
 from servebench.servers.process import spawn_server, stop_process_group
 from servebench.servers.triton_install import TritonInstall
 
@@ -108,6 +108,9 @@ class LocalTriton:
         stop_timeout_s: float = 10.0,
         log_verbose: int = 0,
         extra_args: Sequence[str] = (),
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
@@ -119,6 +122,8 @@ class LocalTriton:
         self.stop_timeout_s = stop_timeout_s
         self.log_verbose = log_verbose
         self.extra_args = tuple(extra_args)
+        # Ports a user fixed (None: a free one, fresh on each start attempt).
+        self.fixed_ports = (http_port, grpc_port, metrics_port)
         self._proc: Popen | None = None
         self._endpoints: TritonEndpoints | None = None
         self._shm_prefix = f"{_SHM_PREFIX}_{os.getpid()}_{os.urandom(4).hex()}_"
@@ -133,6 +138,9 @@ class LocalTriton:
         if self._proc is not None:
             raise TritonError("this LocalTriton is already started")
         install = TritonInstall.locate()
+        for port in self.fixed_ports:
+            if port is not None and not port_is_free(port):
+                raise TritonStartError(f"port {port} on {LOOPBACK} is already in use")
         remove_stale_shm()
         self.run_dir = self._given_run_dir or Path(tempfile.mkdtemp(prefix="servebench-triton-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -140,7 +148,10 @@ class LocalTriton:
         env = install.environment()
         _LIVE.add(self)
         for attempt in range(1, _START_ATTEMPTS + 1):
-            endpoints = TritonEndpoints(LOOPBACK, *free_ports(3))
+            free = iter(free_ports(3))
+            endpoints = TritonEndpoints(
+                LOOPBACK, *(port if port is not None else next(free) for port in self.fixed_ports)
+            )
             started = time.perf_counter()
             self._proc = spawn_server(self._argv(install, backends, endpoints), env, self.log_path)
             self._endpoints = endpoints
@@ -150,7 +161,7 @@ class LocalTriton:
                 self._failed = True
                 port_clash = _PORT_IN_USE.search(self.log_tail(40))
                 self._stop_process()
-                if port_clash and attempt < _START_ATTEMPTS:
+                if port_clash and attempt < _START_ATTEMPTS and not any(self.fixed_ports):
                     continue  # another process took a port between probe and bind
                 self._cleanup()
                 raise
