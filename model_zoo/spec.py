@@ -29,7 +29,7 @@ OUTPUT_NAME = "output"
 
 # Per-type knobs and their defaults; a knob given to a type that has none is an error, so a
 # typo like `heads: 8` on a conv model is not silently ignored.
-_KNOB_DEFAULTS: dict[str, dict[str, Any]] = {
+KNOB_DEFAULTS: dict[str, dict[str, Any]] = {
     "dense": {},
     "conv": {"kernel_size": 3, "residual": False},
     "lstm": {"seq_len": 16},
@@ -82,11 +82,11 @@ class ModelSpec(OnePassModel):
 
     @classmethod
     def _prepare(cls, data: Any) -> Any:
-        """Fill the knobs of the spec's type with their defaults (see `_KNOB_DEFAULTS`)."""
-        if not isinstance(data, dict) or data.get("layer_type") not in _KNOB_DEFAULTS:
+        """Fill the knobs of the spec's type with their defaults (see `KNOB_DEFAULTS`)."""
+        if not isinstance(data, dict) or data.get("layer_type") not in KNOB_DEFAULTS:
             return data
         filled = dict(data)
-        for knob, default in _KNOB_DEFAULTS[data["layer_type"]].items():
+        for knob, default in KNOB_DEFAULTS[data["layer_type"]].items():
             if filled.get(knob) is None:
                 filled[knob] = default
         return filled
@@ -95,27 +95,20 @@ class ModelSpec(OnePassModel):
     def _knobs_of_the_type(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         # Defaults are only filled for the type's own knobs, so any other one was written.
         for knob in _KNOBS:
-            if knob not in _KNOB_DEFAULTS[self.layer_type] and getattr(self, knob) is not None:
+            if knob not in KNOB_DEFAULTS[self.layer_type] and getattr(self, knob) is not None:
                 yield (knob,), f"not a setting of {self.layer_type} models"
 
     @rule("layer_type", "input_shape")
     def _rank(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         rank = len(self.input_shape)
-        if self.layer_type in ("conv", "resnet50") and rank != 3:
-            yield (
-                ("input_shape",),
-                (f"{self.layer_type} takes (height, width, channels), got {rank} dims"),
-            )
-        elif self.layer_type == "dense" and rank != 1:
+        kind = self.layer_type
+        if kind in ("conv", "resnet50") and rank != 3:
+            yield ("input_shape",), f"{kind} takes (height, width, channels), got {rank} dims"
+        elif kind == "dense" and rank != 1:
             yield ("input_shape",), f"dense takes (features,), got {rank} dims"
-        elif self.layer_type in SEQUENCE_TYPES and rank != 1:
-            yield (
-                ("input_shape",),
-                (
-                    f"{self.layer_type} takes (features,) per time step (the length is seq_len), "
-                    f"got {rank} dims"
-                ),
-            )
+        elif kind in SEQUENCE_TYPES and rank != 1:
+            per_step = "(features,) per time step (the length is seq_len)"
+            yield ("input_shape",), f"{kind} takes {per_step}, got {rank} dims"
         elif self.layer_type == "resnet50" and min(self.input_shape[:2]) < 32:
             yield ("input_shape",), "resnet50 needs at least 32x32 pixels"
 
@@ -123,14 +116,11 @@ class ModelSpec(OnePassModel):
     def _sample_size(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         elements = math.prod(self.served_input_shape)
         if elements > MAX_SAMPLE_ELEMENTS:
-            yield (
-                ("input_shape",),
-                (
-                    f"{elements:,} elements per sample "
-                    f"({'seq_len x ' if self.layer_type in SEQUENCE_TYPES else ''}input_shape); "
-                    f"at most {MAX_SAMPLE_ELEMENTS:,} (256 MiB of float32)"
-                ),
+            counted = (
+                "seq_len x input_shape" if self.layer_type in SEQUENCE_TYPES else "input_shape"
             )
+            limit = f"at most {MAX_SAMPLE_ELEMENTS:,} (256 MiB of float32)"
+            yield ("input_shape",), f"{elements:,} elements per sample ({counted}); {limit}"
 
     @rule("layer_type", "width", "heads")
     def _heads_divide_width(self, context: Mapping[str, Any]) -> Iterator[Problem]:

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from servebench.cli import app
 from servebench.scenario.plan import expand
 from servebench.scenario.validate import ScenarioError, load_scenario
 
@@ -81,7 +83,7 @@ BAD = [
     (
         "max_batch_size: 8",
         "max_batch_size: 2",
-        "16 workload.batch_sizes: [4] — larger than server 'triton'",
+        "16 workload.batch_sizes[1]: 4 — batch 4 > max_batch_size 2 of server 'triton'",
     ),
     ("links: [direct, lte]", "links: [direct, 5g]", "19 links[1]: '5g' — not a built-in link"),
     (
@@ -143,6 +145,66 @@ def test_every_problem_is_reported_at_once(tmp_path: Path):
     text = GOOD.replace("rates: [50, 100]", "rates: [-1]").replace("lte]", "5g]")
     found = problems(tmp_path, text)
     assert len(found) == 2
+
+
+SIX_ERRORS = """\
+name: six
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4]}
+servers:
+  - name: a
+    kind: triton
+    settings: {instance_count: [1, 0]}
+  - name: b
+    kind: triton
+    settings: {max_batch_size: 8}
+workload:
+  rates: [50, -5]
+  think_time_s: 1
+  batch_sizes: [1, 64]
+links: [direct, 5g]
+cost: {instance: m9.huge}
+"""
+
+
+def test_six_independent_errors_are_all_reported_in_one_pass(tmp_path: Path):
+    # A field error, a rule in the same section, a settings matrix, a batch size against
+    # another server's matrix, a link and the price table: once they came in three rounds.
+    found = problems(tmp_path, SIX_ERRORS)
+    path = tmp_path / "study.yaml"
+    assert found == [
+        f"{path}:8 servers[0].settings.instance_count[1]: 0 — must be > 0",
+        f"{path}:13 workload.rates[1]: -5 — must be > 0",
+        f"{path}:14 workload.think_time_s: 1 — only for mode closed",
+        f"{path}:15 workload.batch_sizes[1]: 64 — batch 64 > max_batch_size 8 of server 'b'",
+        found[4],
+        found[5],
+    ], found
+    assert found[4].startswith(f"{path}:16 links[1]: '5g' — not a built-in link")
+    assert found[5].startswith(f"{path}:17 cost.instance: 'm9.huge' — not in the price table")
+    result = CliRunner().invoke(app, ["scenario", "validate", str(path)])
+    assert result.exit_code == 2
+    assert result.output.count("error:") == 6, result.output
+
+
+def test_values_that_look_like_markup_are_printed_as_written(tmp_path: Path):
+    path = write(tmp_path, GOOD.replace("name: study", 'name: "[/x] y"'))
+    result = CliRunner().invoke(app, ["scenario", "validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "name: '[/x] y' — must be letters" in result.output
+
+
+def test_rules_run_beside_the_field_errors_of_their_own_section(tmp_path: Path):
+    text = GOOD.replace(
+        "  rates: [50, 100]\n", "  mode: closed\n  rates: [50]\n  concurrency: [0]\n"
+    )
+    text = text.replace("latency_ms: 50", "latency_ms: -1")
+    found = problems(tmp_path, text)
+    assert any("workload.concurrency[0]: 0 — must be > 0" in p for p in found), found
+    assert any("workload.rates: [50] — only for mode open" in p for p in found), found
+    assert any("slo.latency_ms: -1 — must be > 0" in p for p in found), found
+    assert len(found) == 3, found
 
 
 def test_not_yaml_and_duplicate_keys(tmp_path: Path):

@@ -22,7 +22,8 @@ def _load(path: Path):
         return load_scenario(path)
     except ScenarioError as err:
         for problem in err.problems:
-            console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+            # escaped: a value quoted back from the file may look like rich markup ("[/x]")
+            console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
 
 
@@ -34,7 +35,7 @@ def _plan(path: Path):
     try:
         return expand(scenario, path.parent)
     except (SpecError, FileNotFoundError) as err:
-        console.print(f"[red]error:[/red] {path}: models: {err}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(f'{path}: models: {err}')}", highlight=False)
         raise typer.Exit(code=2) from None
 
 
@@ -42,6 +43,12 @@ def _plan(path: Path):
 # some failed trials (1) from one that measured nothing or stopped on an error (3); 2 is
 # bad input, as for every command.
 RUN_EXIT_CODES = {"complete": 0, "partial": 1, "failed": 3, "interrupted": 130}
+
+
+def _warn(path: Path, plan) -> None:
+    """Say what makes a valid plan unusually big, so a slip is seen before a long run."""
+    for warning in plan.warnings():
+        console.print(f"[yellow]warning:[/yellow] {escape(f'{path}: {warning}')}", highlight=False)
 
 
 def _duration(seconds: float) -> str:
@@ -60,10 +67,13 @@ def validate(files: Annotated[list[Path], typer.Argument(help="scenario files")]
             failed += 1
             continue
         console.print(
-            f"{path}: valid — {len(plan.trials)} trials, {len(plan.models)} models, "
-            f"{len(plan.settings)} server settings",
+            escape(
+                f"{path}: valid — {len(plan.trials)} trials, {len(plan.models)} models, "
+                f"{len(plan.settings)} server settings"
+            ),
             highlight=False,
         )
+        _warn(path, plan)
     if failed:
         raise typer.Exit(code=2)
 
@@ -90,6 +100,7 @@ def plan(
         f"{len(result.models)} models; estimated wall time {_duration(result.estimated_s)}",
         highlight=False,
     )
+    _warn(file, result)
 
 
 @app.command()

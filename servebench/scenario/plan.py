@@ -4,6 +4,9 @@ The order groups trials by server setting, because starting a server (and loadin
 models) is the expensive step; within a setting, models vary slowest so each model is
 loaded once. Trial ids hash the trial's coordinates, so the same trial has the same id
 in every run of the scenario — what `--resume` and `report compare` join on.
+
+`count_trials` counts without listing, so validation can refuse a scenario that would
+expand to millions of trials before any of them is built.
 """
 
 from __future__ import annotations
@@ -117,6 +120,23 @@ class Plan:
         )
         return export + setup + sum(t.estimated_s for t in self.trials)
 
+    def warnings(self) -> list[str]:
+        """What makes this plan unusually big (past `limits.warn_*`), one sentence each."""
+        limits = self.scenario.limits
+        found = []
+        if len(self.trials) > limits.warn_trials:
+            found.append(
+                f"{len(self.trials):,} trials, more than limits.warn_trials "
+                f"({limits.warn_trials:,}); is every list meant to be that long?"
+            )
+        hours = self.estimated_s / 3600
+        if hours > limits.warn_hours:
+            found.append(
+                f"estimated {hours:,.1f} hours, more than limits.warn_hours "
+                f"({limits.warn_hours:g}); `scenario plan` lists the trials"
+            )
+        return found
+
 
 def resolve_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
     """Every model the scenario names, in the order the sections list them, deduplicated."""
@@ -130,6 +150,7 @@ def resolve_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
         specs += grid(
             g.types, g.depths, g.widths,
             input_shapes=g.input_shapes, num_outputs=g.num_outputs,
+            max_count=scenario.limits.max_models,
             **{k: v for k, v in knobs.items() if v is not None},
         )  # fmt: skip
     if section.mutate:
@@ -137,9 +158,10 @@ def resolve_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
         specs += [
             m.base,
             *random_mutations(
-                m.base, m.count, m.seed, max_depth=m.max_depth, max_width=m.max_width
+                m.base, m.count, m.seed, max_depth=m.max_depth, max_width=m.max_width,
+                max_count=scenario.limits.max_models,
             ),
-        ]
+        ]  # fmt: skip
     if section.resnet50:
         size = section.resnet50.image_size if isinstance(section.resnet50, ResNetReference) else 224
         specs.append(resnet50_spec(size))
@@ -160,6 +182,24 @@ def _server_settings(server: ServerSection) -> list[ServerSetting]:
     combos = matrix.combinations()
     varying = tuple(k for k in combos[0] if len({json.dumps(c[k]) for c in combos}) > 1)
     return [ServerSetting(server, combo, varying) for combo in combos]
+
+
+def count_trials(scenario: Scenario, models: int) -> int:
+    """The trials `expand` would list for `models` models, counted without listing them.
+
+    Each server's settings matrix must be validated (`settings_model`) and no bigger than
+    `limits.max_trials` combinations: it is expanded, the rest is multiplied.
+    """
+    per_setting = models * len(scenario.links) * len(_levels(scenario))
+    total = 0
+    for server in scenario.servers:
+        if server.launch == "remote":
+            total += len(scenario.workload.batch_sizes) * per_setting
+            continue
+        for combo in server.settings_model.combinations():
+            batches = [b for b in scenario.workload.batch_sizes if b <= combo["max_batch_size"]]
+            total += len(batches) * per_setting
+    return total
 
 
 def _levels(scenario: Scenario) -> list[LoadLevel]:

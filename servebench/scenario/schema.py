@@ -1,36 +1,104 @@
 """The scenario file: a few lines of YAML that describe a whole study.
 
 Every section is a strict pydantic model (unknown keys are errors) so a typo fails at
-`scenario validate` time with the file, line and field, not an hour into a run.
+`scenario validate` time with the file, line and field, not an hour into a run. Rules
+between fields are `@rule` methods (model_zoo.validation), so one pass reports every
+problem. Every number is finite and bounded: hard ceilings where no real study needs more,
+and `limits:` (the `Limits` section) where one might, so that a slip — an extra zero,
+`1e26` — is refused here instead of filling the memory or never ending.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from model_zoo.spec import LayerType, ModelSpec
+from model_zoo.mutate import DEFAULT_INPUT_SHAPES, MAX_FAMILY_SIZE
+from model_zoo.spec import (
+    KNOB_DEFAULTS,
+    MAX_DEPTH,
+    MAX_HEADS,
+    MAX_KERNEL_SIZE,
+    MAX_OUTPUTS,
+    MAX_SAMPLE_ELEMENTS,
+    MAX_SEQ_LEN,
+    MAX_WIDTH,
+    LayerType,
+    ModelSpec,
+)
+from model_zoo.validation import OnePassModel, Problem, known, rule
+from servebench.clients.endpoints import grpc_target, http_base
 from servebench.netem.profiles import BUILTIN_PROFILES, LinkProfile
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+
+# Hard ceilings: beyond these a value is a slip, whatever the study.
+MAX_BATCH = 65_536  # samples in one request (the byte cap in `Limits` usually bites first)
+MAX_DELAY_US = 60_000_000  # batcher queue delay / timeout: one minute
+MAX_THREADS = 1024  # server threads, instances per model
+MAX_SECONDS = 3600.0  # a request timeout, a think time
+MAX_GPUS = 64
+MIN_RATE = 0.001  # requests per second; below it a trial's length is unbounded
+Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
+DelayUs = Annotated[int, Field(ge=0, le=MAX_DELAY_US)]
+Threads = Annotated[int, Field(ge=0, le=MAX_THREADS)]
+Instances = Annotated[int, Field(gt=0, le=MAX_THREADS)]
+
+# A setting to try: one value, or a non-empty list of them ("try each").
+BoolEach = bool | Annotated[list[bool], Field(min_length=1)]
+BatchEach = Batch | Annotated[list[Batch], Field(min_length=1)]
+DelayEach = DelayUs | Annotated[list[DelayUs], Field(min_length=1)]
+ThreadsEach = Threads | Annotated[list[Threads], Field(min_length=1)]
+InstancesEach = Instances | Annotated[list[Instances], Field(min_length=1)]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Strict(OnePassModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+class Limits(Strict):
+    """Ceilings a scenario may raise (`limits:`) when a real study needs more.
+
+    Each default refuses what would run for days or exhaust a machine's memory; each has
+    a hard ceiling of its own so the override cannot be a slip of the same kind. The
+    `warn_*` thresholds only warn (`scenario validate` and `plan`). README lists them.
+    """
+
+    max_models: Annotated[int, Field(gt=0, le=MAX_FAMILY_SIZE)] = 1000
+    max_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 100_000
+    max_rate: Annotated[float, Field(gt=0, le=10_000_000)] = 100_000.0
+    max_concurrency: Annotated[int, Field(gt=0, le=1_000_000)] = 10_000
+    max_requests: Annotated[int, Field(gt=0, le=10_000_000_000)] = 10_000_000
+    max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = 86_400.0
+    max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = 256.0
+    max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = 4096.0
+    warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
+    warn_hours: Annotated[float, Field(gt=0, le=10_000)] = 12.0
+
+
+LIMITS_CONTEXT_KEY = "limits"
+
+
+def limits_of(context: Mapping[str, Any]) -> Limits:
+    """The scenario's limits, which reach nested sections through the validation context."""
+    limits = context.get(LIMITS_CONTEXT_KEY)
+    return limits if isinstance(limits, Limits) else Limits()
+
+
+def over_limit(name: str, limits: Limits, unit: str = "") -> str:
+    """The message for a value past a limit, with the way to allow it."""
+    return f"must be <= {getattr(limits, name):,g}{unit}; raise limits.{name} if you mean it"
 
 
 # ----------------------------------------------------------------------------- models
@@ -40,26 +108,73 @@ class GridModels(Strict):
     """depth x width x layer type, as InferBench's model generator varies them."""
 
     types: list[LayerType] = Field(min_length=1)
-    depths: list[PositiveInt] = Field(min_length=1)
-    widths: list[PositiveInt] = Field(min_length=1)
-    input_shapes: dict[LayerType, list[PositiveInt]] = Field(default_factory=dict)
-    num_outputs: PositiveInt = 10
-    heads: PositiveInt | None = None
-    seq_len: PositiveInt | None = None
-    kernel_size: PositiveInt | None = None
+    depths: list[Annotated[int, Field(gt=0, le=MAX_DEPTH)]] = Field(min_length=1)
+    widths: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = Field(min_length=1)
+    input_shapes: dict[LayerType, list[Annotated[int, Field(gt=0, le=MAX_SAMPLE_ELEMENTS)]]] = (
+        Field(default_factory=dict)
+    )
+    num_outputs: Annotated[int, Field(gt=0, le=MAX_OUTPUTS)] = 10
+    heads: Annotated[int, Field(gt=0, le=MAX_HEADS)] | None = None
+    seq_len: Annotated[int, Field(gt=0, le=MAX_SEQ_LEN)] | None = None
+    kernel_size: Annotated[int, Field(gt=0, le=MAX_KERNEL_SIZE)] | None = None
     residual: bool | None = None
+
+    @property
+    def size(self) -> int:
+        """How many models the grid names, counted without building one."""
+        return len(set(self.types)) * len(set(self.depths)) * len(set(self.widths))
+
+    @rule("input_shapes")
+    def _ranks(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        for layer_type, shape in self.input_shapes.items():
+            rank = len(DEFAULT_INPUT_SHAPES.get(layer_type, ()))
+            if layer_type == "resnet50":
+                yield ("input_shapes", layer_type), "resnet50 is not a grid type (resnet50: true)"
+            elif len(shape) != rank:
+                expected = f"{layer_type} takes {_SHAPE_NAMES[rank]}, got {len(shape)} dims"
+                yield ("input_shapes", layer_type), expected
+
+    @rule("types", "widths", "heads", "kernel_size")
+    def _knobs_fit(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        # What ModelSpec would refuse for one combination, said once at the grid's line.
+        if "attention" in self.types:
+            heads = self.heads or KNOB_DEFAULTS["attention"]["heads"]
+            for i, width in enumerate(self.widths):
+                if width % heads:
+                    yield ("widths", i), f"attention needs widths divisible by heads ({heads})"
+        if "conv" in self.types and self.kernel_size is not None and self.kernel_size % 2 == 0:
+            yield ("kernel_size",), "must be odd for 'same' padding"
+
+    @rule("types", "depths", "widths")
+    def _not_too_many(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        limits = limits_of(context)
+        if self.size > limits.max_models:
+            product = (
+                f"{len(set(self.types))} types x {len(set(self.depths))} depths x "
+                f"{len(set(self.widths))} widths = {self.size:,} models"
+            )
+            yield (), f"{product}; {over_limit('max_models', limits)}"
+
+
+_SHAPE_NAMES = {1: "(features,)", 3: "(height, width, channels)"}
 
 
 class MutatedModels(Strict):
     base: ModelSpec
     count: PositiveInt
     seed: int = 0
-    max_depth: PositiveInt = 16
-    max_width: PositiveInt = 1024
+    max_depth: Annotated[int, Field(gt=0, le=MAX_DEPTH)] = 16
+    max_width: Annotated[int, Field(gt=0, le=MAX_WIDTH)] = 1024
+
+    @rule("count")
+    def _not_too_many(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        limits = limits_of(context)
+        if self.count + 1 > limits.max_models:
+            yield ("count",), over_limit("max_models", limits) + " (the base counts too)"
 
 
 class ResNetReference(Strict):
-    image_size: Annotated[int, Field(ge=32)] = 224
+    image_size: Annotated[int, Field(ge=32, le=4096)] = 224
 
 
 class ModelsSection(Strict):
@@ -73,28 +188,44 @@ class ModelsSection(Strict):
         default=None, description="an existing `servebench models export` folder"
     )
 
-    @model_validator(mode="after")
-    def _something(self) -> ModelsSection:
+    @property
+    def size(self) -> int:
+        """How many models the section names at most (an export folder's are not counted)."""
+        return (
+            len(self.specs)
+            + (self.grid.size if self.grid else 0)
+            + (self.mutate.count + 1 if self.mutate else 0)
+            + (1 if self.resnet50 else 0)
+        )
+
+    @rule("specs", "grid", "mutate", "resnet50", "repository")
+    def _something(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if not (self.specs or self.grid or self.mutate or self.resnet50 or self.repository):
-            raise ValueError("give at least one of specs, grid, mutate, resnet50, repository")
-        return self
+            yield (), "give at least one of specs, grid, mutate, resnet50, repository"
+
+    @rule("specs", "grid", "mutate", "resnet50")
+    def _not_too_many(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        limits = limits_of(context)
+        parts = [self.grid.size if self.grid else 0, self.mutate.count + 1 if self.mutate else 0]
+        if self.size > limits.max_models and all(p <= limits.max_models for p in parts):
+            yield (), f"{self.size:,} models in all; " + over_limit("max_models", limits)
 
 
 # ----------------------------------------------------------------------------- servers
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
 class TritonSettingsMatrix(Strict):
     """Triton model-config settings; a list means "try each" (the settings matrix)."""
 
-    max_batch_size: PositiveInt | list[PositiveInt] = 32
-    dynamic_batching: bool | list[bool] = True
-    max_queue_delay_us: NonNegativeInt | list[NonNegativeInt] = 0
-    preferred_batch_sizes: list[PositiveInt] = Field(default_factory=list)
-    instance_count: PositiveInt | list[PositiveInt] = 1
+    max_batch_size: BatchEach = 32
+    dynamic_batching: BoolEach = True
+    max_queue_delay_us: DelayEach = 0
+    preferred_batch_sizes: list[Batch] = Field(default_factory=list)
+    instance_count: InstancesEach = 1
     instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
 
     def combinations(self) -> list[dict[str, Any]]:
@@ -111,14 +242,14 @@ class TritonSettingsMatrix(Strict):
 class TfsSettingsMatrix(Strict):
     """TF Serving flags and batching parameters; a list means "try each"."""
 
-    enable_batching: bool | list[bool] = False
-    max_batch_size: PositiveInt | list[PositiveInt] = 32
-    batch_timeout_us: NonNegativeInt | list[NonNegativeInt] = 1000
-    num_batch_threads: PositiveInt | list[PositiveInt] = 2
-    max_enqueued_batches: PositiveInt = 100
-    rest_api_num_threads: PositiveInt | None = None
-    intra_op_threads: NonNegativeInt | list[NonNegativeInt] = 0
-    inter_op_threads: NonNegativeInt | list[NonNegativeInt] = 0
+    enable_batching: BoolEach = False
+    max_batch_size: BatchEach = 32
+    batch_timeout_us: DelayEach = 1000
+    num_batch_threads: InstancesEach = 2
+    max_enqueued_batches: Annotated[int, Field(gt=0, le=1_000_000)] = 100
+    rest_api_num_threads: Instances | None = None
+    intra_op_threads: ThreadsEach = 0
+    inter_op_threads: ThreadsEach = 0
 
     def combinations(self) -> list[dict[str, Any]]:
         defaults = {k: TfsSettingsMatrix.model_fields[k].default for k in _TFS_BATCHING}
@@ -139,14 +270,30 @@ def _unique(combos: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def _choices(settings: BaseModel) -> dict[str, list[Any]]:
+    """Each setting's values to try (a list is "try each"; preferred sizes are one value)."""
+    return {
+        n: as_list(getattr(settings, n)) if n != "preferred_batch_sizes" else [getattr(settings, n)]
+        for n in type(settings).model_fields
+    }
+
+
 def _combinations(settings: BaseModel) -> list[dict[str, Any]]:
     """The cartesian product of list-valued settings, in field order."""
-    names = list(type(settings).model_fields)
-    values = [
-        _as_list(getattr(settings, n)) if n != "preferred_batch_sizes" else [getattr(settings, n)]
-        for n in names
-    ]
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
+    choices = _choices(settings)
+    names = list(choices)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices.values())]
+
+
+def matrix_size(settings: BaseModel) -> int:
+    """Combinations before collapsing the ones that mean the same, counted without listing."""
+    return math.prod(len(values) for values in _choices(settings).values())
+
+
+_NO_LOCAL_TFS = (
+    "TF Serving has no local launcher here; use docker (a Docker engine) "
+    "or remote (url of a running server)"
+)
 
 
 class ServerSection(Strict):
@@ -157,34 +304,83 @@ class ServerSection(Strict):
     url: str | None = Field(default=None, description="remote: the HTTP/REST base URL")
     grpc_url: str | None = Field(default=None, description="remote: host:port for gRPC")
     image: str | None = Field(default=None, description="docker: image with tag")
-    gpus: NonNegativeInt = 0
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
     settings: dict[str, Any] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _launch_rules(self) -> ServerSection:
+    @rule("kind", "launch")
+    def _launcher_exists(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.kind == "tfs" and self.launch == "local":
-            raise ValueError(
-                "launch: TF Serving has no local launcher here; use docker (a Docker engine) "
-                "or remote (url of a running server)"
-            )
+            yield ("launch",), _NO_LOCAL_TFS
+
+    @rule("launch", "protocol", "url", "grpc_url")
+    def _addresses(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.launch == "remote":
             # The HTTP/REST URL is always needed: readiness and model state are read there.
             if not self.url:
-                raise ValueError("url: a remote server needs its HTTP/REST address")
+                yield ("url",), "a remote server needs its HTTP/REST address"
             if self.protocol == "grpc" and not self.grpc_url:
-                raise ValueError("grpc_url: a remote grpc server needs its gRPC address")
-            if self.settings:
-                raise ValueError("settings: a remote server's settings cannot be changed")
-        elif self.url or self.grpc_url:
-            raise ValueError("url: only remote servers take an address")
+                yield ("grpc_url",), "a remote grpc server needs its gRPC address"
+        for name in ("url", "grpc_url"):
+            if getattr(self, name) and self.launch != "remote":
+                yield (name,), "only remote servers take an address"
+        if self.url and (problem := _http_address_problem(self.url)):
+            yield ("url",), problem
+        if self.grpc_url and (problem := _grpc_address_problem(self.grpc_url)):
+            yield ("grpc_url",), problem
+
+    @rule("launch", "settings")
+    def _remote_settings(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.launch == "remote" and self.settings:
+            yield ("settings",), "a remote server's settings cannot be changed"
+
+    @rule("launch", "image")
+    def _image_for_docker(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.image and self.launch != "docker":
-            raise ValueError("image: only docker servers take an image")
-        return self
+            yield ("image",), "only docker servers take an image"
+
+    @property
+    def settings_type(self) -> type[TritonSettingsMatrix | TfsSettingsMatrix]:
+        return TritonSettingsMatrix if self.kind == "triton" else TfsSettingsMatrix
 
     @property
     def settings_model(self) -> TritonSettingsMatrix | TfsSettingsMatrix:
-        model = TritonSettingsMatrix if self.kind == "triton" else TfsSettingsMatrix
-        return model.model_validate(self.settings)
+        return self.settings_type.model_validate(self.settings)
+
+
+# A host name or an IP address (IPv6 in brackets, as URLs write it); what yarl accepts
+# besides (spaces, for one) would only fail at connect time.
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)$")
+
+
+def _http_address_problem(url: str) -> str | None:
+    try:
+        parsed = http_base(url)
+    except ValueError as err:
+        return _address_reason(err) + ", like http://127.0.0.1:8000"
+    host = parsed.raw_host or ""
+    if not _HOST.match(f"[{host}]" if ":" in host else host):
+        return f"host {host!r} is not a host name or IP address; like http://127.0.0.1:8000"
+    if parsed.explicit_port == 0:
+        return "port 0 is not a server's port; like http://127.0.0.1:8000"
+    return None
+
+
+def _grpc_address_problem(url: str) -> str | None:
+    try:
+        target = grpc_target(url)
+    except ValueError as err:
+        return _address_reason(err) + ", like 127.0.0.1:8001"
+    host, _, port = target.rpartition(":")
+    if not _HOST.match(host):
+        return f"host {host!r} is not a host name or IP address; like 127.0.0.1:8001"
+    if port == "0":
+        return "port 0 is not a server's port; like 127.0.0.1:8001"
+    return None
+
+
+def _address_reason(err: ValueError) -> str:
+    """The endpoint parser's reason, without the `url: 'x'` it starts with (shown already)."""
+    return re.sub(r"^url: '.*?'(: | )", "", str(err), count=1)
 
 
 # ----------------------------------------------------------------------------- workload
@@ -193,7 +389,14 @@ class ServerSection(Strict):
 class StabilityConfig(Strict):
     window_s: PositiveFloat = 5.0
     tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.1
-    max_windows: PositiveInt = 10
+    max_windows: Annotated[int, Field(gt=0, le=1000)] = 10
+
+    @rule("window_s", "max_windows")
+    def _bounded(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        limits = limits_of(context)
+        if self.window_s * self.max_windows > limits.max_trial_s:
+            windows = f"{self.max_windows} windows of {self.window_s:g} s"
+            yield ("window_s",), f"{windows} exceed a trial's {over_limit('max_trial_s', limits)}"
 
 
 class SearchConfig(Strict):
@@ -202,13 +405,17 @@ class SearchConfig(Strict):
     min_rate: PositiveFloat = 1.0
     max_rate: PositiveFloat = 1000.0
     precision: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    max_steps: PositiveInt = 12
+    max_steps: Annotated[int, Field(gt=0, le=100)] = 12
 
-    @model_validator(mode="after")
-    def _ordered(self) -> SearchConfig:
+    @rule("min_rate", "max_rate")
+    def _ordered(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.max_rate <= self.min_rate:
-            raise ValueError(f"max_rate: must be > min_rate ({self.min_rate}), got {self.max_rate}")
-        return self
+            yield ("max_rate",), f"must be > min_rate ({self.min_rate:g})"
+        if self.min_rate < MIN_RATE:
+            yield ("min_rate",), f"must be >= {MIN_RATE:g} (a request every 1000 s)"
+        limits = limits_of(context)
+        if self.max_rate > limits.max_rate:
+            yield ("max_rate",), over_limit("max_rate", limits)
 
 
 class Workload(Strict):
@@ -217,39 +424,67 @@ class Workload(Strict):
     rates: list[PositiveFloat] = Field(default_factory=list)
     trace: Path | None = Field(default=None, description="perf_analyzer --request-intervals file")
     concurrency: list[PositiveInt] = Field(default_factory=list)
-    think_time_s: Annotated[float, Field(ge=0)] = 0.0
-    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
+    think_time_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 0.0
+    batch_sizes: list[Batch] = Field(default_factory=lambda: [1], min_length=1)
     duration_s: PositiveFloat | None = 10.0
     requests: PositiveInt | None = None
     warmup_s: Annotated[float, Field(ge=0)] = 1.0
-    timeout_s: PositiveFloat = 10.0
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 10.0
     stability: StabilityConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)
 
-    @model_validator(mode="after")
-    def _levels(self) -> Workload:
+    @rule("mode")
+    def _levels(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        # Each check reads different fields; one that read a broken field is left out.
         if self.mode == "open":
-            if self.concurrency:
-                raise ValueError("concurrency: only for mode closed (open loop uses rates)")
-            if self.think_time_s:
-                raise ValueError("think_time_s: only for mode closed")
-            if not (self.rates or self.trace or self.search):
-                raise ValueError("rates: open loop needs rates, a trace or search: max_rate")
-            if self.trace and self.rates:
-                raise ValueError("trace: give rates or a trace, not both")
-        else:
-            if self.rates or self.trace:
-                raise ValueError("rates: only for mode open (closed loop uses concurrency)")
-            if not self.concurrency:
-                raise ValueError("concurrency: closed loop needs at least one level")
-            if self.search:
-                raise ValueError("search: max_rate searches open-loop rates; use mode open")
-        if self.stability and self.requests:
-            raise ValueError("stability: decides when to stop; drop requests")
-        if self.duration_s is None and self.requests is None and self.stability is None:
-            raise ValueError("duration_s: give duration_s, requests, or stability")
-        return self
+            if known(self, "concurrency") and self.concurrency:
+                yield ("concurrency",), "only for mode closed (open loop uses rates)"
+            if known(self, "think_time_s") and self.think_time_s:
+                yield ("think_time_s",), "only for mode closed"
+            if known(self, "rates", "trace", "search") and not (
+                self.rates or self.trace or self.search
+            ):
+                yield ("rates",), "open loop needs rates, a trace or search: max_rate"
+            if known(self, "rates", "trace") and self.trace and self.rates:
+                yield ("trace",), "give rates or a trace, not both"
+            return
+        for name in ("rates", "trace"):
+            if known(self, name) and getattr(self, name):
+                yield (name,), "only for mode open (closed loop uses concurrency)"
+        if known(self, "concurrency") and not self.concurrency:
+            yield ("concurrency",), "closed loop needs at least one level"
+        if known(self, "search") and self.search:
+            yield ("search",), "max_rate searches open-loop rates; use mode open"
+
+    @rule()
+    def _when_to_stop(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if known(self, "stability", "requests") and self.stability and self.requests:
+            yield ("stability",), "decides when to stop; drop requests"
+        if (
+            known(self, "duration_s", "requests", "stability")
+            and self.duration_s is None
+            and self.requests is None
+            and self.stability is None
+        ):
+            yield ("duration_s",), "give duration_s, requests, or stability"
+
+    @rule()
+    def _within_limits(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        limits = limits_of(context)
+        for i, rate in enumerate(self.rates if known(self, "rates") else []):
+            if rate > limits.max_rate:
+                yield ("rates", i), over_limit("max_rate", limits)
+            elif rate < MIN_RATE:
+                yield ("rates", i), f"must be >= {MIN_RATE:g} (a request every 1000 s)"
+        for i, level in enumerate(self.concurrency if known(self, "concurrency") else []):
+            if level > limits.max_concurrency:
+                yield ("concurrency", i), over_limit("max_concurrency", limits)
+        if known(self, "requests") and (self.requests or 0) > limits.max_requests:
+            yield ("requests",), over_limit("max_requests", limits)
+        for name in ("duration_s", "warmup_s"):
+            if known(self, name) and (getattr(self, name) or 0) > limits.max_trial_s:
+                yield (name,), over_limit("max_trial_s", limits)
 
     @field_validator("rates", "concurrency", "batch_sizes")
     @classmethod
@@ -264,14 +499,14 @@ class Workload(Strict):
 
 class Slo(Strict):
     percentile: Annotated[float, Field(gt=0, le=100)] = 99.0
-    latency_ms: PositiveFloat
+    latency_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1000)]
 
 
 class PriceOverride(Strict):
-    usd_per_hour: PositiveFloat
+    usd_per_hour: Annotated[float, Field(gt=0, le=100_000)]
     gpu: str = ""
-    gpu_count: NonNegativeInt = 0
-    vcpus: PositiveInt | None = None
+    gpu_count: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
+    vcpus: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
 
 class CostSection(Strict):
@@ -288,13 +523,27 @@ def _known_link(link: str | LinkProfile) -> str | LinkProfile:
         raise ValueError(
             f"not a built-in link ({', '.join(BUILTIN_PROFILES)}) nor a .yaml profile file"
         )
+    if isinstance(link, LinkProfile) and (name := infinite_field(link)):
+        raise ValueError(f"{name}: must be a finite number")
     return link
+
+
+def infinite_field(profile: LinkProfile) -> str | None:
+    """The first number of a link profile that is not finite, if any.
+
+    Profiles take `.inf` for a rate (netem's own model allows it); the emulator would then
+    pace by it, so a scenario refuses it.
+    """
+    for name, value in profile:
+        if isinstance(value, float) and not math.isfinite(value):
+            return name
+    return None
 
 
 class Scenario(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, lt=2**64)] = 0  # numpy's generators take no other
     output: Path = Path("results")
     models: ModelsSection
     servers: list[ServerSection] = Field(min_length=1)
@@ -304,6 +553,7 @@ class Scenario(Strict):
     )
     slo: Slo | None = None
     cost: CostSection | None = None
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("links")
     @classmethod
@@ -313,11 +563,13 @@ class Scenario(Strict):
             raise ValueError(f"link names must be distinct, got {names}")
         return links
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Scenario:
+    @rule("servers")
+    def _distinct_servers(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         names = [s.name for s in self.servers]
         if len(set(names)) != len(names):
-            raise ValueError(f"servers: names must be distinct, got {names}")
+            yield ("servers",), f"names must be distinct, got {names}"
+
+    @rule("workload.search", "slo")
+    def _search_needs_slo(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.workload.search and self.slo is None:
-            raise ValueError("slo: search: max_rate needs an slo (percentile and latency_ms)")
-        return self
+            yield ("slo",), "search: max_rate needs an slo (percentile and latency_ms)"

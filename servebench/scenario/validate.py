@@ -6,14 +6,37 @@ problem, all problems at once.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from model_zoo.counting import count
+from model_zoo.export.family import load_family
+from model_zoo.mutate import DEFAULT_INPUT_SHAPES
+from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
+from model_zoo.validation import known
 from servebench.analysis.cost import load_prices
-from servebench.scenario.schema import Scenario, TfsSettingsMatrix, TritonSettingsMatrix
+from servebench.load.arrivals import TraceArrivals
+from servebench.netem.errors import ProfileError
+from servebench.netem.profiles import load_profile_file
+from servebench.scenario.plan import count_trials
+from servebench.scenario.schema import (
+    LIMITS_CONTEXT_KEY,
+    Limits,
+    ResNetReference,
+    Scenario,
+    ServerSection,
+    TfsSettingsMatrix,
+    TritonSettingsMatrix,
+    as_list,
+    infinite_field,
+    matrix_size,
+    over_limit,
+)
 from servebench.scenario.source import (
     Location,
     ScenarioSource,
@@ -40,6 +63,7 @@ _TEMPLATES = {
     "int_parsing": "must be an integer",
     "int_from_float": "must be a whole number",
     "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
     "bool_parsing": "must be true or false",
     "bool_type": "must be true or false",
     "string_type": "must be a string",
@@ -102,7 +126,7 @@ def _format(
         owner = _model_at((*location[len(prefix) :], ""), root)
         named = _FIELD_PREFIX.match(error["msg"].removeprefix("Value error, "))
         if error["type"] == "value_error" and named and owner and named[1] in owner.model_fields:
-            # A rule across fields names the field it blames; point at that field's line.
+            # A plain ValueError (a link profile's) names the field it blames; point there.
             location = (*location, named[1])
             error = {**error, "msg": named[2], "input": source_value(source, location)}
         line = source.line_of(location)
@@ -132,61 +156,288 @@ def source_value(source: ScenarioSource, location: Location) -> Any:
 
 
 def _wrong_union_branch(error: dict[str, Any], errors: list[dict[str, Any]]) -> bool:
-    """A "must be a string" for a mapping that another union member explains better."""
-    if error["type"] != "string_type" or not isinstance(error.get("input"), dict):
+    """A scalar branch's complaint about a list or mapping that another union member
+    explains better ("must be an integer" for `[1, 0]` when the list branch names item 1)."""
+    loc = error["loc"]
+    if not isinstance(error.get("input"), dict | list) or not loc or not _is_union_tag(loc[-1]):
         return False
-    base = error["loc"][:-1]
+    base = loc[:-1]
     return any(
-        e is not error and e["loc"][: len(base)] == base and len(e["loc"]) > len(error["loc"])
+        e is not error and e["loc"][: len(base)] == base and len(e["loc"]) > len(loc)
         for e in errors
     )
 
 
 def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and (
-        part[:1].isupper() or part in ("str", "int", "bool", "float") or "[" in part
+        part[:1].isupper()
+        or part in ("str", "int", "bool", "float")
+        or part.startswith("constrained-")
+        or "[" in part
     )
 
 
 def validate_source(source: ScenarioSource) -> Scenario:
+    """The scenario, or a ScenarioError with every problem: schema, cross-field and files.
+
+    The checks outside the schema run on whatever part of the file did validate (a partial
+    scenario, guarded by `known`), so one pass finds them all.
+    """
     if not isinstance(source.data, dict):
         raise ScenarioError(
             [f"{source.path}:1 (top level): a scenario must be a mapping of sections"]
         )
-    try:
-        scenario = Scenario.model_validate(source.data)
-    except ValidationError as err:
-        raise ScenarioError(_format(err, source, Scenario)) from None
-    problems = []
-    for i, server in enumerate(scenario.servers):
-        model = TritonSettingsMatrix if server.kind == "triton" else TfsSettingsMatrix
-        try:
-            settings = model.model_validate(server.settings)
-        except ValidationError as err:
-            problems += _format(err, source, model, ("servers", i, "settings"))
-            continue
-        too_big = [
-            b for b in scenario.workload.batch_sizes
-            if all(c["max_batch_size"] < b for c in settings.combinations())
-        ]  # fmt: skip
-        if too_big and server.launch != "remote":
-            location = ("workload", "batch_sizes")
-            problems.append(
-                f"{source.path}:{source.line_of(location)} {format_location(location)}: "
-                f"{too_big} — larger than server {server.name!r}'s max_batch_size"
-            )
-    if scenario.cost is not None:
-        known = set(load_prices()) | set(scenario.cost.prices)
-        if scenario.cost.instance not in known:
-            location = ("cost", "instance")
-            problems.append(
-                f"{source.path}:{source.line_of(location)} {format_location(location)}: "
-                f"{scenario.cost.instance!r} — not in the price table "
-                f"({', '.join(sorted(known))}); add it under cost.prices"
-            )
+    limits = _limits(source.data)
+    scenario, err = Scenario.best_effort(source.data, {LIMITS_CONTEXT_KEY: limits})
+    problems = _format(err, source, Scenario) if err else []
+    if scenario is not None:
+        checks = _Checks(source, scenario, limits)
+        problems += checks.settings()
+        problems += checks.cost()
+        problems += checks.files()
+        problems += checks.sizes(complete=err is None and not problems)
     if problems:
-        raise ScenarioError(problems)
+        raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
+    assert scenario is not None
     return scenario
+
+
+def _line_number(problem: str) -> int:
+    """Problems are listed in file order (stable, so a line's problems keep theirs)."""
+    found = re.match(r"^.*?:(\d+) ", problem)
+    return int(found[1]) if found else 0
+
+
+def _limits(data: dict[str, Any]) -> Limits:
+    """The file's limits if they validate, else the defaults (their errors come later)."""
+    try:
+        return Limits.model_validate(data.get("limits") or {})
+    except ValidationError:
+        return Limits()
+
+
+class _Checks:
+    """What the schema cannot know alone: settings by server kind, files, sizes."""
+
+    def __init__(self, source: ScenarioSource, scenario: Scenario, limits: Limits):
+        self.source = source
+        self.scenario = scenario
+        self.limits = limits
+        self.base_dir = source.path.parent
+        self.matrices: list[tuple[ServerSection, TritonSettingsMatrix | TfsSettingsMatrix]] = []
+        self.family: list[ModelSpec] = []  # the export folder's models, once read
+
+    def problem(self, location: Location, value: Any, expected: str) -> str:
+        line = self.source.line_of(location)
+        where = f"{self.source.path}:{line}" if line else str(self.source.path)
+        field = format_location(location) or "(top level)"
+        shown = f"{value!r} — " if value is not None and len(repr(value)) <= 60 else ""
+        return f"{where} {field}: {shown}{expected}"
+
+    def settings(self) -> list[str]:
+        """Each server's settings matrix by its kind, then batch sizes against it."""
+        problems = []
+        context = {LIMITS_CONTEXT_KEY: self.limits}
+        for i, server in enumerate(self.scenario.__dict__.get("servers") or []):
+            if server is None or not known(server, "kind", "launch", "settings"):
+                continue
+            if server.launch == "remote":
+                continue
+            location = ("servers", i, "settings")
+            try:
+                matrix = server.settings_type.model_validate(server.settings, context=context)
+            except ValidationError as err:
+                problems += _format(err, self.source, server.settings_type, location)
+                continue
+            combinations = matrix_size(matrix)
+            if combinations > self.limits.max_trials:
+                problems.append(
+                    self.problem(
+                        location, None,
+                        f"{combinations:,} combinations; "
+                        + over_limit("max_trials", self.limits, " trials"),
+                    )
+                )  # fmt: skip
+                continue
+            self.matrices.append((server, matrix))
+        if not known(self.scenario, "workload.batch_sizes"):
+            return problems
+        for server, matrix in self.matrices:
+            largest = max(as_list(matrix.max_batch_size))
+            name = server.__dict__.get("name", "?")
+            for j, batch in enumerate(self.scenario.workload.batch_sizes):
+                if batch > largest:
+                    problems.append(
+                        self.problem(
+                            ("workload", "batch_sizes", j), batch,
+                            f"batch {batch} > max_batch_size {largest} of server {name!r}",
+                        )
+                    )  # fmt: skip
+        return problems
+
+    def cost(self) -> list[str]:
+        cost = self.scenario.__dict__.get("cost")
+        if cost is None or not known(self.scenario, "cost.instance", "cost.prices"):
+            return []
+        known_instances = set(load_prices()) | set(cost.prices)
+        if cost.instance in known_instances:
+            return []
+        return [
+            self.problem(
+                ("cost", "instance"), cost.instance,
+                f"not in the price table ({', '.join(sorted(known_instances))}); "
+                "add it under cost.prices",
+            )
+        ]  # fmt: skip
+
+    def files(self) -> list[str]:
+        """Link profile files, the trace and the export folder exist and parse."""
+        problems = []
+        links = self.source.data.get("links")
+        for i, link in enumerate(links if isinstance(links, list) else []):
+            if isinstance(link, str) and link.endswith((".yaml", ".yml")):
+                path = self._path(link)
+                try:
+                    profile = load_profile_file(path)
+                except (ProfileError, ValueError) as err:
+                    problems.append(self.problem(("links", i), link, _reason(err, path)))
+                    continue
+                if name := infinite_field(profile):
+                    problems.append(self.problem(("links", i), link, f"{name} is not finite"))
+        if known(self.scenario, "workload.trace") and self.scenario.workload.trace:
+            trace = self.scenario.workload.trace
+            path = self._path(trace)
+            try:
+                TraceArrivals.from_file(path)
+            except ValueError as err:
+                problems.append(self.problem(("workload", "trace"), str(trace), _reason(err, path)))
+        models = self.scenario.__dict__.get("models")
+        if models is not None and known(models, "repository") and models.repository:
+            path = self._path(models.repository)
+            try:
+                self.family = load_family(path)[0]
+            except (OSError, ValueError) as err:
+                problems.append(
+                    self.problem(
+                        ("models", "repository"), str(models.repository), _reason(err, path)
+                    )
+                )
+        return problems
+
+    def sizes(self, complete: bool) -> list[str]:
+        """Models within the byte caps; models and trials within their counts.
+
+        Counting trials needs the whole scenario valid (`complete`); the byte caps need
+        only the models and batch sizes.
+        """
+        if not known(self.scenario, "models", "workload.batch_sizes"):
+            return []
+        models = self.scenario.models
+        batch = max(self.scenario.workload.batch_sizes)
+        problems = []
+        for location, spec in self._largest_models():
+            problems += self._model_bytes(location, spec, batch)
+        total = models.size + len(self.family)
+        if self.family and total > self.limits.max_models:
+            problems.append(
+                self.problem(
+                    ("models", "repository"), None,
+                    f"{total:,} models with the export folder's {len(self.family):,}; "
+                    + over_limit("max_models", self.limits),
+                )
+            )  # fmt: skip
+        if complete and not problems:
+            trials = count_trials(self.scenario, total)
+            if trials > self.limits.max_trials:
+                problems.append(
+                    self.problem(
+                        (), None,
+                        f"up to {trials:,} trials; "
+                        + over_limit("max_trials", self.limits)
+                        + " (or shorten a list: models, settings, links, batch sizes, levels)",
+                    )
+                )  # fmt: skip
+        return problems
+
+    def _largest_models(self) -> Iterator[tuple[Location, ModelSpec]]:
+        """Each model source's largest models, which bound its request and weight bytes.
+
+        Built unvalidated (`model_construct`): only their sizes are read, and a grid's
+        extremes may not be a valid combination (heads must divide the width).
+        """
+        models = self.scenario.models
+        for i, spec in enumerate(models.specs):
+            yield ("models", "specs", i), spec
+        if models.grid:
+            g = models.grid
+            for layer_type in dict.fromkeys(g.types):
+                shape = g.input_shapes.get(layer_type, DEFAULT_INPUT_SHAPES[layer_type])
+                written = ("models", "grid", "input_shapes", layer_type)
+                yield (written if written in self.source.lines else ("models", "grid")), _sized(
+                    layer_type, max(g.depths), max(g.widths), shape,
+                    seq_len=g.seq_len, kernel_size=g.kernel_size, num_outputs=g.num_outputs,
+                )  # fmt: skip
+        if models.mutate:
+            m = models.mutate
+            yield ("models", "mutate", "base"), m.base
+            for layer_type in MUTABLE_LAYER_TYPES:
+                same_rank = len(m.base.input_shape) == len(DEFAULT_INPUT_SHAPES[layer_type])
+                shape = m.base.input_shape if same_rank else DEFAULT_INPUT_SHAPES[layer_type]
+                outputs = m.base.num_outputs
+                largest = _sized(layer_type, m.max_depth, m.max_width, shape, num_outputs=outputs)
+                yield ("models", "mutate"), largest
+        if models.resnet50:
+            size = (
+                models.resnet50.image_size if isinstance(models.resnet50, ResNetReference) else 224
+            )
+            yield ("models", "resnet50"), resnet50_spec(size)
+        for spec in self.family:
+            yield ("models", "repository"), spec
+
+    def _model_bytes(self, location: Location, spec: ModelSpec, batch: int) -> list[str]:
+        problems = []
+        request = math.prod(spec.served_input_shape) * FLOAT32_BYTES * batch
+        if request > self.limits.max_request_mb * MIB:
+            problems.append(
+                self.problem(
+                    location, None,
+                    f"{spec.layer_type} input {list(spec.served_input_shape)} x batch {batch} "
+                    f"is {request / MIB:,.0f} MiB per request; "
+                    + over_limit("max_request_mb", self.limits, " MiB"),
+                )
+            )  # fmt: skip
+        weights = count(spec).weight_bytes
+        if weights > self.limits.max_model_mb * MIB:
+            problems.append(
+                self.problem(
+                    location, None,
+                    f"{spec.layer_type} depth {spec.depth} width {spec.width} has "
+                    f"{weights / MIB:,.0f} MiB of weights; "
+                    + over_limit("max_model_mb", self.limits, " MiB"),
+                )
+            )  # fmt: skip
+        return problems
+
+    def _path(self, path: str | Path) -> Path:
+        path = Path(path)
+        return path if path.is_absolute() else self.base_dir / path
+
+
+FLOAT32_BYTES = 4
+MIB = 2**20
+
+
+def _sized(layer_type: str, depth: int, width: int, shape: Any, **knobs: Any) -> ModelSpec:
+    data = {"layer_type": layer_type, "depth": depth, "width": width, **knobs}
+    data = {k: v for k, v in data.items() if v is not None}
+    filled = ModelSpec._prepare({**data, "input_shape": tuple(shape)})
+    return ModelSpec.model_construct(**filled)
+
+
+def _reason(err: Exception, path: Path) -> str:
+    """An error about a file, starting with the path the scenario's folder resolves to."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text if str(path) in text else f"{path}: {text}"
 
 
 def load_scenario(path: Path) -> Scenario:
