@@ -12,7 +12,10 @@ traceback, an endless parse or gigabytes of memory:
     composes recursively, so 5,000 levels of `[` used to end in a RecursionError);
   * aliases (`*name`) may add at most `MAX_ALIAS_NODES` (100,000) nodes to a document in
     all: ten lines of nested aliases ("billion laughs") otherwise expand to 10⁹ nodes;
-  * an alias inside its own anchor (`a: &a [*a]`) is refused: it has no finite expansion.
+  * an alias inside its own anchor (`a: &a [*a]`) is refused: it has no finite expansion;
+  * an integer may have at most `MAX_INT_DIGITS` (4,300) decimal digits, Python's limit for
+    converting one to text: PyYAML reads `0x` + 5,000 `f`s, but no error message could then
+    show it.
 
   None of these limits is near what a real scenario, spec family or profile needs; a file
   of any size without aliases is read as written.
@@ -42,11 +45,15 @@ import yaml
 MAX_DEPTH = 100
 #: Most nodes that aliases may add to one YAML document, over all its aliases.
 MAX_ALIAS_NODES = 100_000
+#: Most decimal digits of an integer (Python's default `sys.get_int_max_str_digits()`).
+MAX_INT_DIGITS = 4_300
+_MAX_INT = 10**MAX_INT_DIGITS
 
 Location = tuple[str | int | float, ...]
 
 _PLAIN_COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 class TextFileError(ValueError):
@@ -243,13 +250,21 @@ class _Builder:
         return merged | written
 
     def _scalar(self, node: yaml.Node) -> Any:
+        too_long = f": not valid YAML: an integer of more than {MAX_INT_DIGITS:,} digits"
         try:
-            return self.loader.construct_object(node, deep=True)
+            value = self.loader.construct_object(node, deep=True)
         except (ValueError, TypeError, KeyError, AttributeError) as err:
-            # PyYAML's constructors fail this way on e.g. `!!int abc`, `2001-13-45` or an
-            # integer of more than 4,300 digits.
-            value = node.value if isinstance(node.value, str) else ""
-            shown = repr(value) if len(value) <= 40 else repr(value[:40]) + "…"
+            # PyYAML's constructors fail this way on e.g. `!!int abc`, `!!bool x`,
+            # `2001-13-45`, or a decimal integer past Python's digit limit.
+            if node.tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS:
+                raise self._fail(node, too_long) from None
+            text = node.value if isinstance(node.value, str) else ""
+            shown = repr(text) if len(text) <= 40 else repr(text[:40]) + "…"
             tag = node.tag.rsplit(":", 1)[-1]
             reason = " ".join(str(err).split())[:200]
-            raise self._fail(node, f": not valid YAML: {shown} is not a {tag} ({reason})") from None
+            raise self._fail(
+                node, f": not valid YAML: {shown} cannot be read as {tag} ({reason})"
+            ) from None
+        if isinstance(value, int) and abs(value) >= _MAX_INT:  # hex, octal, binary, 1:2:3
+            raise self._fail(node, too_long)
+        return value

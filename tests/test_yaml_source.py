@@ -81,6 +81,22 @@ def test_control_characters_are_one_line_errors(tmp_path: Path):
     assert problem.startswith(f"{path}:1: not valid YAML") and "\n" not in problem
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0x" + "f" * 5000, "an integer of more than 4,300 digits"),
+        ("1" * 5000, "an integer of more than 4,300 digits"),
+        ("!!int abc", "'abc' cannot be read as int"),
+        ("!!bool maybe", "'maybe' cannot be read as bool"),
+        ("2001-13-45", "'2001-13-45' cannot be read as timestamp (month must be in 1..12)"),
+    ],
+)
+def test_values_pyyaml_cannot_build_are_one_line_errors(tmp_path: Path, value: str, expected):
+    path = write(tmp_path, f"name: x\nseed: {value}\n")
+    [problem] = scenario_problems(path)
+    assert problem.startswith(f"{path}:2: not valid YAML: {expected}") and "\n" not in problem
+
+
 # --- item 2: alias bombs, deep nesting, recursive aliases -------------------------------
 
 
