@@ -26,7 +26,8 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-from pydantic_core import ErrorDetails, InitErrorDetails
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 Loc = tuple[str | int, ...]
 #: Where a rule found a problem (relative to its model; () is the model itself) and what
@@ -141,12 +142,19 @@ def _known(model: Any, parts: list[str]) -> bool:
         if not isinstance(value, BaseModel):
             return True
         inner = value.__dict__.get(part)
-        if part in getattr(value, "_broken", ()) and (
+        if part in _broken_of(value) and (
             i == len(parts) - 1 or not isinstance(inner, OnePassModel)
         ):
             return False
         value = inner
     return True
+
+
+def _broken_of(model: BaseModel) -> frozenset[str]:
+    # Read directly: a private attribute through getattr takes pydantic's slow path, and
+    # every rule of every valid spec asks.
+    private = getattr(model, "__pydantic_private__", None) or {}
+    return private.get("_broken", frozenset())
 
 
 def _partial_value(
@@ -210,8 +218,9 @@ def _rules_of(cls: type) -> tuple[tuple[tuple[str, ...], RuleMethod], ...]:
 
 def _run_rules(model: BaseModel, data: Any, context: Mapping[str, Any]) -> list[InitErrorDetails]:
     problems: list[InitErrorDetails] = []
+    partial = bool(_broken_of(model))  # a valid model's every value is known
     for reads, method in _rules_of(type(model)):
-        if not known(model, *reads):
+        if partial and not known(model, *reads):
             continue
         for loc, message in method(model, context):
             problems.append(
@@ -234,7 +243,15 @@ def _raw_at(data: Any, loc: Loc) -> Any:
     return data
 
 
+_CORE_ERROR_TYPES = frozenset(get_args(ErrorType))
+
+
 def _init_details(error: ErrorDetails) -> InitErrorDetails:
+    """An error as it was, to raise again; pydantic's own python-side kinds (e.g. a path
+    that is not one) cannot be rebuilt by name, so they keep their kind and message."""
+    if error["type"] not in _CORE_ERROR_TYPES:
+        custom = PydanticCustomError(error["type"], "{message}", {"message": error["msg"]})
+        return InitErrorDetails(type=custom, loc=error["loc"], input=error.get("input"))
     details = InitErrorDetails(type=error["type"], loc=error["loc"], input=error.get("input"))
     if "ctx" in error:
         details["ctx"] = error["ctx"]
