@@ -534,9 +534,17 @@ def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 COLD_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
 
 
-def cold_start(cold: pd.DataFrame | None) -> str:
-    """Mean time of each cold-start phase per setting and model; whiskers span the repeats."""
+def cold_start(cold: pd.DataFrame | None, *, remote_only: bool = False) -> str:
+    """Mean time of each cold-start phase per setting and model; whiskers span the repeats.
+
+    `remote_only`: every server of the run was one servebench attached to, whose start it
+    never saw, so an empty table means "not measured" rather than "missing"."""
     if cold is None or cold.empty or cold["seconds"].dropna().empty:
+        if remote_only:
+            raise NoData(
+                "Not measured: remote server (servebench attached to a server it did not "
+                "start, so there was no start or model load to time)."
+            )
         raise NoData("No cold-start measurements in this run (cold_start.csv is missing or empty).")
     data = cold.dropna(subset=["seconds"]).copy()
     data["what"] = [

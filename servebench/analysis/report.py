@@ -128,7 +128,7 @@ def render_html(data: RunData, report: Report) -> str:
             report,
             "cold-start",
             "Cold start",
-            lambda: figures.cold_start(data.cold_start),
+            lambda: figures.cold_start(data.cold_start, remote_only=_remote_only(trials)),
             "Server start, model load, first inference and the warm median it is compared "
             "against, per server setting and model.",
         ),
@@ -442,3 +442,9 @@ def _transfer_table(table: pd.DataFrame) -> str:
         rows,
         text_columns=(0, 7),
     )
+
+
+def _remote_only(trials: pd.DataFrame) -> bool:
+    """Whether every trial ran against a server servebench attached to (`launch: remote`)."""
+    launch = trials.get("launch")
+    return launch is not None and not trials.empty and bool((launch == "remote").all())

@@ -105,6 +105,8 @@ def build_server(
             http_url=server.url,
             grpc_address=server.grpc_url,
             models=names,
+            model_control=server.model_control,
+            ready_timeout_s=server.ready_timeout_s,
         )
     export = run_dir / EXPORT_DIR
     workdir = run_dir / REPOS_DIR / f"{index:02d}"

@@ -334,14 +334,22 @@ class ScenarioRunner:
     async def _bring_up(
         self, server: Server, setting: ServerSetting, models, directory: RunDirectory, *, cold: bool
     ) -> None:
-        """Start the server and load the models; on the first start, record the cold start."""
+        """Start the server and load the models; on the first start, record the cold start.
+
+        A server servebench did not start has no cold start to measure (its "start" is an
+        attach), and one that serves its own model configuration is only checked, never
+        loaded: its start waited for each model to be ready.
+        """
         started = await asyncio.to_thread(server.start)
+        cold = cold and server.owns_process
         base = {"server": setting.server.name, "setting": setting.id}
         if cold:
             directory.add_cold_start(
                 {**base, "model": "", "phase": "server_ready", "repeat": 0, "seconds": started}
             )
         for spec in models:
+            if not server.manages_models:
+                continue
             loaded = await asyncio.to_thread(server.load_model, spec.id)
             if not cold:
                 continue

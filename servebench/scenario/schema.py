@@ -305,6 +305,10 @@ class ServerSection(Strict):
     grpc_url: str | None = Field(default=None, description="remote: host:port for gRPC")
     image: str | None = Field(default=None, description="docker: image with tag")
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
+    # remote: "none" (the server serves its own model config; servebench only checks each
+    # model is ready) or "explicit" (a Triton in explicit mode; servebench loads them).
+    model_control: Literal["none", "explicit"] = "none"
+    ready_timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 30.0
     settings: dict[str, Any] = Field(default_factory=dict)
 
     @rule("kind", "launch")
@@ -332,6 +336,13 @@ class ServerSection(Strict):
     def _remote_settings(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.launch == "remote" and self.settings:
             yield ("settings",), "a remote server's settings cannot be changed"
+
+    @rule("launch", "kind", "model_control")
+    def _model_control(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.model_control == "explicit" and self.launch != "remote":
+            yield ("model_control",), "only for remote servers (servebench loads its own)"
+        elif self.model_control == "explicit" and self.kind != "triton":
+            yield ("model_control",), "explicit is Triton's mode; TF Serving has none"
 
     @rule("launch", "image")
     def _image_for_docker(self, context: Mapping[str, Any]) -> Iterator[Problem]:
@@ -430,6 +441,13 @@ class Workload(Strict):
     requests: PositiveInt | None = None
     warmup_s: Annotated[float, Field(ge=0)] = 1.0
     timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 10.0
+    # How generator lateness is judged (see servebench.load.summary): a send this late is
+    # late; more late sends than late_limit is a warning; sending rate_tolerance short of
+    # the schedule, or a lag p99 over lag_ratio of latency p99, makes a trial INVALID.
+    late_threshold_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1e3)] = 1.0
+    late_limit: Annotated[float, Field(ge=0, le=1)] = 0.01
+    rate_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    lag_ratio: Annotated[float, Field(gt=0, le=1000)] = 0.25
     stability: StabilityConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)

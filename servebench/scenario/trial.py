@@ -108,6 +108,10 @@ def load_settings(
         batch_size=trial.batch_size,
         seed=scenario.seed,
         trial_id=trial_id,
+        late_threshold=w.late_threshold_ms / 1e3,
+        late_limit=w.late_limit,
+        rate_tolerance=w.rate_tolerance,
+        lag_ratio=w.lag_ratio,
     )
 
 

@@ -54,6 +54,9 @@ class Server(ABC):
     # False for servers servebench only attaches to: it never starts or stops them, and
     # their "start" time is an attach time, not a cold start.
     owns_process: ClassVar[bool] = True
+    # Whether servebench loads and unloads this server's models; False where the server
+    # serves what its own configuration says and servebench only checks a model is ready.
+    manages_models: bool = True
 
     def __init__(self) -> None:
         self.startup_s: float | None = None

@@ -1,9 +1,11 @@
 """`remote`: attach to a Triton or TF Serving someone else runs, at URLs the user gives.
 
 servebench never starts or stops such a server; `start` only waits for its health endpoint
-and `stop` only forgets it. Model load and unload work where the server allows them
-(Triton in explicit model-control mode); TF Serving loads models from its own config, so
-for a remote one servebench can only wait until a model is available.
+(and, by default, for every listed model to be ready) and `stop` only forgets it. Servers
+people already run serve what their own configuration says (Triton's official containers
+and docker/compose.yaml run model control `none` or `poll`; TF Serving reads its model
+config), so servebench never loads or unloads their models unless told the server is in
+Triton's explicit model-control mode (`model_control="explicit"`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def check_grpc_address(value: str, field: str) -> str:
     return value
 
 
+# How a remote server's models get loaded: by the server itself, or by servebench through
+# Triton's repository API.
+MODEL_CONTROL_MODES = ("none", "explicit")
+
+
 class RemoteServer(Server):
     """A server at user-given URLs; `api` says whether it speaks Triton's or TFS's API."""
 
@@ -60,10 +67,19 @@ class RemoteServer(Server):
         metrics_url: str | None = None,
         models: Sequence[str] = (),
         ready_timeout_s: float = 30.0,
+        model_control: str = "none",
     ) -> None:
         super().__init__()
         if api not in SERVER_APIS:
             raise ValueError(f"api: must be one of {', '.join(SERVER_APIS)}, got {api!r}")
+        if model_control not in MODEL_CONTROL_MODES:
+            raise ValueError(
+                f"model_control: must be one of {', '.join(MODEL_CONTROL_MODES)}, "
+                f"got {model_control!r}"
+            )
+        if model_control == "explicit" and api != "triton":
+            raise ValueError("model_control: explicit is Triton's mode; TF Serving has none")
+        self.manages_models = model_control == "explicit"
         self._endpoints = ServerEndpoints(
             api=api,
             http_url=check_http_url(http_url, "http_url"),
@@ -84,11 +100,14 @@ class RemoteServer(Server):
                 f"after {self.ready_timeout_s:g} s ({self._why_not_ready()})"
             ) from None
         remaining = max(0.0, self.ready_timeout_s - (time.perf_counter() - started))
-        for name in self.models:
+        for name in () if self.manages_models else self.models:
             try:
                 self.wait_model_ready(name, remaining)
             except ServerModelError as err:
-                raise ServerStartError(str(err)) from None
+                raise ServerStartError(
+                    f"{err} (servebench does not load models on a remote server; load it "
+                    f"there, or set model_control: explicit for a Triton in explicit mode)"
+                ) from None
         self.startup_s = time.perf_counter() - started
         return self.startup_s
 
