@@ -69,6 +69,7 @@ class LoadSummary:
     verdict: str = VALID
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stop_reason: str | None = None  # why the load stopped early, if it did
     scheduled_rate: float | None = None  # open loop: requests per second the schedule asked for
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +100,7 @@ def judge(
     """Set the verdict, its reasons and warnings; returns the same summary for chaining."""
     reasons: list[str] = []
     warnings: list[str] = []
+    summary.stop_reason = stop_reason
     if stop_reason:
         reasons.append(f"stopped early: {stop_reason}")
     if summary.count == 0:

@@ -313,7 +313,10 @@ class ScenarioRunner:
             if full is not None:  # a full disk ends the run; writers name no file
                 where = full.filename or str(directory.trial_records_path(trial.id))
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) from err
-            return _failed_row(trial, f"{type(err).__name__}: {err}")
+            reason = f"{type(err).__name__}: {err}"
+            if server.owns_process and not await asyncio.to_thread(_alive, server):
+                reason += _log_tail_note(server)
+            return _failed_row(trial, reason)
         await asyncio.to_thread(
             directory.write_trial_telemetry, trial.id, rows_to_table(outcome.telemetry)
         )
@@ -323,7 +326,10 @@ class ScenarioRunner:
             row.update(status="interrupted", reason=self.state.interrupted)
         if server.owns_process and not await asyncio.to_thread(_alive, server):
             # The records show what the clients saw; the trial cannot stand as a result.
-            row.update(status="failed", reason="the server stopped answering during the trial")
+            row.update(
+                status="failed",
+                reason="the server stopped answering during the trial" + _log_tail_note(server),
+            )
         return row
 
     def _set_engine(self, engine: LoadEngine | None) -> None:
@@ -407,6 +413,12 @@ async def _tick(progress: Progress, task: Any, every_s: float = 0.25) -> None:
     while True:
         progress.update(task, completed=time.perf_counter() - started)
         await asyncio.sleep(every_s)
+
+
+def _log_tail_note(server: Server, lines: int = 5) -> str:
+    """The end of a dead server's log, on one line for trials.csv."""
+    tail = " | ".join(line.strip() for line in server.log_tail(lines).splitlines() if line.strip())
+    return f"; the end of its log: {tail}" if tail else ""
 
 
 def _alive(server: Server, attempts: int = 3) -> bool:

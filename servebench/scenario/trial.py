@@ -31,6 +31,7 @@ from servebench.load import (
     poisson,
     run_load,
 )
+from servebench.load.engine import SERVER_UNREACHABLE
 from servebench.netem import LinkEmulator, LinkProfile, get_profile
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, client_target
 from servebench.scenario.plan import Trial
@@ -41,6 +42,10 @@ from servebench.telemetry import TelemetryRecorder, TelemetryRow, client_minus_s
 
 DIRECT = "direct"
 MAX_SEARCH_ERROR_SHARE = 0.01
+
+
+class ServerGoneError(RuntimeError):
+    """The server stopped answering (refused or dropped every request) during the trial."""
 
 
 @dataclass
@@ -220,6 +225,10 @@ async def _search(trial, ctx, measure, sink: TrialSink):
         step_id = f"{trial.id}.s{steps}"
         steps += 1
         summary = await measure(rate, step_id)
+        if gone := _server_gone(summary):
+            # Every lower rate would meet the same dead address: the search ends here, and
+            # the trial fails rather than report a max rate for a server that is gone.
+            raise ServerGoneError(f"search stopped at {rate:g} req/s: {gone}")
         latency = sink.percentile(step_id, slo.percentile)
         # A late generator is already charged in the latency (measured from the intended
         # send time), so only errors make a step unusable: a rate that fails requests is
@@ -242,6 +251,22 @@ async def _search(trial, ctx, measure, sink: TrialSink):
         ),
     }
     return chosen.result, extra
+
+
+_GONE_KINDS = {"connection_refused", "connection_reset"}
+
+
+def _server_gone(summary: LoadSummary) -> str | None:
+    """Why the load says nobody serves at the address any more, or None.
+
+    The engine stops a load after a while of nothing but refusals; a short step at a low
+    rate can end before that, with every request refused: the same news."""
+    if summary.stop_reason and SERVER_UNREACHABLE in summary.stop_reason:
+        return summary.stop_reason
+    if summary.count and not summary.ok and set(summary.errors_by_kind) <= _GONE_KINDS:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors_by_kind.items()))
+        return f"{SERVER_UNREACHABLE}: all {summary.count} requests failed ({kinds})"
+    return None
 
 
 def build_row(

@@ -82,6 +82,11 @@ class Server(ABC):
         """Host pid of the server's main process (for process-tree telemetry), if known."""
         return None
 
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the server's own log, for a failure message; "" where servebench
+        cannot see it (a server it did not start)."""
+        return ""
+
     def describe(self) -> str:
         """A short name for messages: kind and address."""
         try:

@@ -73,6 +73,12 @@ class LocalTritonServer(Server):
     def pid(self) -> int | None:
         return self.triton.pid
 
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return self.triton.log_tail(lines)
+        except TritonError:  # never started: no log yet
+            return ""
+
     def load_model(self, name: str, timeout_s: float = 300.0) -> float:
         # LocalTriton's own load watches the server log for failures Triton never reports.
         try:
