@@ -1,8 +1,10 @@
 """Read the files people write by hand (scenarios, model specs, link profiles, traces) safely.
 
-Every loader in the project reads user files through this module, so a broken or hostile
-file gets the same one-line error everywhere (`file:line: what is wrong`) instead of a
-traceback, an endless parse or gigabytes of memory:
+The loaders of those files (`servebench.scenario.source`, `model_zoo.spec.load_specs`,
+`servebench.netem.profiles`/`trace`, `servebench.load.arrivals.TraceArrivals.from_file`) read
+them through this module, so a broken or hostile file gets the same one-line error
+everywhere (`file:line: what is wrong`) instead of a traceback, an endless parse or
+gigabytes of memory:
 
 - Text must be UTF-8: `file:LINE: not UTF-8 text (byte 0xe9 at offset N)`, N counted in
   bytes from the start of the file.
