@@ -200,3 +200,16 @@ def test_serve_takes_fixed_ports_and_names_one_in_use(triton_batching_model):
     assert refused.exit_code == 2, refused.output
     assert f"port {port} on 127.0.0.1 is already in use" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_a_broken_export_record_is_one_line(tmp_path: Path):
+    export = tmp_path / "export"
+    export.mkdir()
+    generated = invoke(
+        "models", "generate", "--depths", "1", "--widths", "8", "-o", str(export / "family.yaml")
+    )
+    assert generated.exit_code == 0, generated.output
+    (export / "export.json").write_text("{bad")
+    checked = invoke("models", "check", str(export))
+    assert checked.exit_code == 2 and "Traceback" not in checked.output
+    assert f"{export / 'export.json'}: not an export record" in checked.output

@@ -268,3 +268,19 @@ def test_settings_that_do_not_apply_collapse(tmp_path: Path):
     plan = expand(load_scenario(write(tmp_path, text)), tmp_path)
     # batching off: one setting (the delay means nothing); on: one per delay
     assert len(plan.settings) == 1 + 3
+
+
+def test_an_empty_list_for_a_number_or_list_setting_is_one_error(tmp_path):
+    from servebench.scenario.validate import ScenarioError, load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nmodels: {specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [4]}]}\n"
+        "servers: [{name: t, kind: triton, settings: {instance_count: []}}]\n"
+        "workload: {rates: [1]}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert caught.value.problems == [
+        f"{path}:3 servers[0].settings.instance_count: [] — must have at least 1 item(s)"
+    ]

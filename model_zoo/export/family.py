@@ -22,7 +22,8 @@ from model_zoo.export.tfs import export_savedmodel, write_server_files
 from model_zoo.export.tfs_batching import TfsBatching
 from model_zoo.export.triton import STANDARD_REPOSITORY, TritonSettings, export_triton
 from model_zoo.parity import ParityReport, check_parity
-from model_zoo.spec import ModelSpec, load_specs, save_specs
+from model_zoo.spec import ModelSpec, SpecError, load_specs, save_specs
+from model_zoo.textfile import read_text
 from model_zoo.torch_builder import build_torch
 
 FAMILY_FILE = "family.yaml"
@@ -153,5 +154,9 @@ def load_family(export_dir: Path) -> tuple[list[ModelSpec], int]:
     seed = 0
     record_path = export_dir / EXPORT_FILE
     if record_path.is_file():
-        seed = int(json.loads(record_path.read_text()).get("seed", 0))
+        try:
+            record = json.loads(read_text(record_path))
+            seed = int(record.get("seed", 0))
+        except (ValueError, AttributeError, TypeError) as err:
+            raise SpecError(f"{record_path}: not an export record ({err})") from None
     return load_specs(family_path), seed

@@ -236,11 +236,12 @@ def check(
     from model_zoo.export.family import TFS_DIR, load_family
     from model_zoo.export.triton import ONNX_FILENAME, STANDARD_REPOSITORY
     from model_zoo.parity import ParityError, check_parity
+    from model_zoo.spec import SpecError
     from model_zoo.torch_builder import build_torch
 
     try:
         specs, seed = load_family(export_dir)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, SpecError) as err:
         raise fail(str(err)) from None
     failures = unreadable = 0
     for spec in specs:

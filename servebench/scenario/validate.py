@@ -163,9 +163,17 @@ def _wrong_union_branch(error: dict[str, Any], errors: list[dict[str, Any]]) -> 
         return False
     base = loc[:-1]
     return any(
-        e is not error and e["loc"][: len(base)] == base and len(e["loc"]) > len(loc)
+        e is not error
+        and e["loc"][: len(base)] == base
+        and (len(e["loc"]) > len(loc) or _is_collection_tag(e["loc"][len(base)]))
         for e in errors
     )
+
+
+def _is_collection_tag(part: Any) -> bool:
+    """A union member that is a list or a model (`list[int]`, `LinkProfile`): its own
+    complaint (`[]` too short) is the one that fits a list or mapping the user wrote."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper())
 
 
 def _is_union_tag(part: Any) -> bool:
