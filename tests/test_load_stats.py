@@ -49,24 +49,20 @@ def test_percentiles_rates_and_errors():
     assert any(r.startswith("errors: 13 of 1000") for r in s.reasons)
 
 
-def test_late_share_makes_open_loop_invalid_but_not_closed_loop():
+def test_late_share_warns_in_open_loop_and_is_ignored_in_closed_loop():
     lag = np.zeros(1000)
-    lag[:20] = 0.005  # 2 % sent 5 ms late
-    for mode, verdict in (("open", INVALID), ("closed", VALID)):
+    lag[:20] = 0.005  # 2 % sent 5 ms late, next to 10 ms latencies: a warning, not INVALID
+    for mode, warned in (("open", True), ("closed", False)):
         s = summarize(columns(np.full(1000, 0.01), lag=lag), mode=mode, target_rate=None)
         assert s.late_share == pytest.approx(0.02)
         assert s.schedule_lag_p99 == pytest.approx(0.005)
         judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.0)
-        assert s.verdict == verdict
-    assert (
-        "generator fell behind"
-        in judge(
-            summarize(columns(np.full(1000, 0.01), lag=lag), mode="open", target_rate=None),
-            late_threshold=1e-3,
-            late_limit=0.01,
-            max_error_share=0.0,
-        ).reasons[0]
-    )
+        assert s.verdict == VALID
+        assert bool(s.warnings) == warned
+    lag[:20] = 0.008  # now the lag is most of the tail: INVALID
+    s = summarize(columns(np.full(1000, 0.01), lag=lag), mode="open", target_rate=None)
+    judge(s, late_threshold=1e-3, late_limit=0.01, max_error_share=0.0)
+    assert s.verdict == INVALID and "generator fell behind" in s.reasons[0]
 
 
 def test_empty_run_is_invalid_and_serialises():

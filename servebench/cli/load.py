@@ -123,7 +123,7 @@ def load(
             help="INVALID when schedule lag p99 exceeds this share of latency p99.",
             rich_help_panel=_VERDICT,
         ),
-    ] = 0.25,
+    ] = 0.5,
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False,

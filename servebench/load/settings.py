@@ -65,7 +65,7 @@ class LoadSettings:
     late_threshold: float = 1e-3
     late_limit: float = 0.01
     rate_tolerance: float = 0.05
-    lag_ratio: float = 0.25
+    lag_ratio: float = 0.5
     max_error_share: float = 0.01
     # Seconds of nothing but refused or dropped connections after which the run stops: the
     # server is gone, and timing out every remaining request against it measures nothing.

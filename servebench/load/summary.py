@@ -94,7 +94,7 @@ def judge(
     late_limit: float,
     max_error_share: float,
     rate_tolerance: float = 0.05,
-    lag_ratio: float = 0.25,
+    lag_ratio: float = 0.5,
     stop_reason: str | None = None,
 ) -> LoadSummary:
     """Set the verdict, its reasons and warnings; returns the same summary for chaining."""

@@ -447,7 +447,7 @@ class Workload(Strict):
     late_threshold_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1e3)] = 1.0
     late_limit: Annotated[float, Field(ge=0, le=1)] = 0.01
     rate_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.05
-    lag_ratio: Annotated[float, Field(gt=0, le=1000)] = 0.25
+    lag_ratio: Annotated[float, Field(gt=0, le=1000)] = 0.5
     stability: StabilityConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)
