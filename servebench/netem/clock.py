@@ -4,7 +4,9 @@ Why: asyncio waits for timers with epoll_wait(), whose timeout is whole millisec
 rounded up, so every delivery would be up to 1 ms late — 50 % of a 2 ms wired RTT. uvloop
 (libuv) also keeps time in milliseconds. Linux's timerfd has nanosecond resolution: we arm
 one for the loop's next deadline and put it into the same epoll set, so epoll_wait wakes
-at the deadline. Python 3.11 has no os.timerfd_* (added in 3.13), hence ctypes.
+at the deadline. The emulator owns its worker's loop, so it makes every timer of that loop
+precise; the load generator (`load.timer`) runs on a caller's loop and keeps a timer of
+its own instead. Both use the one binding in `servebench.linux`.
 
 Where timerfd is missing (not Linux) the loop falls back to the standard one.
 """
@@ -12,41 +14,12 @@ Where timerfd is missing (not Linux) the loop falls back to the standard one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
-import ctypes.util
 import math
 import os
 import select
 import selectors
-import sys
 
-_CLOCK_MONOTONIC = 1  # time.monotonic() and asyncio's loop.time() use this clock
-_TFD_NONBLOCK = os.O_NONBLOCK
-_TFD_CLOEXEC = os.O_CLOEXEC
-_PR_SET_TIMERSLACK = 29
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
-
-
-class _Itimerspec(ctypes.Structure):
-    _fields_ = (("it_interval", _Timespec), ("it_value", _Timespec))
-
-
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        lib.timerfd_create  # noqa: B018 - probe that the symbol exists
-        return lib
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _libc()
+from servebench.linux import TIMERFD_AVAILABLE, Timerfd, set_timer_slack
 
 
 class TimerfdEpollSelector(selectors.EpollSelector):
@@ -54,24 +27,14 @@ class TimerfdEpollSelector(selectors.EpollSelector):
 
     def __init__(self) -> None:
         super().__init__()
-        assert _LIBC is not None
-        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
-        if fd < 0:
-            err = ctypes.get_errno()
-            super().close()
-            raise OSError(err, f"timerfd_create: {os.strerror(err)}")
-        self._timerfd = fd
-        self._spec = _Itimerspec()
+        try:
+            self._timer = Timerfd()
+        except OSError:
+            super().close()  # the epoll fd
+            raise
         # Registered on the raw epoll object, not through the selector map, so the loop
         # never sees it as one of its file descriptors.
-        self._selector.register(fd, select.EPOLLIN)
-
-    def _arm(self, timeout: float) -> None:
-        sec = int(timeout)
-        spec = self._spec
-        spec.it_value.tv_sec = sec
-        spec.it_value.tv_nsec = max(1, int((timeout - sec) * 1e9))  # 0/0 would disarm
-        _LIBC.timerfd_settime(self._timerfd, 0, ctypes.byref(spec), None)
+        self._selector.register(self._timer.fd, select.EPOLLIN)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:
@@ -79,7 +42,7 @@ class TimerfdEpollSelector(selectors.EpollSelector):
         elif timeout <= 0:
             poll_timeout = 0.0
         else:
-            self._arm(timeout)
+            self._timer.arm_after(timeout)
             # Backstop in case the timer event is lost: epoll's own (late) timeout.
             poll_timeout = math.ceil(timeout * 1e3) * 1e-3 + 0.001
         max_ev = len(self._fd_to_key) + 1
@@ -89,9 +52,8 @@ class TimerfdEpollSelector(selectors.EpollSelector):
         except InterruptedError:
             return ready
         for fd, event in fd_event_list:
-            if fd == self._timerfd:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(fd, 8)
+            if fd == self._timer.fd:
+                self._timer.drain()
                 continue
             events = 0
             if event & ~select.EPOLLIN:
@@ -105,14 +67,9 @@ class TimerfdEpollSelector(selectors.EpollSelector):
 
     def close(self) -> None:
         try:
-            os.close(self._timerfd)
+            self._timer.close()
         finally:
             super().close()
-
-
-def precise_timers_available() -> bool:
-    """True where the timerfd loop can be used (Linux with a usable libc)."""
-    return _LIBC is not None
 
 
 def reduce_timer_slack() -> None:
@@ -120,8 +77,7 @@ def reduce_timer_slack() -> None:
 
     It applies to the calling thread, so call it in the thread (process) that runs the loop.
     """
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    set_timer_slack(1)
 
 
 def try_realtime_priority() -> bool:
@@ -145,6 +101,6 @@ def try_realtime_priority() -> bool:
 
 def new_precise_event_loop() -> asyncio.AbstractEventLoop:
     """A selector event loop with microsecond timers where possible, else the default loop."""
-    if _LIBC is None:
+    if not TIMERFD_AVAILABLE:
         return asyncio.new_event_loop()
     return asyncio.SelectorEventLoop(TimerfdEpollSelector())

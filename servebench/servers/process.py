@@ -8,7 +8,6 @@ server: it is killed as soon as its leader exits, and a stop waits until it is g
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import queue
@@ -20,30 +19,24 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+from servebench.linux import set_parent_death_signal
+
 _PROC = Path("/proc")
 _GONE_POLL_S = 0.02
 
 
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc Linux: fall back to atexit/context-manager cleanup only
-        return None
-
-
-def _die_with_parent(libc: ctypes.CDLL | None, parent_pid: int):
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
     """A preexec_fn asking the kernel to SIGKILL the child when its parent dies.
 
     This covers the crash a context manager or atexit cannot (the caller SIGKILLed or
     segfaulting). SIGKILL rather than SIGTERM because a tritonserver stuck in a model load
     ignores SIGTERM. The kernel sends it when the *thread* that forked exits, which is why
     `spawn_server` forks only from the main thread or the long-lived spawner thread.
+    Where prctl is missing (not Linux) only atexit/context-manager cleanup remains.
     """
 
     def preexec() -> None:
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        set_parent_death_signal(signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(1)
 
@@ -115,7 +108,7 @@ def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent(_libc(), os.getpid()),
+            preexec_fn=_die_with_parent(os.getpid()),
         )
 
 
