@@ -8,11 +8,16 @@ the nvidia-pytriton wheel is missing.
 `triton_dense_model` is one small dense model, exported from the real torch builder and
 served for the whole session, for tests that just need "a Triton model to talk to" (clients,
 load engine). Do not unload it.
+
+`until` / `until_async` (imported from conftest) wait for a condition instead of sleeping a
+fixed time and then counting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,3 +238,29 @@ def browser():
             yield browser
         finally:
             browser.close()
+
+
+# -- waiting on a condition instead of sleeping a fixed time --------------------------------
+
+
+def until(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "") -> None:
+    """Poll `condition` until it is true; fail, saying `what` was awaited, after `timeout_s`.
+
+    Tests wait for what they need to see rather than sleep a fixed time and count: on a busy
+    machine a fixed sleep is sometimes too short, and a generous one makes every run slow.
+    The timeout only bounds a broken test; it is not a measurement.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout_s:g} s waiting for {what}"
+        time.sleep(0.01)
+
+
+async def until_async(
+    condition: Callable[[], object], timeout_s: float = 30.0, what: str = ""
+) -> None:
+    """`until` for a test running in an event loop: it sleeps with the loop running."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout_s:g} s waiting for {what}"
+        await asyncio.sleep(0.01)
