@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from servebench.load.arrivals import ArrivalProcess
+from servebench.load.summary import MAX_ERROR_SHARE
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class LoadSettings:
     late_limit: float = 0.01
     rate_tolerance: float = 0.05
     lag_ratio: float = 0.5
-    max_error_share: float = 0.01
+    max_error_share: float = MAX_ERROR_SHARE
     # Seconds of nothing but refused or dropped connections after which the run stops: the
     # server is gone, and timing out every remaining request against it measures nothing.
     # None keeps going (a test of a server's restart, say).

@@ -23,6 +23,10 @@ from typing import Any
 
 VALID = "VALID"
 INVALID = "INVALID"
+# A run whose failed requests are more than this share of its requests is INVALID, and an
+# SLO search step that fails more is not a rate the server sustains. The one definition:
+# load settings, the scenario runner's search and the Locust adapter all use it.
+MAX_ERROR_SHARE = 0.01
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,12 @@ import pyarrow.compute as pc
 
 from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
 from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
-from servebench.load.summary import judge
+from servebench.load.summary import MAX_ERROR_SHARE, judge
 from servebench.locust.records import Coordinates
 from servebench.netem import NetemError, get_profile
 from servebench.results import RunDirectory, new_run_id
 
 SOURCE = "locust"
-# The error share above which a swarm's verdict is INVALID (the scenario runner's default).
-MAX_ERROR_SHARE = 0.01
 _NO_SCENARIO = (
     "# A live Locust session: no scenario file. Each swarm's settings are in trials.csv,\n"
     "# Locust's options in run.json under 'locust'.\n"

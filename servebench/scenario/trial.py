@@ -32,6 +32,7 @@ from servebench.load import (
     run_load,
 )
 from servebench.load.engine import SERVER_UNREACHABLE
+from servebench.load.summary import MAX_ERROR_SHARE
 from servebench.netem import LinkEmulator, LinkProfile, get_profile
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, client_target
 from servebench.scenario.plan import Trial
@@ -41,7 +42,6 @@ from servebench.servers.base import Server
 from servebench.telemetry import TelemetryRecorder, TelemetryRow, client_minus_server_s
 
 DIRECT = "direct"
-MAX_SEARCH_ERROR_SHARE = 0.01
 
 
 class ServerGoneError(RuntimeError):
@@ -233,7 +233,7 @@ async def _search(trial, ctx, measure, sink: TrialSink):
         # A late generator is already charged in the latency (measured from the intended
         # send time), so only errors make a step unusable: a rate that fails requests is
         # not a rate the server sustains.
-        usable = summary.count > 0 and summary.errors <= MAX_SEARCH_ERROR_SHARE * summary.count
+        usable = summary.count > 0 and summary.errors <= MAX_ERROR_SHARE * summary.count
         return latency, usable, summary
 
     result = await search_max_rate(
