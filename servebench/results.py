@@ -18,7 +18,8 @@ the write with the path it could not write (`OSError.filename`) and leaves no te
 
 Nothing here knows how a trial runs: the scenario runner and the Locust integration both
 hand finished rows over, so this contract sits below both and imports nothing of
-servebench's own.
+servebench's own. It also defines the two row shapes every producer writes and every
+reader reads: `RECORD_SCHEMA` (records.parquet) and `TRIAL_SCHEMA` (trials.csv).
 """
 
 from __future__ import annotations
@@ -60,6 +61,182 @@ _VERSIONED = (
     "nvidia-pytriton",
     "numpy",
 )
+
+# -- the per-request record (records.parquet) --------------------------------------------
+
+# One row per measured request, the columns DESIGN.md names. Times are wall-clock seconds
+# (epoch) as float64; latency is seconds, measured from the intended send time in open loop
+# and from the actual send in closed loop.
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("trial_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("intended_time", pa.float64(), nullable=False),
+        pa.field("send_time", pa.float64(), nullable=False),
+        pa.field("completion_time", pa.float64(), nullable=False),
+        pa.field("latency", pa.float64(), nullable=False),
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("error_kind", pa.string()),
+        pa.field("batch_size", pa.int32(), nullable=False),
+        pa.field("request_bytes", pa.int64(), nullable=False),
+        pa.field("response_bytes", pa.int64(), nullable=False),
+    ],
+    metadata={"servebench.records": "1", "time_unit": "s"},
+)
+
+# -- the trial row (trials.csv) -----------------------------------------------------------
+
+# A trial's summary row as producers hand it to `RunDirectory.add_trial`: column name to
+# plain value (None where not measured). Its columns are `TRIAL_SCHEMA`'s.
+TrialRow = dict[str, Any]
+
+_TEXT, _INT, _FLOAT, _BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+
+def _column(name: str, kind: pa.DataType, unit: str, doc: str) -> pa.Field:
+    """A trials.csv column; its unit and meaning travel in the field's metadata."""
+    return pa.field(name, kind, metadata={"unit": unit, "doc": doc})
+
+
+# Which trial, and whether it stands as a result.
+_OUTCOME = (
+    _column("trial_id", _TEXT, "", "hash of the coordinates and settings: stable across runs"),
+    _column("index", _INT, "", "the trial's place in the plan (Locust: in the run)"),
+    _column("status", _TEXT, "", "ok | failed | interrupted"),
+    _column("reason", _TEXT, "", "why a trial is not ok"),
+    _column("verdict", _TEXT, "", "VALID | INVALID, as MLPerf LoadGen says it"),
+    _column("verdict_reasons", _TEXT, "", "why INVALID, '; '-separated"),
+    _column("verdict_warnings", _TEXT, "", "what to read with care though VALID, '; '-separated"),
+)
+# Where the trial sits in the study: what `report compare` joins on.
+_COORDINATES = (
+    _column("server", _TEXT, "", "the scenario's name for the server"),
+    _column("server_kind", _TEXT, "", "triton | tfs"),
+    _column("setting", _TEXT, "", "server name with the settings that vary, e.g. triton[b=on]"),
+    _column("model", _TEXT, "", "model id"),
+    _column("batch_size", _INT, "samples", "samples per request"),
+    _column("link", _TEXT, "", "link profile name (direct: no emulated link)"),
+    _column("load_kind", _TEXT, "", "rate | concurrency | trace | search | users (Locust)"),
+    _column("load_level", _FLOAT, "req/s or clients", "the rate, or closed-loop clients"),
+)
+# How the server was reached and configured.
+_SERVER = (
+    _column("launch", _TEXT, "", "local | docker | remote | locust"),
+    _column("protocol", _TEXT, "", "http | grpc"),
+    _column("client_protocol", _TEXT, "", "Locust: the user class's protocol, e.g. triton-grpc"),
+    _column("settings_json", _TEXT, "", "the server setting's values as JSON"),
+    _column("model_version", _TEXT, "", "Locust: the model version requested ('' = latest)"),
+    _column("swarm", _INT, "", "Locust: the swarm the trial belongs to"),
+)
+# The model's size and cost (model_zoo.counting), for the roofline.
+_MODEL = (
+    _column("layer_type", _TEXT, "", "dense | conv | lstm | gru | attention | resnet50"),
+    _column("depth", _INT, "layers", "model depth"),
+    _column("width", _INT, "units", "model width"),
+    _column("params", _INT, "parameters", "trainable parameters"),
+    _column("flops_per_sample", _FLOAT, "FLOP", "FLOP per inference of one sample"),
+    _column("weight_bytes", _INT, "bytes", "weights (read once per batch)"),
+    _column("activation_bytes", _INT, "bytes", "activations moved per sample"),
+)
+# The emulated link and what it should add.
+_LINK = (
+    _column("link_rtt_s", _FLOAT, "s", "round-trip time the link adds"),
+    _column("link_down_mbps", _FLOAT, "Mbit/s", "server-to-client bandwidth (empty: unlimited)"),
+    _column("link_up_mbps", _FLOAT, "Mbit/s", "client-to-server bandwidth (empty: unlimited)"),
+    _column("request_bytes_mean", _FLOAT, "bytes", "mean request size on the wire"),
+    _column("response_bytes_mean", _FLOAT, "bytes", "mean response size on the wire"),
+    _column("link_time_analytic_s", _FLOAT, "s", "RTT + bytes / bandwidth: the link's share"),
+)
+# What the client measured (servebench.load's LoadSummary, after the warm-up).
+_LOAD = (
+    _column("mode", _TEXT, "", "open | closed loop"),
+    _column("load", _TEXT, "", "the load in words, e.g. 'constant 500 req/s'"),
+    _column("concurrency", _INT, "clients", "closed loop: clients in flight"),
+    _column("processes", _INT, "", "generator processes"),
+    _column("count", _INT, "requests", "requests measured"),
+    _column("ok", _INT, "requests", "requests answered successfully"),
+    _column("errors", _INT, "requests", "requests that failed"),
+    _column("errors_by_kind", _TEXT, "", "JSON object: error kind to count"),
+    _column("error_rate", _FLOAT, "share", "errors / count"),
+    _column("target_rate", _FLOAT, "req/s", "open loop: the rate asked for"),
+    _column("scheduled_rate", _FLOAT, "req/s", "open loop: the rate the schedule held"),
+    _column("achieved_rate", _FLOAT, "req/s", "requests sent per second"),
+    _column("throughput_rps", _FLOAT, "req/s", "successful requests per second"),
+    _column("throughput_ips", _FLOAT, "inferences/s", "successful samples per second"),
+    _column("latency_mean", _FLOAT, "s", "mean latency of successful requests"),
+    _column("latency_p50", _FLOAT, "s", "latency percentile"),
+    _column("latency_p90", _FLOAT, "s", "latency percentile"),
+    _column("latency_p95", _FLOAT, "s", "latency percentile"),
+    _column("latency_p99", _FLOAT, "s", "latency percentile"),
+    _column("latency_p99_9", _FLOAT, "s", "latency percentile"),
+    _column("latency_max", _FLOAT, "s", "largest latency"),
+    _column("schedule_lag_p99", _FLOAT, "s", "p99 of actual minus intended send time"),
+    _column("late_share", _FLOAT, "share", "sends later than the late threshold"),
+    _column("duration", _FLOAT, "s", "first send to last completion"),
+    _column("stable", _BOOL, "", "stability mode: whether the windows agreed"),
+    _column("stop_reason", _TEXT, "", "why the load stopped early, if it did"),
+    _column("client_cpu_s", _FLOAT, "CPU s", "Locust: the generator's own CPU time"),
+)
+# What the server and host said (servebench.telemetry's summary, after the warm-up).
+_TELEMETRY = (
+    _column("gpu_util_mean", _FLOAT, "share", "GPU busy, mean over samples"),
+    _column("gpu_util_max", _FLOAT, "share", "GPU busy, largest sample"),
+    _column("gpu_mem_max", _FLOAT, "bytes", "GPU memory used, peak of the sum over GPUs"),
+    _column("gpu_power_mean", _FLOAT, "W", "GPU power, mean of the sum over GPUs"),
+    _column("server_cpu_mean", _FLOAT, "cores", "server process tree CPU, mean"),
+    _column("server_cpu_max", _FLOAT, "cores", "server process tree CPU, largest sample"),
+    _column("server_rss_max", _FLOAT, "bytes", "server process tree resident memory, peak"),
+    _column("host_cpu_mean", _FLOAT, "share", "whole-host CPU busy, mean"),
+    _column("server_requests", _FLOAT, "requests", "server's count of successful requests"),
+    _column("server_failures", _FLOAT, "requests", "server's count of failed requests"),
+    _column("server_inferences", _FLOAT, "samples", "server's count of inferences"),
+    _column("server_executions", _FLOAT, "", "model executions (batches) the server ran"),
+    _column("server_avg_batch", _FLOAT, "samples", "inferences per execution"),
+    _column("server_queue_s", _FLOAT, "s", "per request: waiting in the server's queue"),
+    _column("server_compute_input_s", _FLOAT, "s", "per request: preparing inputs"),
+    _column("server_compute_infer_s", _FLOAT, "s", "per request: running the model"),
+    _column("server_compute_output_s", _FLOAT, "s", "per request: preparing outputs"),
+    _column("server_compute_s", _FLOAT, "s", "per request: all compute"),
+    _column("server_request_s", _FLOAT, "s", "per request: the server's whole time"),
+    _column("client_minus_server_s", _FLOAT, "s", "mean latency minus server time: network"),
+    _column("host_peak_flops", _FLOAT, "FLOP/s", "the host's measured GEMM peak (roofline)"),
+)
+# What it costs, and the SLO it is held to.
+_COST = (
+    _column("instance", _TEXT, "", "cloud instance type priced"),
+    _column("usd_per_hour", _FLOAT, "USD/h", "the instance's on-demand price"),
+    _column("cost_per_million", _FLOAT, "USD/1e6 inferences", "at the measured throughput"),
+    _column("slo_percentile", _FLOAT, "%", "the SLO's latency percentile"),
+    _column("slo_bound_s", _FLOAT, "s", "the SLO's latency bound"),
+    _column("slo_latency_s", _FLOAT, "s", "the trial's latency at the SLO percentile"),
+    _column("slo_met", _BOOL, "", "slo_latency_s <= slo_bound_s"),
+    _column("slo_throughput_ips", _FLOAT, "inferences/s", "highest throughput meeting the SLO"),
+    _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
+    _column("max_rate", _FLOAT, "req/s", "SLO search: highest rate meeting the SLO"),
+    _column("search_steps", _TEXT, "", "SLO search: JSON [rate, latency s, met, why invalid]"),
+)
+
+TRIAL_SCHEMA = pa.schema(
+    [*_OUTCOME, *_COORDINATES, *_SERVER, *_MODEL, *_LINK, *_LOAD, *_TELEMETRY, *_COST],
+    metadata={"servebench.trials": "1", "time_unit": "s"},
+)
+TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)
+
+
+class TrialRowError(ValueError):
+    """A trial row with a column `TRIAL_SCHEMA` lacks: a producer changed without the
+    contract, which every reader relies on (a programming error, raised loudly)."""
+
+
+def check_trial_row(row: TrialRow) -> None:
+    """Refuse a row carrying a column the schema lacks; missing columns are fine (a failed
+    trial has only its coordinates)."""
+    unknown = sorted(set(row) - TRIAL_COLUMNS)
+    if unknown:
+        raise TrialRowError(
+            f"trial {row.get('trial_id')!r}: columns {unknown} are not in TRIAL_SCHEMA "
+            "(servebench/results.py): add them there, with their unit"
+        )
 
 
 class ResultDirError(Exception):
@@ -139,11 +316,21 @@ def new_run_id(name: str) -> str:
     return f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
 
 
+def unused_run_id(root: Path, run_id: str) -> str:
+    """`run_id`, or `<run_id>-2`, `-3`, … if a run of that name is already under `root`:
+    for a generated id (to the second) that another process will create the folder for."""
+    candidate, suffix = run_id, 1
+    while (Path(root) / candidate).exists():
+        suffix += 1
+        candidate = f"{run_id}-{suffix}"
+    return candidate
+
+
 @dataclass
 class RunDirectory:
     path: Path
     run: dict[str, Any] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[TrialRow] = field(default_factory=list)
     cold_starts: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -318,14 +505,19 @@ class RunDirectory:
     def trial_telemetry_path(self, trial_id: str) -> Path:
         return self.path / TELEMETRY_DIR / f"{trial_id}.parquet"
 
-    def add_trial(self, row: dict[str, Any]) -> None:
+    def add_trial(self, row: TrialRow) -> None:
         """Record (or replace, on resume) a trial's summary row and rewrite trials.csv."""
         self.rows = [r for r in self.rows if r.get("trial_id") != row["trial_id"]]
         self.rows.append(row)
         self.write_trials()
 
     def write_trials(self) -> None:
-        """Rewrite trials.csv from `rows` (also after columns were added to rows in place)."""
+        """Rewrite trials.csv from `rows` (also after columns were added to rows in place).
+
+        Every row is checked against `TRIAL_SCHEMA` here, the one place all producers'
+        rows pass through, so a column added without the schema fails the first write."""
+        for row in self.rows:
+            check_trial_row(row)
         self._write_csv(self.rows, TRIALS_FILE)
 
     def add_cold_start(self, row: dict[str, Any]) -> None:

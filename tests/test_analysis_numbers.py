@@ -140,7 +140,7 @@ def test_roofline_points(run) -> None:
 
 def test_roofline_with_bandwidth_slope(tmp_path: Path) -> None:
     data = load_run(make_run_dir(tmp_path, duration=20, host_peak_bw=5e9), records=False)
-    ceiling = host_ceiling(data.trials)
+    ceiling = host_ceiling(data.trials, data.run)
     assert ceiling == Ceiling(HOST_PEAK_FLOPS, 5e9) and ceiling.ridge == pytest.approx(12.0)
     points = roofline_points(data.trials)
     expected = np.minimum(HOST_PEAK_FLOPS, 5e9 * points["intensity"])

@@ -26,6 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from servebench.results import RECORD_SCHEMA, TRIAL_COLUMNS, RunDirectory
+
 SETTINGS = {
     "triton[dynamic_batching=off,instance_count=1]": {
         "dynamic_batching": False,
@@ -212,10 +214,7 @@ def make_run_dir(
             "host_peak_flops": HOST_PEAK_FLOPS,
         }
     )
-    frame = pd.DataFrame(rows)
-    if host_peak_bw is not None:
-        frame["host_peak_bw"] = host_peak_bw
-    frame.to_csv(path / "trials.csv", index=False)
+    RunDirectory(path, rows=rows).write_trials()  # as the runner writes it, schema checked
     pq.write_table(pa.concat_tables(tables), path / "records.parquet")
 
     cold = []
@@ -299,6 +298,8 @@ def make_run_dir(
         "source": source,
         "trials_planned": len(rows),
     }
+    if host_peak_bw is not None:
+        run["host_peak_bw"] = host_peak_bw  # where record_host_peaks keeps it
     (path / "run.json").write_text(json.dumps(run, indent=2))
     return path
 
@@ -391,7 +392,7 @@ def _summary(
         "server_queue_s": sim["wait"].mean() if server_compute else None,
         "server_compute_s": sim["service"].mean() if server_compute else None,
         "client_minus_server_s": None,
-        "avg_server_batch": float(batch),
+        "server_avg_batch": float(batch),
         "gpu_util_mean": None,
         "gpu_util_max": None,
         "gpu_mem_max": None,
@@ -414,16 +415,13 @@ def _summary(
 # -- the builder keeps the contract ------------------------------------------------------
 
 
-def test_fixture_matches_record_schema(tmp_path: Path) -> None:
-    from servebench.analysis.loader import RECORD_COLUMNS
-    from servebench.load.records import RECORD_SCHEMA
-
-    assert tuple(RECORD_SCHEMA.names) == RECORD_COLUMNS
+def test_fixture_matches_the_schemas(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path, duration=20)
     table = pq.read_table(run / "records.parquet")
     assert table.schema.names == list(RECORD_SCHEMA.names)
     for field in RECORD_SCHEMA:
         assert table.schema.field(field.name).type == field.type, field.name
+    assert set(pd.read_csv(run / "trials.csv").columns) <= TRIAL_COLUMNS
 
 
 def test_fixture_counts_agree_with_records(tmp_path: Path) -> None:

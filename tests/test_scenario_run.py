@@ -20,6 +20,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from servebench.results import TRIAL_COLUMNS
 from servebench.scenario.runner import ScenarioRunner
 
 SCENARIO = """\
@@ -79,6 +80,7 @@ def test_short_run_writes_consistent_result_files(tmp_path: Path):
     assert meta["status"] == "complete" and meta["trials_planned"] == 4
     trials = pd.read_csv(run / "trials.csv")
     assert len(trials) == 4 and set(trials.status) == {"ok"}
+    assert set(trials.columns) <= TRIAL_COLUMNS  # RunDirectory refuses any other column
     records = pq.read_table(run / "records.parquet").to_pandas()
     assert len(records) == trials["count"].sum()
     per_trial = records.groupby("trial_id").size()

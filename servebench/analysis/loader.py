@@ -17,106 +17,29 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RUN_FILE = "run.json"
-TRIALS_FILE = "trials.csv"
-RECORDS_FILE = "records.parquet"
-RECORDS_DIR = "records"  # per-trial files of a run that has not merged them (crash)
-TELEMETRY_FILE = "telemetry.parquet"
-TELEMETRY_DIR = "telemetry"  # per-trial files of a run that has not merged them (crash)
-COLD_START_FILE = "cold_start.csv"
-SCENARIO_FILE = "scenario.yaml"
+from servebench.results import (
+    COLD_START_FILE,
+    RECORD_SCHEMA,
+    RECORDS_DIR,
+    RECORDS_FILE,
+    RUN_FILE,
+    SCENARIO_FILE,
+    TELEMETRY_DIR,
+    TELEMETRY_FILE,
+    TRIAL_SCHEMA,
+    TRIALS_FILE,
+)
+
 REPORT_FILE = "report.html"
 
-# Columns of records.parquet that analysis reads (servebench.load.records.RECORD_SCHEMA is
-# the source of truth; a test keeps the two in step without this layer importing `load`).
-RECORD_COLUMNS = (
-    "trial_id",
-    "seq",
-    "intended_time",
-    "send_time",
-    "completion_time",
-    "latency",
-    "ok",
-    "error_kind",
-    "batch_size",
-    "request_bytes",
-    "response_bytes",
+# What trials.csv's columns hold, from the one schema its producers write to: text stays
+# text (a trial id such as "1e5" must not become a number), numbers are coerced, booleans
+# are read back from their CSV spelling.
+TEXT_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_string(f.type))
+BOOL_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_boolean(f.type))
+NUMBER_COLUMNS = tuple(
+    f.name for f in TRIAL_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
 )
-
-TEXT_COLUMNS = (
-    "trial_id",
-    "status",
-    "reason",
-    "verdict",
-    "verdict_reasons",
-    "server",
-    "server_kind",
-    "launch",
-    "protocol",
-    "setting",
-    "settings_json",
-    "model",
-    "layer_type",
-    "link",
-    "load_kind",
-    "mode",
-    "errors_by_kind",
-    "instance",
-    "search_steps",  # JSON list of an SLO search's steps (analysis/search.py)
-)
-NUMBER_COLUMNS = (
-    "index",
-    "depth",
-    "width",
-    "params",
-    "flops_per_sample",
-    "weight_bytes",
-    "activation_bytes",
-    "batch_size",
-    "link_rtt_s",
-    "link_down_mbps",
-    "link_up_mbps",
-    "load_level",
-    "count",
-    "ok",
-    "errors",
-    "target_rate",
-    "achieved_rate",
-    "throughput_rps",
-    "throughput_ips",
-    "latency_mean",
-    "latency_p50",
-    "latency_p90",
-    "latency_p95",
-    "latency_p99",
-    "latency_p99_9",
-    "latency_max",
-    "schedule_lag_p99",
-    "late_share",
-    "duration",
-    "request_bytes_mean",
-    "response_bytes_mean",
-    "link_time_analytic_s",
-    "server_queue_s",
-    "server_compute_s",
-    "client_minus_server_s",
-    "avg_server_batch",
-    "gpu_util_mean",
-    "gpu_util_max",
-    "gpu_mem_max",
-    "server_cpu_mean",
-    "server_rss_max",
-    "host_cpu_mean",
-    "usd_per_hour",
-    "cost_per_million",
-    "slo_percentile",
-    "slo_bound_s",
-    "slo_latency_s",
-    "max_rate",
-    "host_peak_flops",
-    "host_peak_bw",
-)
-BOOL_COLUMNS = ("slo_met",)
 COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
 
 
@@ -252,10 +175,10 @@ def read_records(path: Path) -> pd.DataFrame | None:
         if not tables:
             return None
     table = pa.concat_tables(tables, promote_options="default")
-    missing = [name for name in RECORD_COLUMNS if name not in table.column_names]
+    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names]
     if missing:
         raise RunDirError(f"{merged}: records lack columns {missing}")
-    frame = table.select(list(RECORD_COLUMNS)).to_pandas()
+    frame = table.select(RECORD_SCHEMA.names).to_pandas()
     frame["trial_id"] = frame["trial_id"].astype(object)
     return frame
 

@@ -320,9 +320,7 @@ def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
     )
     if cost_table:
         table = cost_table[0]
-        at_slo = (
-            "cost_per_million_at_slo" in table and table["cost_per_million_at_slo"].notna().any()
-        )
+        at_slo = table["cost_per_million_at_slo"].notna().any()
         rows = [
             [
                 trial_label({**r, "link": None, "load_kind": None, "load_level": None}),

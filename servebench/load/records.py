@@ -1,6 +1,7 @@
-"""Per-request records: the hot-path buffer, the Arrow schema and the Parquet sink.
+"""Per-request records: the hot-path buffer and the Parquet sink.
 
-One row per measured request, with exactly the columns DESIGN.md names. Times are wall
+One row per measured request, with exactly the columns DESIGN.md names
+(`servebench.results.RECORD_SCHEMA`, the contract every reader shares). Times are wall
 clock seconds (epoch) as float64; latency is seconds. The generator appends to `array`
 columns (no per-request objects kept) and hands full chunks to a sink off the event
 loop; the Parquet sink writes each chunk as a row group, so memory stays flat and a run
@@ -20,23 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.clients.base import ErrorKind
-
-RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("trial_id", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("intended_time", pa.float64(), nullable=False),
-        pa.field("send_time", pa.float64(), nullable=False),
-        pa.field("completion_time", pa.float64(), nullable=False),
-        pa.field("latency", pa.float64(), nullable=False),
-        pa.field("ok", pa.bool_(), nullable=False),
-        pa.field("error_kind", pa.string()),
-        pa.field("batch_size", pa.int32(), nullable=False),
-        pa.field("request_bytes", pa.int64(), nullable=False),
-        pa.field("response_bytes", pa.int64(), nullable=False),
-    ],
-    metadata={"servebench.records": "1", "time_unit": "s"},
-)
+from servebench.results import RECORD_SCHEMA
 
 # Error kinds travel through the hot path as small ints; code 0 means success.
 ERROR_KINDS: tuple[ErrorKind, ...] = tuple(ErrorKind)

@@ -29,7 +29,7 @@ from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
 from servebench.load.summary import MAX_ERROR_SHARE, judge
 from servebench.locust.records import Coordinates
 from servebench.netem import NetemError, get_profile
-from servebench.results import RunDirectory, new_run_id
+from servebench.results import RunDirectory, TrialRow, new_run_id
 
 SOURCE = "locust"
 _NO_SCENARIO = (
@@ -78,7 +78,7 @@ class LocustRun:
         trials: list[tuple[Coordinates, Chunk]],
         users: int,
         client_cpu_s: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[TrialRow]:
         """Write each trial's records file and summary row; returns the rows.
 
         Called again for the same swarm with more records (a worker's last report came
@@ -142,8 +142,9 @@ def trial_row(
     coords: Coordinates,
     batch: pa.RecordBatch,
     users: int,
-) -> dict[str, Any]:
-    """A trials.csv row from a swarm's records, in the scenario runner's columns."""
+) -> TrialRow:
+    """A trials.csv row from a swarm's records, in the scenario runner's columns
+    (`servebench.results.TRIAL_SCHEMA`)."""
     table = pa.Table.from_batches([batch])
     summary = summarize(columns_from_table(table), mode="closed", target_rate=None)
     judge(
@@ -155,7 +156,7 @@ def trial_row(
     stats = summary.to_dict()
     for unused in ("windows", "batch_size", "load", "concurrency", "processes", "stable"):
         stats.pop(unused, None)
-    row: dict[str, Any] = {
+    row: TrialRow = {
         "trial_id": trial_id,
         "index": index,
         "status": "ok",

@@ -43,6 +43,7 @@ from servebench.load import LoadEngine, run_in_loop
 from servebench.results import (
     ResultDirError,
     RunDirectory,
+    TrialRow,
     new_run_id,
     no_space,
     no_space_reason,
@@ -468,7 +469,8 @@ def _reason(err: BaseException, run_dir: Path) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def _failed_row(trial: Trial, reason: str) -> dict[str, Any]:
+def _failed_row(trial: Trial, reason: str) -> TrialRow:
+    """A trial that measured nothing usable: its coordinates and why (`TRIAL_SCHEMA`)."""
     return {
         "trial_id": trial.id,
         "index": trial.index,

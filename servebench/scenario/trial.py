@@ -34,6 +34,7 @@ from servebench.load import (
 from servebench.load.engine import SERVER_UNREACHABLE
 from servebench.load.summary import MAX_ERROR_SHARE
 from servebench.netem import LinkEmulator, LinkProfile, get_profile
+from servebench.results import TrialRow
 from servebench.scenario.deploy import CLIENT_PROTOCOLS, client_target
 from servebench.scenario.plan import Trial
 from servebench.scenario.schema import Scenario
@@ -64,7 +65,7 @@ class TrialContext:
 
 @dataclass
 class TrialOutcome:
-    row: dict[str, Any]
+    row: TrialRow
     telemetry: list[TelemetryRow]
 
 
@@ -277,11 +278,15 @@ def build_row(
     telemetry: dict[str, Any],
     sink: TrialSink,
     extra: dict[str, Any],
-) -> dict[str, Any]:
+) -> TrialRow:
+    """The trial's trials.csv row (columns: `servebench.results.TRIAL_SCHEMA`).
+
+    The load summary's and telemetry's fields go in under their own names, so a field
+    either adds must also be added to the schema (`RunDirectory` refuses the row else)."""
     scenario = ctx.scenario
     cost = count(trial.model)
     stats = summary.to_dict()
-    row: dict[str, Any] = {
+    row: TrialRow = {
         "trial_id": trial.id,
         "index": trial.index,
         "status": "ok",
