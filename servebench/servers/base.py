@@ -8,32 +8,23 @@ metrics, know which process to watch, and stop it. `Server` is that contract; th
 Model control and readiness go through the server's own HTTP API (see `control`), so the
 default implementations here serve every kind that speaks that API; a kind overrides only
 what its server does differently (TF Serving loads models by reloading its config).
+Every failure is a `ServerError` (defined in `errors`, imported from here by callers).
 """
 
 from __future__ import annotations
 
 import time
+import urllib.parse
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar, Literal
 
 from servebench.servers import control
+from servebench.servers.errors import ServerError, ServerModelError, ServerStartError
 
 ServerApi = Literal["triton", "tfs"]
 SERVER_APIS: tuple[str, ...] = ("triton", "tfs")
-
-
-class ServerError(RuntimeError):
-    """Base of every server error; the message names the server and the reason."""
-
-
-class ServerStartError(ServerError):
-    """The server did not come up (or could not be attached to)."""
-
-
-class ServerModelError(ServerError):
-    """A model did not load, unload or become ready."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +36,11 @@ class ServerEndpoints:
     http_url: str
     grpc_address: str | None = None
     metrics_url: str | None = None
+
+    @property
+    def http_address(self) -> str:
+        """`host:port` of `http_url`, the form tritonclient.http takes."""
+        return urllib.parse.urlsplit(self.http_url).netloc
 
 
 class Server(ABC):
@@ -145,18 +141,30 @@ class Server(ABC):
         ep = self._require_api("triton", "load a model through the repository API")
         started = time.perf_counter()
         try:
-            status, reason = control.triton_load(ep.http_url, name, timeout_s)
-        except OSError as err:
-            raise ServerModelError(
-                f"{self.describe()}: model {name!r}: load request got no answer ({err})"
-            ) from None
+            status, reason = self._send_load(ep.http_url, name, timeout_s)
+        except OSError as err:  # TimeoutError included
+            message = f"{self.describe()}: model {name!r}: load request got no answer ({err})"
+            raise ServerModelError(self._with_log(message)) from None
         if status != 200:
             raise ServerModelError(f"{self.describe()}: model {name!r}: load failed: {reason}")
         if not self.is_model_ready(name):
-            raise ServerModelError(f"{self.describe()}: model {name!r}: loaded but not ready")
+            raise ServerModelError(
+                self._with_log(f"{self.describe()}: model {name!r}: loaded but not ready")
+            )
         elapsed = time.perf_counter() - started
         self.load_s[name] = elapsed
         return elapsed
+
+    def _send_load(self, http_url: str, name: str, timeout_s: float) -> tuple[int, str]:
+        """The load request, (status, reason); a kind that can see more of a failure than
+        Triton's answer (its log) watches while it waits."""
+        return control.triton_load(http_url, name, timeout_s)
+
+    def _with_log(self, message: str) -> str:
+        """`message` and the end of the server's log, where servebench can read it: a load
+        that hangs or half-fails says why only there."""
+        tail = self.log_tail()
+        return f"{message}; the end of its log:\n{tail}" if tail else message
 
     def unload_model(self, name: str, timeout_s: float = 60.0) -> None:
         """Unload `name` and wait until its instances are gone."""

@@ -18,6 +18,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 
+from servebench.servers.errors import ServerError
+
 POLL_INTERVAL_S = 0.05
 
 
@@ -60,6 +62,7 @@ def status_of(url: str, timeout_s: float = 2.0) -> int:
 
 
 def quote(name: str) -> str:
+    """`name` as one URL path segment (model names may hold `/`, spaces, `%`)."""
     return urllib.parse.quote(name, safe="")
 
 
@@ -72,11 +75,20 @@ def error_text(body: bytes) -> str:
         return text.strip() or "(no reason given)"
 
 
+def health_url(api: str, base_url: str) -> str:
+    """The URL whose answer says whether a server is up: Triton's health endpoint; for TF
+    Serving, which has none, the status of a model that does not exist (see
+    `tfs_api_answers`)."""
+    if api == "triton":
+        return f"{base_url}/v2/health/ready"
+    return f"{base_url}/v1/models/servebench-health-probe"
+
+
 # -- Triton (KServe v2) ------------------------------------------------------------------
 
 
 def triton_ready(http_url: str) -> bool:
-    return status_of(f"{http_url}/v2/health/ready") == 200
+    return status_of(health_url("triton", http_url)) == 200
 
 
 def triton_model_ready(http_url: str, name: str) -> bool:
@@ -84,13 +96,14 @@ def triton_model_ready(http_url: str, name: str) -> bool:
 
 
 def triton_model_state(http_url: str, name: str, timeout_s: float = 10.0) -> str | None:
-    """READY, LOADING, UNLOADING, UNAVAILABLE, or None if Triton has never seen `name`."""
+    """READY, LOADING, UNLOADING, UNAVAILABLE, or None if Triton has never seen `name`
+    (from the repository index, which also lists models that are not loaded)."""
     status, body, _ = request(
         "POST", f"{http_url}/v2/repository/index", body=b"{}", timeout_s=timeout_s
     )
     if status != 200:
-        raise RuntimeError(f"{http_url}: repository index failed with HTTP {status}: "
-                           f"{error_text(body)}")  # fmt: skip
+        raise ServerError(f"{http_url}: repository index failed with HTTP {status}: "
+                          f"{error_text(body)}")  # fmt: skip
     for model in json.loads(body or b"[]"):
         if model.get("name") == name:
             return model.get("state")
@@ -150,4 +163,4 @@ def tfs_model_available(rest_url: str, name: str) -> bool:
 def tfs_api_answers(rest_url: str) -> bool:
     """Whether TF Serving's REST API is up. It has no health endpoint; an unknown model's
     status is answered with 404 and a JSON error only once the HTTP server runs."""
-    return status_of(f"{rest_url}/v1/models/servebench-health-probe") in (200, 404)
+    return status_of(health_url("tfs", rest_url)) in (200, 404)

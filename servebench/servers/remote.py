@@ -139,11 +139,7 @@ class RemoteServer(Server):
 
     def _why_not_ready(self) -> str:
         ep = self._endpoints
-        probe = (
-            f"{ep.http_url}/v2/health/ready"
-            if ep.api == "triton"
-            else f"{ep.http_url}/v1/models/servebench-health-probe"
-        )
+        probe = control.health_url(ep.api, ep.http_url)
         try:
             status, body, _ = control.request("GET", probe, timeout_s=2.0)
         except OSError as err:

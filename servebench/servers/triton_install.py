@@ -17,11 +17,16 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from servebench.servers.errors import ServerStartError
+
 INSTALL_HINT = "install it with: pip install 'nvidia-pytriton>=0.7' 'numpy<2'"
 
 
-class TritonNotInstalledError(RuntimeError):
-    """The bundled tritonserver (or something it needs) is missing; says how to install."""
+class TritonNotInstalledError(ServerStartError):
+    """The bundled tritonserver (or something it needs) is missing; says how to install.
+
+    A start error like any other to callers of a server; its own class for callers that
+    skip instead of failing (the tests, where the wheel is absent)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,19 @@
+"""The one error hierarchy of the servers package: callers catch `ServerError`.
+
+Kept apart from `base` because the control plane (`control`), which `base` builds on,
+raises them too; `base` re-exports them for the callers that already import from there.
+"""
+
+from __future__ import annotations
+
+
+class ServerError(RuntimeError):
+    """Base of every server error; the message names the server and the reason."""
+
+
+class ServerStartError(ServerError):
+    """The server did not come up (or could not be attached to)."""
+
+
+class ServerModelError(ServerError):
+    """A model did not load, unload or become ready."""
