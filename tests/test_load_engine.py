@@ -1,5 +1,9 @@
 """The engine with an in-process client: stop rules, warm-up, timeouts, the in-flight cap,
-records, stability mode and what survives a failure. No network, so timings are tight."""
+records, stability mode and what survives a failure.
+
+No network, but the machine may be busy: timings are checked from below (a service time is
+a floor under every latency) or against each other, never against an absolute ceiling, and
+the tests wait for conditions rather than for a fixed time."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import asyncio
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import until_async
 
 from servebench.clients.base import (
     ErrorKind,
@@ -39,6 +44,7 @@ class FakeClient:
         self.fail_at = fail_at
         self.error = error
         self.calls = 0
+        self.completed = 0  # calls that returned an answer
 
     async def connect(self):
         pass
@@ -54,6 +60,7 @@ class FakeClient:
         if self.fail_at is not None and self.calls >= self.fail_at:
             raise self.error
         await asyncio.sleep(self.delay)
+        self.completed += 1
         return InferResult(request_bytes=payload.request_bytes, response_bytes=50)
 
     async def close(self):
@@ -91,7 +98,8 @@ def test_closed_loop_count_and_latency_from_send():
     assert s.count == 200 == len(t) and s.mode == "closed"
     assert np.allclose(t.latency, t.completion_time - t.send_time, rtol=0, atol=1e-6)
     assert len(set(t.seq)) == 200
-    assert s.latency_p50 == pytest.approx(0.002, abs=0.0015)
+    # The 2 ms service time is a floor under every latency (a busy machine only adds to it).
+    assert (t.latency >= 0.002 - 1e-6).all()
 
 
 def test_records_have_the_design_columns_and_open_loop_latency():
@@ -129,7 +137,8 @@ def test_timeouts_are_cancelled_and_classified():
     s = load(FakeClient(delay=5.0), arrivals=constant(100), count=10, timeout=0.1)
     assert s.errors_by_kind == {"timeout": 10}
     assert s.verdict == INVALID
-    assert s.duration < 1.0  # the sweeper cut them at ~0.1 s, not 5 s
+    # The sweeper cut them at ~0.1 s; without it the run would last the 5 s of the answers.
+    assert s.duration < 2.5
 
 
 def test_client_errors_do_not_stop_the_run():
@@ -152,14 +161,6 @@ def test_in_flight_cap_delays_sends_and_says_so():
     assert s.latency_p99 > 0.2  # measured from the intended time: the wait counts
 
 
-async def _until(condition, timeout_s: float = 30.0) -> None:
-    """Wait for the engine to get going: its set-up time varies with what is loaded."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "the load never started"
-        await asyncio.sleep(0.01)
-
-
 def test_graceful_stop_keeps_records_and_marks_the_run():
     sink = MemoryRecordSink()
 
@@ -173,7 +174,7 @@ def test_graceful_stop_keeps_records_and_marks_the_run():
                 on_engine=engines.append,
             )
         )
-        await _until(lambda: sum(b.num_rows for b in sink.batches) >= 100)
+        await until_async(lambda: sum(b.num_rows for b in sink.batches) >= 100, what="100 rows")
         engines[0].stop("test asked")
         return await task
 
@@ -189,8 +190,8 @@ def test_parquet_survives_an_exception_mid_run(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run(lambda: client, LoadSettings(arrivals=constant(1000), duration=5), records=path)
     table = read_records(path)
-    # everything that completed before the interrupt is on disk
-    assert 250 <= table.num_rows <= 300
+    # everything that completed before the interrupt is on disk, and nothing else
+    assert 0 < table.num_rows == client.completed <= 300
     assert pq.ParquetFile(path).metadata.num_rows == table.num_rows
 
 
@@ -201,7 +202,7 @@ def test_parquet_survives_cancellation(tmp_path):
     async def main():
         settings = LoadSettings(arrivals=constant(1000), duration=10, chunk_rows=100)
         task = asyncio.create_task(run_load(FakeClient(), settings, sink=writer))
-        await _until(lambda: writer.rows >= 300)
+        await until_async(lambda: writer.rows >= 300, what="300 rows on disk")
         written = writer.rows
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -220,7 +221,9 @@ def test_stability_mode_stable():
         arrivals=constant(400),
         stability=StabilitySettings(window=0.3, tolerance=0.2, percentile=50, max_windows=8),
     )
-    s = asyncio.run(run_load(FakeClient(delay=0.003), settings))
+    # A 20 ms service time: a millisecond of scheduling noise on a busy machine moves a
+    # window's p50 by 5 %, well inside the 20 % tolerance (at 3 ms it would be 33 %).
+    s = asyncio.run(run_load(FakeClient(delay=0.02), settings))
     # (the verdict may still flag lateness on a busy machine; stability is what is tested)
     assert s.stable is True and not any(r.startswith("unstable") for r in s.reasons)
     assert 3 <= len(s.windows) <= 8
