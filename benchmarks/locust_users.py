@@ -26,14 +26,16 @@ import pandas as pd
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
-from servebench.servers import LocalTriton
+from servebench.servers import LocalTritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "servebench" / "locust" / "locustfile.py"
 USERS = 8
 
 
-def swarm(server: LocalTriton, model: str, protocol: str, batch: int, seconds: int, out: Path):
+def swarm(
+    server: LocalTritonServer, model: str, protocol: str, batch: int, seconds: int, out: Path
+):
     run_id = f"{protocol}-b{batch}-{len(list(out.glob('*')))}"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run(
@@ -62,7 +64,9 @@ def main() -> None:
         export = export_triton(
             build_torch(spec, seed=0), spec, out / "export", TritonSettings(max_batch_size=64)
         )
-        with LocalTriton(out / "export" / PYTHON_REPOSITORY, load_models=[export.name]) as server:
+        with LocalTritonServer(
+            out / "export" / PYTHON_REPOSITORY, load_models=[export.name]
+        ) as server:
             print(f"{'protocol':<12} batch  CPU us/req   req/s  p50 ms  (median of {args.repeats})")
             for protocol in ("triton-http", "triton-grpc"):
                 for batch in (1, 16):

@@ -1,9 +1,9 @@
 """Shared fixtures: the real local Triton, started on free loopback ports in tmp dirs.
 
 `local_triton` / `local_triton_module` are factories: call them with a model repository
-(and any `LocalTriton` keyword) to get a started server; every server a factory started is
-stopped when the fixture's scope ends. Tests that need Triton skip, with the reason, where
-the nvidia-pytriton wheel is missing.
+(and any `LocalTritonServer` keyword) to get a started `triton-local` server; every server
+a factory started is stopped when the fixture's scope ends. Tests that need Triton skip,
+with the reason, where the nvidia-pytriton wheel is missing.
 
 `triton_dense_model` is one small dense model, exported from the real torch builder and
 served for the whole session, for tests that just need "a Triton model to talk to" (clients,
@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from servebench.servers.local import LocalTritonServer
+from servebench.servers.registry import create_server
 from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
-from servebench.servers.triton_local import LocalTriton
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,15 +42,16 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 class TritonFactory:
-    """Starts `LocalTriton`s with run dirs under pytest's tmp dir; stops them on close."""
+    """Starts `triton-local` servers with run dirs under pytest's tmp dir; stops them on close."""
 
     def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         self._tmp = tmp_path_factory
-        self._servers: list[LocalTriton] = []
+        self._servers: list[LocalTritonServer] = []
 
-    def __call__(self, repository: Path, **kwargs: Any) -> LocalTriton:
+    def __call__(self, repository: Path, **kwargs: Any) -> LocalTritonServer:
         kwargs.setdefault("run_dir", self._tmp.mktemp("triton-run"))
-        server = LocalTriton(repository, **kwargs)
+        server = create_server("triton-local", model_repository=repository, **kwargs)
+        assert isinstance(server, LocalTritonServer)
         self._servers.append(server)
         server.start()
         return server
@@ -87,7 +89,7 @@ def local_triton_module(
 
 @dataclass(frozen=True)
 class ServedModel:
-    server: LocalTriton
+    server: LocalTritonServer
     name: str
     spec: Any  # model_zoo.spec.ModelSpec
     module: Any  # the torch module the export came from, for reference outputs

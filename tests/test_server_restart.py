@@ -27,7 +27,7 @@ from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 from servebench.results import RunDirectory
-from servebench.servers.triton_local import SHM_DIR, LocalTriton
+from servebench.servers.local import SHM_DIR, LocalTritonServer
 
 SPEC = ModelSpec(layer_type="dense", depth=2, width=64, input_shape=(32,), num_outputs=4)
 
@@ -40,7 +40,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory, triton_install) -> tuple[
     return out / PYTHON_REPOSITORY, export.name
 
 
-def _infer(server: LocalTriton, name: str, rows: int = 4) -> np.ndarray:
+def _infer(server: LocalTritonServer, name: str, rows: int = 4) -> np.ndarray:
     client = triton_http.InferenceServerClient(server.endpoints.http_address)
     try:
         x = np.random.default_rng(0).standard_normal((rows, *SPEC.input_shape))
@@ -51,17 +51,17 @@ def _infer(server: LocalTriton, name: str, rows: int = 4) -> np.ndarray:
         client.close()
 
 
-def _stubs(server: LocalTriton) -> list[psutil.Process]:
+def _stubs(server: LocalTritonServer) -> list[psutil.Process]:
     return psutil.Process(server.pid).children(recursive=True)
 
 
 @pytest.fixture
-def busy() -> Iterator[Callable[[LocalTriton, str], None]]:
+def busy() -> Iterator[Callable[[LocalTritonServer, str], None]]:
     """Starts clients that keep a server's stubs busy (a kill lands mid-inference)."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
-    def start(server: LocalTriton, name: str) -> None:
+    def start(server: LocalTritonServer, name: str) -> None:
         def loop() -> None:
             while not stop.is_set():
                 try:

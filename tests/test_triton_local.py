@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +24,11 @@ import tritonclient.http as triton_http
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
+from servebench.servers import control
 from servebench.servers import triton_install as install_module
+from servebench.servers.base import ServerModelError, ServerStartError
+from servebench.servers.local import SHM_DIR, LocalTritonServer
 from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
-from servebench.servers.triton_local import (
-    SHM_DIR,
-    LocalTriton,
-    TritonModelError,
-    TritonStartError,
-)
 
 SPECS = [
     ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4),
@@ -56,7 +55,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(local_triton_module, repository: dict) -> LocalTriton:
+def server(local_triton_module, repository: dict) -> LocalTritonServer:
     return local_triton_module(repository["path"])
 
 
@@ -70,23 +69,24 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
     return float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
 
 
-def test_start_is_timed_and_listens_on_loopback(server: LocalTriton) -> None:
+def test_start_is_timed_and_listens_on_loopback(server: LocalTritonServer) -> None:
     assert server.is_ready()
     assert 0 < server.startup_s < 60
     endpoints = server.endpoints
     assert endpoints.http_url.startswith("http://127.0.0.1:")
     assert endpoints.grpc_address.startswith("127.0.0.1:")
-    ports = {endpoints.http_port, endpoints.grpc_port, endpoints.metrics_port}
-    assert len(ports) == 3
+    metrics_address = urllib.parse.urlsplit(endpoints.metrics_url).netloc
+    addresses = {endpoints.http_address, endpoints.grpc_address, metrics_address}
+    assert len(addresses) == 3
     listening = {
-        (c.laddr.ip.removeprefix("::ffff:"), c.laddr.port)  # gRPC binds a v4-mapped socket
+        f"{c.laddr.ip.removeprefix('::ffff:')}:{c.laddr.port}"  # gRPC binds a v4-mapped socket
         for c in psutil.Process(server.pid).net_connections("tcp")
         if c.status == psutil.CONN_LISTEN
     }
-    assert listening == {("127.0.0.1", port) for port in ports}
+    assert listening == addresses
 
 
-def test_exported_models_answer_like_torch(server: LocalTriton, repository: dict) -> None:
+def test_exported_models_answer_like_torch(server: LocalTritonServer, repository: dict) -> None:
     client = triton_http.InferenceServerClient(server.endpoints.http_address, concurrency=8)
     rng = np.random.default_rng(0)
     for name, (spec, module) in repository["models"].items():
@@ -117,28 +117,26 @@ def test_exported_models_answer_like_torch(server: LocalTriton, repository: dict
     client.close()
 
 
-def test_metrics_endpoint_answers(server: LocalTriton) -> None:
-    import urllib.request
-
+def test_metrics_endpoint_answers(server: LocalTritonServer) -> None:
     with urllib.request.urlopen(server.endpoints.metrics_url, timeout=5) as response:
         assert b"nv_inference_request_success" in response.read()
 
 
-def test_unload_and_reload(server: LocalTriton, repository: dict) -> None:
+def test_unload_and_reload(server: LocalTritonServer, repository: dict) -> None:
     name = next(iter(repository["models"]))
     server.load_model(name)
     server.unload_model(name)
     assert not server.is_model_ready(name)
-    assert server.model_state(name) == "UNAVAILABLE"
+    assert control.triton_model_state(server.endpoints.http_url, name) == "UNAVAILABLE"
     assert server.is_ready()  # nothing is left half-stopped
     server.load_model(name)
     assert server.is_model_ready(name)
 
 
-def test_missing_model_gives_a_clear_error(server: LocalTriton) -> None:
+def test_missing_model_gives_a_clear_error(server: LocalTritonServer) -> None:
     with pytest.raises(
-        TritonModelError,
-        match=r"model 'no-such-model': load failed \(no folder 'no-such-model' in ",
+        ServerModelError,
+        match=r"model 'no-such-model': load failed: .* \(no folder 'no-such-model' in ",
     ):
         server.load_model("no-such-model")
     assert server.is_ready()  # one bad load does not take the server down
@@ -166,8 +164,9 @@ def test_no_orphan_when_the_caller_is_killed(triton_install, repository: dict, t
         f"""
         import time
         from pathlib import Path
-        from servebench.servers.triton_local import LocalTriton
-        server = LocalTriton(Path({str(repository["path"])!r}), run_dir=Path({str(tmp_path)!r}))
+        from servebench.servers.local import LocalTritonServer
+        repository, run_dir = Path({str(repository["path"])!r}), Path({str(tmp_path)!r})
+        server = LocalTritonServer(repository, run_dir=run_dir)
         server.start()
         server.load_model({name!r})
         print(server.pid, flush=True)
@@ -198,7 +197,7 @@ def test_server_started_from_a_finished_thread_keeps_running(local_triton, repos
     """The death signal follows the forking thread; a worker thread must not take it along."""
     import threading
 
-    started: list[LocalTriton] = []
+    started: list[LocalTritonServer] = []
     worker = threading.Thread(target=lambda: started.append(local_triton(repository["path"])))
     worker.start()
     worker.join()
@@ -210,12 +209,12 @@ def test_server_started_from_a_finished_thread_keeps_running(local_triton, repos
 def test_temporary_run_dir_goes_unless_a_failure_points_at_its_log(
     triton_install, repository: dict
 ) -> None:
-    with LocalTriton(repository["path"]) as server:
+    with LocalTritonServer(repository["path"]) as server:
         run_dir = server.run_dir
         assert (run_dir / "backends" / "python" / "triton_python_backend_stub").is_file()
     assert not run_dir.exists()
 
-    with LocalTriton(repository["path"]) as server, pytest.raises(TritonModelError):
+    with LocalTritonServer(repository["path"]) as server, pytest.raises(ServerModelError):
         server.load_model("no-such-model")
     assert server.log_path.is_file() and "no-such-model" in server.log_path.read_text()
     assert not (server.run_dir / "backends").exists()
@@ -245,7 +244,7 @@ BOOM = "class TritonPythonModel:\n    def initialize(self, args):\n        raise
 def test_failed_startup_load_reports_the_log(local_triton, tmp_path: Path) -> None:
     _python_model(tmp_path, "boom", BOOM)
     with pytest.raises(
-        TritonStartError, match=r"(?s)exited with code 1 before it was ready; log .*boom"
+        ServerStartError, match=r"(?s)exited with code 1 before it was ready; log .*boom"
     ):
         local_triton(tmp_path, load_models=["boom"])
 
@@ -255,14 +254,14 @@ def test_model_without_model_py_fails_fast(local_triton, tmp_path: Path) -> None
     _python_model(tmp_path, "boom", BOOM)
     _python_model(tmp_path, "empty", None)
     server = local_triton(tmp_path, stop_timeout_s=2)  # a hung load also delays SIGTERM
-    with pytest.raises(TritonModelError, match=r"model 'boom': load failed: .*boom"):
+    with pytest.raises(ServerModelError, match=r"model 'boom': load failed: .*boom"):
         server.load_model("boom")
     started = time.perf_counter()
-    with pytest.raises(TritonModelError, match=r"model 'empty': .*Python model file not found"):
+    with pytest.raises(ServerModelError, match=r"model 'empty': .*Python model file not found"):
         server.load_model("empty", timeout_s=60)
     assert time.perf_counter() - started < 10
     started = time.perf_counter()
-    with pytest.raises(TritonStartError, match=r"will never be ready: .*model file not found"):
+    with pytest.raises(ServerStartError, match=r"will never be ready: .*model file not found"):
         local_triton(tmp_path, load_models=["empty"], stop_timeout_s=2)
     assert time.perf_counter() - started < 10
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from servebench.servers.local import LocalTritonServer
 
 app = typer.Typer(
     help="Generate, list, export, check and serve model families.", no_args_is_help=True
@@ -349,8 +352,8 @@ def serve(
     Exits 0 after Ctrl-C (or SIGTERM); 1, with the end of the server's log, when the
     tritonserver process dies on its own, so a supervisor or CI job sees the failure.
     """
-    from servebench.servers.triton_install import TritonNotInstalledError
-    from servebench.servers.triton_local import LocalTriton, TritonError
+    from servebench.servers.base import ServerError
+    from servebench.servers.local import LocalTritonServer
 
     repo = _local_repository(repository)
     names = [n for n in models.split(",") if n] or sorted(
@@ -359,7 +362,7 @@ def serve(
     died = ""
     try:
         ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
-        with LocalTriton(repo, run_dir=run_dir, **ports) as server:
+        with LocalTritonServer(repo, run_dir=run_dir, **ports) as server:
             ep = server.endpoints
             console.print(
                 f"tritonserver (pid {server.pid}) ready in {server.startup_s:.2f} s "
@@ -385,7 +388,7 @@ def serve(
                         f"tritonserver (pid {server.pid}) exited on its own; "
                         f"the end of its log:\n{server.log_tail()}"
                     )
-    except (TritonNotInstalledError, TritonError, FileNotFoundError) as err:
+    except (ServerError, FileNotFoundError) as err:
         raise fail(str(err)) from None
     if died:
         console.print(f"[red]error:[/red] {escape(died)}", highlight=False)
@@ -393,7 +396,7 @@ def serve(
     console.print("stopped")
 
 
-def _wait_for_interrupt(server) -> bool:
+def _wait_for_interrupt(server: LocalTritonServer) -> bool:
     """Block until Ctrl-C or SIGTERM (True) or until the server dies on its own (False)."""
     import signal
     import time

@@ -72,7 +72,7 @@ def ui(
         resolve,
     )
     from servebench.scenario.validate import ScenarioError
-    from servebench.servers.triton_local import TritonError
+    from servebench.servers.base import ServerError
 
     if headless and not run_time:
         typer.echo("error: --headless needs --run-time (e.g. -t 30s)", err=True)
@@ -108,7 +108,7 @@ def ui(
             for problem in err.problems:
                 typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(code=2) from None
-        except (LaunchError, TritonError) as err:
+        except (LaunchError, ServerError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from None
     if (run_path / "run.json").is_file():

@@ -66,8 +66,8 @@ class Target:
 
 
 @dataclass
-class LocalServer:
-    """A scenario's local Triton: the model to export and serve, with its settings."""
+class LocalModel:
+    """What a scenario's local Triton serves: the model to export, with its settings."""
 
     spec: Any  # model_zoo.spec.ModelSpec
     settings: dict[str, Any]
@@ -79,7 +79,7 @@ class Plan:
     """What `launch` starts: the users' target, and the local server to start, if any."""
 
     target: Target
-    local: LocalServer | None = None
+    local: LocalModel | None = None
     scenario: Path | None = None
     run_prefix: str = "locust"
     results_dir: Path = Path("results")
@@ -114,7 +114,7 @@ def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Pl
         target.host = server.url or ""
         target.grpc_host = server.grpc_url or ""
     elif server.launch == "local":
-        local = LocalServer(spec, server.settings_model.combinations()[0], scenario.seed)
+        local = LocalModel(spec, server.settings_model.combinations()[0], scenario.seed)
     return Plan(
         target,
         local,
@@ -203,13 +203,13 @@ def locust_argv(
 
 @contextlib.contextmanager
 def local_triton(
-    local: LocalServer, workdir: Path, say: Callable[[str], None]
+    local: LocalModel, workdir: Path, say: Callable[[str], None]
 ) -> Iterator[tuple[str, str]]:
     """Export the model, serve it on the local Triton; yields (http url, grpc address)."""
     from model_zoo.export import PYTHON_REPOSITORY
     from model_zoo.export.family import export_family
     from servebench.scenario.deploy import triton_settings
-    from servebench.servers.triton_local import LocalTriton
+    from servebench.servers.registry import create_server
 
     say(f"exporting {local.spec.id} for the local Triton ...")
     export = workdir / "export"
@@ -220,16 +220,18 @@ def local_triton(
         triton_settings=triton_settings(local.settings),
         seed=local.seed,
     )
-    server = LocalTriton(
-        export / PYTHON_REPOSITORY, run_dir=workdir / "triton", load_models=[local.spec.id]
+    server = create_server(
+        "triton-local",
+        model_repository=export / PYTHON_REPOSITORY,
+        run_dir=workdir / "triton",
+        load_models=[local.spec.id],
     )
     say("starting the local Triton ...")
     server.start()
     try:
-        say(
-            f"local Triton ready: {server.endpoints.http_url} (gRPC {server.endpoints.grpc_address})"
-        )
-        yield server.endpoints.http_url, server.endpoints.grpc_address
+        ep = server.endpoints
+        say(f"local Triton ready: {ep.http_url} (gRPC {ep.grpc_address})")
+        yield ep.http_url, ep.grpc_address or ""
     finally:
         server.stop()
         say("local Triton stopped")

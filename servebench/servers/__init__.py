@@ -1,25 +1,28 @@
 """Launching, readiness, model load and stopping of the servers a benchmark talks to.
 
-`LocalTriton` runs the tritonserver binary from the nvidia-pytriton wheel on loopback
-ports; repositories for it come from `model_zoo.export.export_triton` (its `triton-python`
-form).
+Every kind is a `Server` (see `base`), made by name with `registry.create_server`;
+`LocalTritonServer` (kind `triton-local`) runs the tritonserver binary from the
+nvidia-pytriton wheel on loopback ports, on repositories from
+`model_zoo.export.export_triton` (its `triton-python` form). Every error is a `ServerError`.
 """
 
-from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
-from servebench.servers.triton_local import (
-    LocalTriton,
-    TritonEndpoints,
-    TritonError,
-    TritonModelError,
-    TritonStartError,
+from servebench.servers.base import (
+    Server,
+    ServerEndpoints,
+    ServerError,
+    ServerModelError,
+    ServerStartError,
 )
+from servebench.servers.local import LocalTritonServer
+from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
 
 __all__ = [
-    "LocalTriton",
-    "TritonEndpoints",
-    "TritonError",
+    "LocalTritonServer",
+    "Server",
+    "ServerEndpoints",
+    "ServerError",
+    "ServerModelError",
+    "ServerStartError",
     "TritonInstall",
-    "TritonModelError",
     "TritonNotInstalledError",
-    "TritonStartError",
 ]
