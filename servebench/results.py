@@ -47,6 +47,10 @@ RECORDS_DIR = "records"
 TELEMETRY_FILE = "telemetry.parquet"
 TELEMETRY_DIR = "telemetry"
 COLD_START_FILE = "cold_start.csv"
+# cold_start.csv: one row per phase of one start of a server setting (servers.cold_start
+# measures them; `model` is "" for server_ready, which is the server's), phases in order.
+COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
+COLD_START_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
 SCENARIO_FILE = "scenario.yaml"
 TEMP_SUFFIX = ".tmp"
 # The merged files and the per-trial files they are made of.

@@ -17,7 +17,9 @@ from servebench.analysis.breakdown import DIRECT_LINK
 from servebench.analysis.labels import LABEL_FIELDS, missing, si, varying_labels
 from servebench.analysis.roofline import Ceiling, above_roof
 from servebench.analysis.search import search_steps, trial_records
+from servebench.analysis.summary import cold_start_stats
 from servebench.analysis.svg import NoData, render
+from servebench.results import COLD_START_PHASES
 
 MAX_LEGEND = 12
 MAX_FIGURE_LEGEND = 20
@@ -531,11 +533,9 @@ def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     return render(draw, width=10.0, height=max(2.2, 0.35 * len(table) + 1.2)), table
 
 
-COLD_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
-
-
 def cold_start(cold: pd.DataFrame | None, *, remote_only: bool = False) -> str:
-    """Mean time of each cold-start phase per setting and model; whiskers span the repeats.
+    """Median time of each cold-start phase per setting and model; whiskers span the
+    repeats (min to max; `cold_start: {repeats: N}` in the scenario).
 
     `remote_only`: every server of the run was one servebench attached to, whose start it
     never saw, so an empty table means "not measured" rather than "missing"."""
@@ -546,18 +546,17 @@ def cold_start(cold: pd.DataFrame | None, *, remote_only: bool = False) -> str:
                 "start, so there was no start or model load to time)."
             )
         raise NoData("No cold-start measurements in this run (cold_start.csv is missing or empty).")
-    data = cold.dropna(subset=["seconds"]).copy()
-    data["what"] = [
-        f"{r.setting or r.server} · {r.model}"
-        if r.model
-        else f"{r.setting or r.server} · server start"
-        for r in data.itertuples()
+    table = cold_start_stats(cold)
+    table["what"] = [
+        f"{r.setting} · {r.model}" if r.model else f"{r.setting} · server start"
+        for r in table.itertuples()
     ]
-    stats = data.groupby(["what", "phase"], sort=False)["seconds"].agg(["mean", "min", "max"])
-    whats = list(dict.fromkeys(data["what"]))
-    phases = [p for p in COLD_PHASES if p in set(data["phase"])] + [
-        p for p in dict.fromkeys(data["phase"]) if p not in COLD_PHASES
+    stats = table.set_index(["what", "phase"])
+    whats = list(dict.fromkeys(table["what"]))
+    phases = [p for p in COLD_START_PHASES if p in set(table["phase"])] + [
+        p for p in dict.fromkeys(table["phase"]) if p not in COLD_START_PHASES
     ]
+    repeats = int(table["n"].max())
 
     # One bar per (what, phase) that was measured, grouped by what, a gap between groups.
     bars, centers, y = [], [], 0.0
@@ -576,9 +575,9 @@ def cold_start(cold: pd.DataFrame | None, *, remote_only: bool = False) -> str:
         for pos, phase, s in bars:
             ax.barh(
                 pos,
-                s["mean"],
+                s["median"],
                 0.85,
-                xerr=[[s["mean"] - s["min"]], [s["max"] - s["mean"]]],
+                xerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
                 color=f"C{phases.index(phase)}",
                 label=None if phase in labelled else phase.replace("_", " "),
                 error_kw={"lw": 0.8, "capsize": 2},
@@ -587,7 +586,11 @@ def cold_start(cold: pd.DataFrame | None, *, remote_only: bool = False) -> str:
         ax.set_yticks(centers, [_wrap(w) for w in whats])
         ax.invert_yaxis()
         _plain_log_axis(ax, "x")
-        ax.set_xlabel("seconds (log); whiskers: min–max over repeats")
+        ax.set_xlabel(
+            f"seconds (log); bars: median, whiskers: min–max over {repeats} repeats"
+            if repeats > 1
+            else "seconds (log)"
+        )
         ax.grid(axis="y", visible=False)
         ax.legend(loc="best")
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.results import (
+    COLD_START_COLUMNS,
     COLD_START_FILE,
     RECORD_SCHEMA,
     RECORDS_DIR,
@@ -40,7 +41,6 @@ BOOL_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_boolean(f.type)
 NUMBER_COLUMNS = tuple(
     f.name for f in TRIAL_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
 )
-COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
 
 
 class RunDirError(ValueError):

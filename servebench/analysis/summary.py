@@ -4,7 +4,7 @@ first table of the HTML report (both from `summary_table`, so they never disagre
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,11 +126,12 @@ def terminal_summary(trials: pd.DataFrame, width: int) -> TerminalSummary:
     cut; only names (setting, model, link) may end in "…".
     """
     rows = trials.to_dict("records")
-    labels, legend = short_settings([str(r.get("setting") or r.get("server") or "") for r in rows])
+    names = _setting_names(rows)
+    labels, legend = short_settings(names)
     coordinates = [
         _Column(
             "setting",
-            [labels[str(r.get("setting") or r.get("server") or "")] for r in rows],
+            [labels[name] for name in names],
             False,
             1,
             8,
@@ -207,6 +208,11 @@ def terminal_summary(trials: pd.DataFrame, width: int) -> TerminalSummary:
     )
 
 
+def _setting_names(rows: list[dict[str, Any]]) -> list[str]:
+    """Each trial's setting as the table labels it (the server's name where it has none)."""
+    return [str(r.get("setting") or r.get("server") or "") for r in rows]
+
+
 def _fit(columns: list[_Column], width: int) -> dict[_Column, int]:
     """Columns that fit in `width`, in display order, with their widths.
 
@@ -232,14 +238,15 @@ def _fit(columns: list[_Column], width: int) -> dict[_Column, int]:
         picked.remove(max(optional, key=lambda c: c.keep))
 
 
-def _pack(items: list[str], width: int) -> list[str]:
-    """Items joined by '; ' into lines of at most `width`, never splitting an item."""
+def _pack(items: list[str], width: int, indent: str = "") -> list[str]:
+    """Items joined by '; ' into lines of at most `width`, never splitting an item; lines
+    after the first start with `indent`."""
     lines: list[str] = []
     for item in items:
         if lines and len(lines[-1]) + 2 + len(item) <= width:
             lines[-1] += f"; {item}"
         else:
-            lines.append(item)
+            lines.append(f"{indent}{item}" if lines else item)
     return lines
 
 
@@ -286,6 +293,69 @@ def run_counts(trials: pd.DataFrame) -> str:
 
 _STYLE = {"ok": "", "invalid": "yellow", "failed": "red"}
 
+_COLD_WORDS = {"server_ready": "ready", "model_load": "load", "first_inference": "first",
+               "warm_median": "warm"}  # fmt: skip
+
+
+def cold_start_stats(cold: pd.DataFrame) -> pd.DataFrame:
+    """Median, min and max of each cold-start phase over its repeats, per setting and model.
+
+    Columns `setting` (the server's name where a row has none), `model` ("" for the
+    server's own phase), `phase`, `n`, `median`, `min`, `max`; groups in the order the run
+    measured them. The report's figure and the terminal lines both read this, so they
+    never disagree.
+    """
+    data = cold.dropna(subset=["seconds"])
+    data = data.assign(
+        setting=data["setting"].where(data["setting"].notna(), data["server"]).fillna(""),
+        model=data["model"].fillna(""),
+    )
+    grouped = data.groupby(["setting", "model", "phase"], sort=False)["seconds"]
+    return grouped.agg(n="count", median="median", min="min", max="max").reset_index()
+
+
+def cold_start_lines(
+    cold: pd.DataFrame | None, width: int, settings: Sequence[str] = ()
+) -> list[str]:
+    """The cold start in a few lines, one per setting and model (wrapped between phases,
+    never inside one): each phase's median and, over more than one repeat, its min–max.
+    The server's own phase (ready) is that setting's, shown with each of its models.
+    `settings`: the trial table's, so that a setting has the same short label in both."""
+    if cold is None or cold["seconds"].dropna().empty:
+        return []
+    stats = cold_start_stats(cold)
+    labels, _ = short_settings([*settings, *stats["setting"]])
+    names = list(dict.fromkeys(stats["model"]))
+    short = dict(zip(names, _short_models(names), strict=True))
+    repeats = int(stats["n"].max())
+    head = "cold start, median" + (f" (min–max) of {repeats} repeats" if repeats > 1 else "")
+    lines = [f"{head}:"]
+    for setting, of_setting in stats.groupby("setting", sort=False):
+        server = of_setting[of_setting["model"] == ""]
+        for model, group in of_setting[of_setting["model"] != ""].groupby("model", sort=False):
+            items = [_cold_item(r) for r in pd.concat([server, group]).itertuples()]
+            items[0] = f"{labels[setting]} · {short[model]}: {items[0]}"
+            lines += ["  " + line for line in _pack(items, width - 2, "  ")]
+        if len(of_setting) == len(server):  # no model was timed (none was loaded)
+            lines.append(f"  {labels[setting]}: " + "; ".join(map(_cold_item, server.itertuples())))
+    return lines
+
+
+def _cold_item(stat: Any) -> str:
+    """'load 1.45 s (1.40–1.50 s)': a phase's median and, over repeats, its range."""
+    word = _COLD_WORDS.get(stat.phase, stat.phase)
+    if stat.n < 2:
+        return f"{word} {_seconds(stat.median)}"
+    low, high = _seconds(stat.min), _seconds(stat.max)
+    if low.split()[1] == high.split()[1]:
+        low = low.split()[0]
+    return f"{word} {_seconds(stat.median)} ({low}–{high})"
+
+
+def _seconds(value: float) -> str:
+    """Cold-start times span microseconds to minutes: milliseconds below one second."""
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.2f} s"
+
 
 def print_summary(run_dir: str | Path, console: Console) -> RunData:
     """Print the run's trial table, its status and where the report is; returns the data.
@@ -309,6 +379,9 @@ def print_summary(run_dir: str | Path, console: Console) -> RunData:
             "(a wider terminal shows them; report.html has every column)[/dim]",
             highlight=False,
         )
+    settings = _setting_names(data.trials.to_dict("records"))
+    for line in cold_start_lines(data.cold_start, console.width, settings):
+        console.print(escape(line), highlight=False)
     status = data.status
     planned = data.run.get("trials_planned")
     plan = f" ({planned} planned)" if planned else ""
