@@ -2,61 +2,82 @@
 
 Run: .venv/bin/python benchmarks/cold_start.py [--repeats 5] [--warm 10] [--out DIR]
 
-Each model is exported once (ONNX + the python-backend repository the local binary
-serves), then measured `--repeats` times, each time on a fresh tritonserver: process start
-→ server ready (explicit model-control mode, so no model loads at start), model load
-request → model ready, the first inference (batch 1) and the median of `--warm` more.
-Prints the distribution per model and metric and writes every repeat to
-`<out>/cold_start.csv`. The InferBench paper reports ResNet-50 cold start over 10 s.
+The same measurement a scenario's `cold_start: {repeats: N}` runs
+(`servebench.servers.cold_start.measure_cold_start` with the runner's triton-http probe):
+each model is exported once (ONNX + the python-backend repository the local binary serves),
+then timed `--repeats` times, each on a fresh tritonserver process: process start → server
+ready (explicit model-control mode, so no model loads at start), model load request → model
+ready, the first inference (batch 1) and the median of `--warm` more. Prints median, min and
+max per phase (the numbers the report's cold-start figure draws) and writes every repeat to
+`<out>/cold_start.csv` in a run's columns. The InferBench paper reports ResNet-50 cold start
+over 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 import time
 from pathlib import Path
+
+import pandas as pd
 
 from model_zoo.counting import count
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec, resnet50_spec
 from model_zoo.torch_builder import build_torch
-from servebench.servers.cold_start import ColdStartResult, measure_cold_start
-from servebench.servers.local import LocalTritonServer
+from servebench.analysis.summary import cold_start_stats
+from servebench.clients.base import InferenceError
+from servebench.scenario.runner import client_probe
+from servebench.servers.base import Server, ServerError
+from servebench.servers.cold_start import PhaseTime, Probe, measure_cold_start
+from servebench.servers.registry import create_server
 
 MODELS = [
     resnet50_spec(224),
     ModelSpec(layer_type="conv", depth=3, width=32, input_shape=(32, 32, 3), num_outputs=10),
     ModelSpec(layer_type="dense", depth=2, width=64, input_shape=(128,), num_outputs=10),
 ]
-COLUMNS = ("server_start_s", "model_load_s", "first_infer_s", "warm_median_s", "to_first_answer_s")
 
 
 def _fmt(seconds: float) -> str:
     return f"{seconds:7.2f} s" if seconds >= 1 else f"{seconds * 1000:6.1f} ms"
 
 
-def _print(result: ColdStartResult, spec: ModelSpec, onnx_mb: float) -> None:
+def _print(name: str, rows: list[dict], spec: ModelSpec, onnx_mb: float) -> None:
+    """Median, min and max per phase, then what a user waits for the first answer (ready +
+    load + first inference, per repeat) and how much slower the first request is."""
     cost = count(spec)
+    cold = pd.DataFrame(rows)
     print(
-        f"\n{result.model}: {cost.params / 1e6:.2f} M params, {cost.gflops:.3f} GFLOP/sample, "
-        f"ONNX {onnx_mb:.1f} MB, {len(result.samples)} repeats"
+        f"\n{name}: {cost.params / 1e6:.2f} M params, "
+        f"{cost.gflops:.3f} GFLOP/sample, ONNX {onnx_mb:.1f} MB, {cold.repeat.nunique()} repeats"
     )
-    dist = result.distribution()
-    print(f"  {'metric':17} {'min':>10} {'median':>10} {'p90':>10} {'max':>10}")
-    for metric in COLUMNS:
-        if metric in dist:
-            d = dist[metric]
-            print(
-                f"  {metric:17} {_fmt(d['min']):>10} {_fmt(d['median']):>10} "
-                f"{_fmt(d['p90']):>10} {_fmt(d['max']):>10}"
-            )
-    ratio = dist.get("first_over_warm")
-    if ratio:
-        print(f"  first / warm      median {ratio['median']:.1f}x (min {ratio['min']:.1f}x)")
-    if result.error:
-        print(f"  stopped early: {result.error}")
+    print(f"  {'phase':17} {'min':>10} {'median':>10} {'max':>10}")
+    for r in cold_start_stats(cold).itertuples():
+        print(f"  {r.phase:17} {_fmt(r.min):>10} {_fmt(r.median):>10} {_fmt(r.max):>10}")
+    by_repeat = cold.pivot_table(index="repeat", columns="phase", values="seconds")
+    if {"first_inference", "warm_median"} <= set(by_repeat.columns):
+        total = by_repeat[["server_ready", "model_load", "first_inference"]].sum(axis=1)
+        print(f"  {'to first answer':17} {_fmt(total.min()):>10} {_fmt(total.median()):>10} "
+              f"{_fmt(total.max()):>10}")  # fmt: skip
+        ratio = by_repeat["first_inference"] / by_repeat["warm_median"]
+        print(f"  first / warm      median {ratio.median():.1f}x (min {ratio.min():.1f}x)")
+
+
+def _measure(server: Server, model: str, probe: Probe, repeats: int, warm: int) -> list[dict]:
+    """Every phase time as a cold_start.csv row; a failure ends the repeats early and
+    keeps the times measured before it."""
+    measured: list[PhaseTime] = []
+    try:
+        measure_cold_start(
+            server, [model], probe, repeats=repeats, warm_requests=warm, on_time=measured.append
+        )
+    except (ServerError, InferenceError) as err:
+        print(f"  stopped early: {err}")
+    finally:
+        server.stop()
+    return [{"server": server.kind, "setting": server.kind, **t.row()} for t in measured]
 
 
 def main() -> None:
@@ -67,8 +88,9 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="servebench-cold-start-"))
     out.mkdir(parents=True, exist_ok=True)
+    probe = client_probe("triton", "http", timeout_s=120.0)
 
-    rows = []
+    rows: list[dict] = []
     for spec in MODELS:
         started = time.perf_counter()
         export = export_triton(
@@ -77,20 +99,18 @@ def main() -> None:
         onnx_mb = sum(f.stat().st_size for f in export.onnx_path.parent.iterdir()) / 1e6
         print(f"exported {export.name} in {time.perf_counter() - started:.1f} s", flush=True)
 
-        def make(name: str = export.name) -> LocalTritonServer:
-            return LocalTritonServer(out / PYTHON_REPOSITORY, run_dir=out / "runs" / name)
-
-        result = measure_cold_start(
-            make, export.name, repeats=args.repeats, warm_requests=args.warm
+        server = create_server(
+            "triton-local",
+            model_repository=out / PYTHON_REPOSITORY,
+            run_dir=out / "runs" / export.name,
         )
-        _print(result, spec, onnx_mb)
-        rows += result.rows()
+        measured = _measure(server, export.name, probe, args.repeats, args.warm)
+        if measured:
+            _print(export.name, measured, spec, onnx_mb)
+        rows += measured
 
     path = out / "cold_start.csv"
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    pd.DataFrame(rows).to_csv(path, index=False)
     print(f"\nevery repeat: {path}")
 
 

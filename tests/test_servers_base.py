@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from servebench.scenario.runner import client_probe
 from servebench.servers.base import Server, ServerModelError, ServerStartError
 from servebench.servers.local import LocalTritonServer
-from servebench.servers.probe import InferenceProbe
 from servebench.servers.registry import SERVER_KINDS, create_server, server_settings
 from servebench.servers.remote import RemoteServer
 
@@ -81,7 +81,7 @@ def test_remote_attaches_to_a_running_triton(local, triton_batching_model) -> No
         # Model control goes through the remote's repository API, on the real server.
         load_s = remote.load_model(name)
         assert 0 < load_s < 120 and local.is_model_ready(name)
-        assert InferenceProbe.for_server(remote, name).send() > 0
+        assert client_probe("triton", "http", timeout_s=30.0)(remote, name, 1)[0] > 0
         remote.unload_model(name)
         assert not local.is_model_ready(name)
     # Leaving the context did not stop the server it attached to.

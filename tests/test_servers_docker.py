@@ -203,14 +203,14 @@ def test_triton_container_serves_and_loads(tmp_path: Path) -> None:
     from model_zoo.export import STANDARD_REPOSITORY, TritonSettings, export_triton
     from model_zoo.spec import ModelSpec
     from model_zoo.torch_builder import build_torch
-    from servebench.servers.probe import InferenceProbe
+    from servebench.scenario.runner import client_probe
 
     spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
     export = export_triton(build_torch(spec, seed=0), spec, tmp_path, TritonSettings())
     with TritonDocker(tmp_path / STANDARD_REPOSITORY, run_dir=tmp_path / "run") as server:
         assert server.pid and server.endpoints.http_url.startswith("http://127.0.0.1:")
         assert 0 < server.load_model(export.name) < 300
-        assert InferenceProbe.for_server(server, export.name).send() > 0
+        assert client_probe("triton", "http", timeout_s=60.0)(server, export.name, 1)[0] > 0
         server.unload_model(export.name)
     assert (tmp_path / "run" / "container.log").stat().st_size > 0
 
@@ -220,15 +220,15 @@ def test_triton_container_serves_and_loads(tmp_path: Path) -> None:
 def test_tfs_container_serves_reloads_and_exports_metrics(tmp_path: Path) -> None:
     from model_zoo.export.family import export_family
     from model_zoo.spec import ModelSpec
+    from servebench.scenario.runner import client_probe
     from servebench.servers import control
-    from servebench.servers.probe import InferenceProbe
     from servebench.telemetry import parse_metrics
 
     spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
     export_family([spec], tmp_path, formats=("tfs",), check=False)
     with TfsDocker(tmp_path / "tfs", models=[], enable_batching=True) as server:
         assert 0 < server.load_model(spec.id) < 300
-        assert InferenceProbe.for_server(server, spec.id).send() > 0
+        assert client_probe("tfs", "http", timeout_s=60.0)(server, spec.id, 1)[0] > 0
         _, page, _ = control.request("GET", server.endpoints.metrics_url)
         names = {r.metric for r in parse_metrics(page.decode())}
         assert ":tensorflow:serving:request_count" in names

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from servebench.scenario.runner import client_probe
 from servebench.servers.local import LocalTritonServer
-from servebench.servers.probe import InferenceProbe
 from servebench.telemetry import TelemetryRecorder, read_telemetry, write_telemetry
 from servebench.telemetry.summary import summarize
 
 CLIENTS = 16
 REQUESTS = 96
+# Batch-1 inferences sent one after another over one connection: (server, model, n) → seconds
+probe = client_probe("triton", "http", timeout_s=30.0)
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +38,13 @@ def server(triton_batching_model, tmp_path_factory) -> LocalTritonServer:
 
 def test_warm_up_requests_are_not_counted(server: LocalTritonServer, triton_batching_model) -> None:
     name = triton_batching_model.name
-    probe = InferenceProbe.for_server(server, name)
     recorder = TelemetryRecorder.for_server(
         pid=server.pid, metrics_url=server.endpoints.metrics_url, interval_s=0.2, trial_id="w"
     )
     with recorder:
-        for _ in range(7):  # the warm-up, sent while the recorder already samples
-            probe.send()
+        probe(server, name, 7)  # the warm-up, sent while the recorder already samples
         recorder.mark_measured()
-        for _ in range(5):
-            probe.send()
+        probe(server, name, 5)
     assert recorder.summary(model=name)["server_requests"] == 5
     assert summarize(recorder.snapshot(), model=name)["server_requests"] == 12
 
@@ -54,13 +53,13 @@ def test_scrape_deltas_match_the_requests_sent(
     server: LocalTritonServer, triton_batching_model, tmp_path: Path
 ) -> None:
     name = triton_batching_model.name
-    probe = InferenceProbe.for_server(server, name)
-    probe.send()  # before the trial: must not be counted in it
+    probe(server, name, 1)  # before the trial: must not be counted in it
     recorder = TelemetryRecorder.for_server(
         pid=server.pid, metrics_url=server.endpoints.metrics_url, interval_s=0.2, trial_id="t"
     )
     with recorder, ThreadPoolExecutor(CLIENTS) as pool:
-        latencies = list(pool.map(lambda _: probe.send(), range(REQUESTS)))
+        each = pool.map(lambda _: probe(server, name, REQUESTS // CLIENTS), range(CLIENTS))
+        latencies = [seconds for client in each for seconds in client]
     assert not [n for n in recorder.notes if n.startswith(("server_metrics", "server_process"))]
     summary = recorder.summary(model=name)
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import signal
-import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from model_zoo.spec import ModelSpec
 from servebench.analysis.cost import (
     InstancePrice,
     estimate_cost,
@@ -54,9 +54,8 @@ from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
 from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server, ServerError
+from servebench.servers.cold_start import Probe, measure_cold_start
 from servebench.telemetry import rows_to_table
-
-WARM_PROBES = 5
 
 
 @dataclass
@@ -339,49 +338,43 @@ class ScenarioRunner:
             engine.stop(self.state.interrupted)
 
     async def _bring_up(
-        self, server: Server, setting: ServerSetting, models, directory: RunDirectory, *, cold: bool
+        self,
+        server: Server,
+        setting: ServerSetting,
+        models: list[ModelSpec],
+        directory: RunDirectory,
+        *,
+        cold: bool,
     ) -> None:
-        """Start the server and load the models; on the first start, record the cold start.
+        """Start the server and load the models; on the first start, time the cold start
+        (`cold_start.repeats` starts, each phase a row of cold_start.csv as it is measured).
 
         A server servebench did not start has no cold start to measure (its "start" is an
         attach), and one that serves its own model configuration is only checked, never
         loaded: its start waited for each model to be ready.
         """
-        started = await asyncio.to_thread(server.start)
-        cold = cold and server.owns_process
-        base = {"server": setting.server.name, "setting": setting.id}
-        if cold:
-            directory.add_cold_start(
-                {**base, "model": "", "phase": "server_ready", "repeat": 0, "seconds": started}
+        ids = [spec.id for spec in models]
+        if cold and server.owns_process:
+            where = {"server": setting.server.name, "setting": setting.id}
+            probe = client_probe(
+                setting.server.kind,
+                setting.server.protocol,
+                timeout_s=self.scenario.workload.timeout_s,
+                seed=self.scenario.seed,
             )
-        for spec in models:
-            if not server.manages_models:
-                continue
-            loaded = await asyncio.to_thread(server.load_model, spec.id)
-            if not cold:
-                continue
-            row = {**base, "model": spec.id, "repeat": 0}
-            directory.add_cold_start({**row, "phase": "model_load", "seconds": loaded})
-            first, warm = await self._first_and_warm(server, setting, spec.id)
-            directory.add_cold_start({**row, "phase": "first_inference", "seconds": first})
-            directory.add_cold_start({**row, "phase": "warm_median", "seconds": warm})
-
-    async def _first_and_warm(self, server: Server, setting: ServerSetting, model: str):
-        """The first inference after load against the median of the next few (batch 1)."""
-        protocol = CLIENT_PROTOCOLS[(setting.server.kind, setting.server.protocol)]
-        _, url = client_target(server, setting.server.protocol)
-        client = create_client(protocol, url, model, timeout=self.scenario.workload.timeout_s)
-        await client.connect()
-        try:
-            payload = client.make_payload(1, self.scenario.seed)
-            times = []
-            for _ in range(1 + WARM_PROBES):
-                started = time.perf_counter()
-                await client.infer(payload)
-                times.append(time.perf_counter() - started)
-        finally:
-            await client.close()
-        return times[0], statistics.median(times[1:])
+            await asyncio.to_thread(
+                measure_cold_start,
+                server,
+                ids,
+                probe,
+                repeats=self.scenario.cold_start.repeats,
+                on_time=lambda measured: directory.add_cold_start({**where, **measured.row()}),
+            )
+            return
+        await asyncio.to_thread(server.start)
+        if server.manages_models:
+            for model in ids:
+                await asyncio.to_thread(server.load_model, model)
 
     # -- after the trials -------------------------------------------------------------------
 
@@ -414,6 +407,37 @@ async def _tick(progress: Progress, task: Any, every_s: float = 0.25) -> None:
     while True:
         progress.update(task, completed=time.perf_counter() - started)
         await asyncio.sleep(every_s)
+
+
+def client_probe(kind: str, protocol: str, *, timeout_s: float, seed: int = 0) -> Probe:
+    """The cold-start probe for a server of `kind` ("triton", "tfs") over `protocol`
+    ("http", "grpc"): the client the trials use, so the first inference is timed as their
+    requests are sent. It runs its own event loop, as the measurement runs in a thread."""
+    client_protocol = CLIENT_PROTOCOLS[(kind, protocol)]
+
+    def probe(server: Server, model: str, count: int) -> list[float]:
+        _, url = client_target(server, protocol)
+        return asyncio.run(_timed_requests(client_protocol, url, model, count, timeout_s, seed))
+
+    return probe
+
+
+async def _timed_requests(
+    protocol: str, url: str, model: str, count: int, timeout_s: float, seed: int
+) -> list[float]:
+    """Latencies of `count` batch-1 requests sent one after another on one connection."""
+    client = create_client(protocol, url, model, timeout=timeout_s)
+    await client.connect()
+    try:
+        payload = client.make_payload(1, seed)
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            await client.infer(payload)
+            times.append(time.perf_counter() - started)
+    finally:
+        await client.close()
+    return times
 
 
 def _log_tail_note(server: Server, lines: int = 5) -> str:

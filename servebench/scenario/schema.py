@@ -47,6 +47,7 @@ MAX_THREADS = 1024  # server threads, instances per model
 MAX_SECONDS = 3600.0  # a request timeout, a think time
 MAX_GPUS = 64
 MIN_RATE = 0.001  # requests per second; below it a trial's length is unbounded
+MAX_COLD_START_REPEATS = 20  # each is a full server restart and model load: minutes
 Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
 DelayUs = Annotated[int, Field(ge=0, le=MAX_DELAY_US)]
 Threads = Annotated[int, Field(ge=0, le=MAX_THREADS)]
@@ -520,6 +521,14 @@ class Slo(Strict):
     latency_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1000)]
 
 
+class ColdStartSection(Strict):
+    """How often each server setting's cold start is timed. One start is one sample; more
+    (each a stop, start, model load and first inference before the trials) give the
+    median, min and max of every phase, since a single start can be an outlier."""
+
+    repeats: Annotated[int, Field(gt=0, le=MAX_COLD_START_REPEATS)] = 1
+
+
 class PriceOverride(Strict):
     usd_per_hour: Annotated[float, Field(gt=0, le=100_000)]
     gpu: str = ""
@@ -571,6 +580,7 @@ class Scenario(Strict):
     )
     slo: Slo | None = None
     cost: CostSection | None = None
+    cold_start: ColdStartSection = Field(default_factory=ColdStartSection)
     limits: Limits = Field(default_factory=Limits)
 
     @field_validator("links")
