@@ -470,8 +470,9 @@ def scenario_hash(scenario: Scenario) -> str:
 
     Comments, formatting, key order and defaults spelled out do not change it, nor does
     `output` (where results go); any change to models, servers, workload, links, SLO or
-    cost does, which is what --resume must not mix."""
-    data = scenario.model_dump(mode="json", exclude={"output"})
+    cost does, which is what --resume must not mix. Values equal to their defaults are
+    left out, so a field a newer servebench adds does not make earlier runs unresumable."""
+    data = scenario.model_dump(mode="json", exclude={"output"}, exclude_defaults=True)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
