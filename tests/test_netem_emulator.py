@@ -1,8 +1,12 @@
 """The link emulator end to end: real sockets, a real worker process, measured timing.
 
-Timing tolerances are the issue's (±10 %). The machine is shared, so each accuracy
-measurement is a median over many round trips or a transfer long enough that start-up
-is small, and a measurement that misses is taken once more before the test fails.
+The emulator's accuracy promise (RTT and throughput within ±10 % of the profile) is checked
+both ways: the worker runs in a real-time scheduling class where it can get one, each
+figure is a median over many round trips or a transfer long enough that start-up is
+small, and a measurement that misses is taken once more before the test fails. Every
+other timing check is a floor (a link's delay is the least a round trip can take) or a
+comparison between two measurements, never a ceiling that holds only on a quiet machine;
+the tests wait for conditions rather than for a fixed time.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import until, until_async
 
 from servebench.netem import (
     AddressError,
@@ -65,9 +70,12 @@ def test_rtt_and_throughput_within_ten_percent(name: str):
 
 def test_jitter_is_visible_in_the_rtt_spread():
     wifi = measured("wifi")  # 5 ms jitter
-    assert 2.5 < wifi.row("RTT jitter (IQR/1.349)").measured < 7.5
-    steady = measured("custom-50")  # no jitter
-    assert robust_sd(steady.rtts_s) < 0.001
+    spread_ms = wifi.row("RTT jitter (IQR/1.349)").measured
+    assert spread_ms > 2.5
+    # A link without jitter spreads far less (only the machine's noise); the exact spread
+    # of the jitter model is checked on a controlled clock in test_netem_link.
+    steady = measured("custom-50")
+    assert robust_sd(steady.rtts_s) * 1e3 < spread_ms / 3
 
 
 LOSSY = LinkProfile(name="lossy", down_mbps=200, up_mbps=200, rtt_s=0.010, loss=0.05)
@@ -79,9 +87,12 @@ def test_loss_raises_tail_latency_not_the_median():
             clean = sorted(measure_rtts(address, 100))
         with LinkEmulator(LOSSY, server) as address:
             lossy = sorted(measure_rtts(address, 100))
-    assert clean[-2] < 0.015
-    assert statistics.median(lossy) < 0.013
-    # About one ping in ten loses a segment and waits an RTO (10 ms + 200 ms).
+    rto = LOSSY.effective_rto_s  # 10 ms + 200 ms: what a ping that lost a segment waits
+    # Without loss no ping waits for a retransmission: even the tail is far below an RTO.
+    assert clean[0] > 0.009 and clean[-2] < rto / 2
+    # With 5 % loss the median ping lost nothing and waited no RTO...
+    assert statistics.median(lossy) < rto / 2
+    # ...while about one ping in ten loses a segment and waits one.
     assert lossy[-3] > 0.15
 
 
@@ -244,15 +255,23 @@ def test_stop_with_connections_open():
         idle = [socket.create_connection(address) for _ in range(5)]
         busy = socket.create_connection(address)
         busy.sendall(b"D" + struct.pack("!Q", 10**9))
-        time.sleep(0.5)
+
+        def all_open_and_sending() -> bool:
+            stats = emulator.stats()
+            return stats.connections_open == 6 and stats.down.bytes_out > 0
+
+        until(all_open_and_sending, what="6 connections, one of them downloading")
         stats = emulator.stats()
-        assert stats.connections_open == 6
         assert {c.client for c in stats.connections} == {
             "{}:{}".format(*s.getsockname()) for s in [*idle, busy]
         }
+        worker = emulator._proc
         start = time.perf_counter()
         final = emulator.stop()
+        # Generous: a clean stop takes milliseconds; a worker that will not stop is killed
+        # after stop's 10 s timeout (and then has no exit status 0).
         assert time.perf_counter() - start < 3.0
+    assert worker is not None and worker.returncode == 0
     assert final is not None and final.connections_open == 0 and final.connections_opened == 6
     assert final.down.bytes_out > 0
     assert emulator._proc is None
@@ -270,8 +289,7 @@ async def test_in_loop_proxy_stops_cleanly_with_connections_open():
         streams = [await asyncio.open_connection(*address) for _ in range(3)]
         for _reader, writer in streams:
             writer.write(b"E" + b"x" * 100)
-        await asyncio.sleep(0.05)
-        assert proxy.stats().connections_open == 3
+        await until_async(lambda: proxy.stats().connections_open == 3, what="3 connections")
         await proxy.stop()
         assert proxy.stats().connections_open == 0
         for reader, writer in streams:
