@@ -10,7 +10,8 @@ import pytest
 from servebench.clients.base import ErrorKind, TensorSpec
 from servebench.clients.endpoints import grpc_target, http_base
 from servebench.clients.errors import grpc_failure, http_status
-from servebench.clients.factory import create_client, protocols
+from servebench.clients.factory import create_client
+from servebench.clients.registry import names
 from servebench.clients.tfs_signature import tfs_signature
 from servebench.clients.triton_signature import triton_signature
 
@@ -118,7 +119,7 @@ def test_tfs_signature_refuses_what_cannot_be_batched():
 
 def test_registry_builds_every_client_without_loading_tensorflow():
     """Building clients (as the CLI does to validate options) must not import TensorFlow."""
-    assert {"triton-http", "triton-grpc", "tfs-rest", "tfs-grpc"} <= set(protocols())
+    assert {"triton-http", "triton-grpc", "tfs-rest", "tfs-grpc"} <= set(names())
     code = (
         "import sys\n"
         "from servebench.clients.factory import create_client\n"

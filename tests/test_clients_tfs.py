@@ -92,7 +92,7 @@ async def test_rest_row_and_columnar_bodies_follow_the_rest_api(tfs_family):
         await client.connect()
         try:
             payload = client.make_payload(2, seed=3)
-            bodies[request_format] = json.loads(payload.encoded)
+            bodies[request_format] = json.loads(payload.encoded.data)
             await client.infer(payload)
         finally:
             await client.close()
@@ -282,6 +282,13 @@ async def test_rest_answers_are_checked(case):
     assert caught.value.kind is kind
     if kind is ErrorKind.HTTP_STATUS:
         assert caught.value.status == status
+
+
+def test_sniff_probe_is_the_status_method_the_protos_name():
+    """The probe path is typed in (sniffing imports no TensorFlow): check it against them."""
+    from servebench.clients.tfs_grpc import TfsGrpcCodec, load_apis
+
+    assert TfsGrpcCodec.probe_path == load_apis().status_path
 
 
 # -- TensorProto encoding against TensorFlow's own ----------------------------------------

@@ -220,7 +220,8 @@ def test_refused_connection_is_a_classified_failure(closed_port, tmp_path):
     entry = outcome.entry("m b1 triton-http")
     assert entry["num_failures"] == entry["num_requests"] > 0
     (error,) = outcome.errors()
-    assert f"connection_refused: http://{closed_port}: connection refused" in error
+    # The signature read failed: the message names the kind and the URL asked.
+    assert f"connection_refused: http://{closed_port}/v2/models/m: connection refused" in error
     frame = outcome.records().to_pandas()
     assert (frame["error_kind"] == "connection_refused").all()
     assert json.loads((outcome.run_dir / "run.json").read_text())["status"] == "complete"

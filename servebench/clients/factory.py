@@ -1,41 +1,24 @@
-"""Protocol name → client class, so callers (CLI, scenario runner) never import a client.
+"""Protocol name → client, so callers (CLI, scenario runner) never import a client.
 
-Entries are "module:Class" strings resolved on use: the Triton and TF Serving clients pull
-in tritonclient and TensorFlow, which must not load just because another protocol was
-chosen. A factory made with `functools.partial(create_client, ...)` pickles, which is what
-the load engine's worker processes need.
+The protocols and their client classes are the registry's (`registry.PROTOCOLS`); a client
+module is imported only when its protocol is chosen. A factory made with
+`functools.partial(create_client, ...)` pickles, which is what the load engine's worker
+processes need.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from servebench.clients.base import InferenceClient
-
-CLIENTS: dict[str, str] = {
-    "http": "servebench.clients.rawhttp:RawHttpClient",
-    "triton-http": "servebench.clients.triton_http:TritonHttpClient",
-    "triton-grpc": "servebench.clients.triton_grpc:TritonGrpcClient",
-    "tfs-rest": "servebench.clients.tfs_rest:TfsRestClient",
-    "tfs-grpc": "servebench.clients.tfs_grpc:TfsGrpcClient",
-}
-
-
-def protocols() -> list[str]:
-    return sorted(CLIENTS)
+from servebench.clients.registry import protocol as find_protocol
 
 
 def create_client(
     protocol: str, url: str, model: str, *, version: str | None = None, **options: Any
 ) -> InferenceClient:
     """Build (not connect) the client for `protocol`; options go to its constructor."""
-    try:
-        target = CLIENTS[protocol]
-    except KeyError:
-        raise ValueError(f"protocol: {protocol!r} is not one of {', '.join(protocols())}") from None
-    module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = find_protocol(protocol).client_class()
     try:
         return cls(url, model, version=version, **options)
     except TypeError as exc:

@@ -1,18 +1,16 @@
-"""The skeleton both gRPC model clients (Triton gRPC, TF Serving gRPC) share.
+"""The grpc.aio edge of both gRPC model protocols (Triton gRPC, TF Serving gRPC).
 
 Both send a request serialized once per payload on their own channels, round-robin, and
-classify failures the same way; only how an answer's tensors are read differs, so that is
-the one hook (`_decode`). Sharing the hot path keeps the two protocols' overheads alike,
-which is what makes their figures comparable.
+classify failures the same way; what the requests hold and how answers are read is the
+codec's (`codec.GrpcCodec`). Sharing the hot path keeps the two protocols' overheads
+alike, which is what makes their figures comparable.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
-import numpy as np
 
 from servebench.clients.base import (
     ErrorKind,
@@ -20,53 +18,90 @@ from servebench.clients.base import (
     InferResult,
     ModelSignature,
     Payload,
-    TensorSpec,
-    check_outputs,
 )
-from servebench.clients.endpoints import grpc_target
+from servebench.clients.codec import GrpcCall, GrpcCodec, drive_async
 from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import raw_unary
+from servebench.clients.grpc_calls import open_channels, raw_unary
 from servebench.clients.model_client import ModelClient
 
 
-class GrpcModelClient(ModelClient, ABC):
-    """A model client over gRPC: target, channels, round-robin unary calls, close."""
+class GrpcModelClient(ModelClient):
+    """A model client over gRPC: a codec, channels, round-robin unary calls, close.
+
+    A protocol's client names its codec (`codec_class`); `options` go to the codec.
+    `channels` > 1 spreads requests round-robin over that many HTTP/2 connections (one
+    connection multiplexes every request otherwise). `timeout` is each request's gRPC
+    deadline (None: the load engine's own timeout applies); `connect_timeout` bounds each
+    control call in `connect()`. A given `signature` is trusted as the expected answer and
+    `connect()` then asks the server nothing.
+    """
+
+    codec_class: ClassVar[type[GrpcCodec]]
+    codec: GrpcCodec
 
     def __init__(
         self,
         url: str,
         model: str,
         *,
-        version: str | None,
-        channels: int,
-        timeout: float | None,
-        connect_timeout: float,
-        signature: ModelSignature | None,
+        version: str | None = None,
+        channels: int = 1,
+        timeout: float | None = None,
+        connect_timeout: float = 10.0,
+        signature: ModelSignature | None = None,
+        **options: Any,
     ) -> None:
+        codec = self.codec_class(url, model, version=version, **options)
         super().__init__(
-            model,
-            version=version,
             pool_field="channels",
             pool_size=channels,
             timeout=timeout,
             connect_timeout=connect_timeout,
             signature=signature,
         )
-        self.target = grpc_target(url)
+        self.codec = codec
         self.channels = channels
-        self._where = f"{self.target} model {model!r}"
         self._channels: list[grpc.aio.Channel] = []
         self._calls: list = []
         self._next = 0
 
-    def _use_channels(self, channels: list[grpc.aio.Channel], path: str, response: Any) -> None:
-        """Send inferences as `path` calls answered by `response` messages on `channels`."""
+    async def connect(self) -> None:
+        """Open the channels and read the signature (unless given); InferenceError on failure."""
+        if self._calls:
+            return
+        codec = self.codec
+        codec.load()
+        channels = open_channels(codec.target, self.channels)
+        try:
+            if self._signature is None:
+                self._signature = await drive_async(
+                    codec.read_signature(), lambda call: self._control(channels[0], call)
+                )
+        except BaseException:
+            for channel in channels:
+                await channel.close()
+            raise
         self._channels = channels
-        self._calls = [raw_unary(channel, path, response) for channel in channels]
+        self._calls = [raw_unary(c, codec.infer_path, codec.infer_response) for c in channels]
 
-    @abstractmethod
-    def _decode(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:
-        """The expected outputs an answer holds (absent ones left out for the check)."""
+    async def _control(self, channel: grpc.aio.Channel, call: GrpcCall) -> Any:
+        """A control call, bounded by `connect_timeout`; returns the answer message."""
+        unary = raw_unary(channel, call.path, call.response)
+        _, response = await self._send(unary, call.request, self.connect_timeout)
+        return response
+
+    async def _send(self, unary: Any, request: bytes, timeout: float | None) -> tuple[int, Any]:
+        """One call: (answer size, answer message), or the classified InferenceError."""
+        where = self.codec.where
+        try:
+            size, response = await unary(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_failure(exc.code().name, exc.details() or "", where) from exc
+        except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
+            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}") from exc
+        if response is None:
+            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer")
+        return size, response
 
     async def infer(self, payload: Payload) -> InferResult:
         calls = self._calls
@@ -74,17 +109,10 @@ class GrpcModelClient(ModelClient, ABC):
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
         call = calls[self._next % len(calls)]
         self._next += 1
-        try:
-            size, response = await call(payload.encoded, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
-        except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
-            raise InferenceError(ErrorKind.CLIENT_ERROR, f"{self._where}: {exc!r}") from exc
-        if response is None:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{self._where}: undecodable answer")
-        signature = self._require_signature()
-        outputs = self._decode(response, signature.outputs)
-        check_outputs(outputs, signature.outputs, payload.batch_size)
+        size, response = await self._send(call, payload.encoded, self.timeout)
+        outputs = self.codec.outputs(
+            response, self._require_signature().outputs, payload.batch_size
+        )
         return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
 
     async def close(self) -> None:

@@ -7,12 +7,14 @@ such a failure, `guess_protocol` asks the address the cheapest question each ser
 answers and returns the servebench protocol name that fits, so the message can say
 "this looks like triton-http".
 
-Each question is harmless (no inference, no model load) and bounded by `timeout_s`:
-- Triton over HTTP: `GET /v2` answers the KServe v2 server metadata (`name`, `extensions`);
-- TF Serving REST: `GET /v1/models/<model>` answers a model status or an `{"error": ...}`
-  that names the servable (Triton answers that path too, so Triton is asked first);
-- gRPC: an empty request to Triton's `ServerLive` or TF Serving's `GetModelStatus`; a
-  server without that service answers UNIMPLEMENTED, anything else means it has it.
+Each protocol's codec names its question (`probe_path`), asked in the registry's order;
+each is harmless (no inference, no model load) and bounded by `timeout_s`:
+- over HTTP, a GET whose JSON answer the codec recognizes (`answers_probe`): Triton's
+  `/v2` server metadata lists `extensions`; TF Serving's `/v1/models/<model>` answers a
+  model status or an `{"error": ...}` that names the servable;
+- over gRPC, an empty request to a method (Triton's `ServerLive`, TF Serving's
+  `GetModelStatus`); a server without that service answers UNIMPLEMENTED, anything else
+  means it has it.
 """
 
 from __future__ import annotations
@@ -20,22 +22,27 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import suppress
+from typing import Any
 
 import aiohttp
 import grpc
 
 from servebench.clients.endpoints import grpc_target, http_base, path_segment
 from servebench.clients.grpc_calls import CHANNEL_OPTIONS
+from servebench.clients.registry import PROTOCOLS, model_protocols
 
-_TRITON_GRPC = "/inference.GRPCInferenceService/ServerLive"
-_TFS_GRPC = "/tensorflow.serving.ModelService/GetModelStatus"
-# Words of TF Serving's model-status errors ("Could not find any versions of model m",
-# "Servable not found for request: Latest(m)"); Triton says only "Not Found" there.
-_TFS_STATUS_ERRORS = ("could not find", "servable")
+
+def _codecs(transport: str) -> list[tuple[str, Any]]:
+    """(name, codec class) of every model protocol over `transport`, in registry order."""
+    return [
+        (name, PROTOCOLS[name].codec_class())
+        for name in model_protocols()
+        if PROTOCOLS[name].transport == transport
+    ]
 
 
 async def guess_protocol(url: str, model: str = "", timeout_s: float = 2.0) -> str | None:
-    """The protocol (`triton-http`, `tfs-rest`, `triton-grpc`, `tfs-grpc`) `url` answers.
+    """The model protocol (a registry name, e.g. `triton-http`) `url` answers.
 
     None when nothing answers or the answers fit none of them. Only the host and port of
     `url` are used, so an endpoint URL (`http://h:8000/v2/models/m/infer`) works too.
@@ -63,15 +70,10 @@ async def _http_guess(base: str, model: str, timeout_s: float) -> str | None:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
-            document = await _get_json(session, f"{base}/v2")
-            if isinstance(document, dict) and "extensions" in document:
-                return "triton-http"
-            document = await _get_json(session, f"{base}/v1/models/{path_segment(model or '_')}")
-            if isinstance(document, dict) and (
-                "model_version_status" in document
-                or any(w in str(document.get("error", "")).lower() for w in _TFS_STATUS_ERRORS)
-            ):
-                return "tfs-rest"
+            for name, codec in _codecs("http"):
+                path = codec.probe_path.format(model=path_segment(model or "_"))
+                if codec.answers_probe(await _get_json(session, f"{base}{path}")):
+                    return name
     except (aiohttp.ClientError, OSError, TimeoutError):
         return None  # not HTTP/1.1 (a gRPC port), or nothing there
     return None
@@ -88,9 +90,9 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> object:
 
 async def _grpc_guess(target: str, timeout_s: float) -> str | None:
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
-        for path, name in ((_TRITON_GRPC, "triton-grpc"), (_TFS_GRPC, "tfs-grpc")):
+        for name, codec in _codecs("grpc"):
             call = channel.unary_unary(
-                path, request_serializer=None, response_deserializer=lambda data: data
+                codec.probe_path, request_serializer=None, response_deserializer=lambda data: data
             )
             try:
                 await asyncio.wait_for(call(b"", timeout=timeout_s), timeout_s + 1.0)

@@ -1,22 +1,23 @@
 """TF Serving's gRPC API: `PredictionService` and `ModelService` from tensorflow-serving-api.
 
-`connect()` asks `ModelService.GetModelStatus` whether a version is AVAILABLE and reads the
-signature with `PredictionService.GetModelMetadata` (the `signature_def` field), through
-the generated stubs. `Predict` on the hot path takes a `PredictRequest` serialized once
-per payload (tensors as `TensorProto` with `tensor_content`, see `tensor_proto`), sent as
-bytes on the same channel under the stub's method path.
+`TfsGrpcCodec` is the protocol: the signature comes from `ModelService.GetModelStatus`
+(is a version AVAILABLE?) and `PredictionService.GetModelMetadata` (its `signature_def`
+field); `Predict` on the hot path takes a `PredictRequest` serialized once per payload
+(tensors as `TensorProto` with `tensor_content`, see `tensor_proto`). Every call is sent as
+bytes under the method path the generated protos name. `TfsGrpcClient` is the codec on
+grpc.aio channels; the Locust users put the same codec on blocking grpcio channels.
 
-The generated protos import all of TensorFlow (2-3 s), so they are imported in
-`connect()`, not when servebench.clients is imported. Byte counts are the serialized
+The generated protos import all of TensorFlow (2-3 s), so they are imported on first use
+(`load_apis`), not when servebench.clients is imported. Byte counts are the serialized
 PredictRequest / PredictResponse sizes (see `grpc_calls`), without gRPC/HTTP/2 framing.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Generator
 from types import SimpleNamespace
 from typing import Any
-
-import grpc
 
 from servebench.clients.base import (
     ErrorKind,
@@ -27,15 +28,17 @@ from servebench.clients.base import (
     check_batch_size,
     random_inputs,
 )
-from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import method_path, open_channels
+from servebench.clients.codec import GrpcCall, GrpcCodec
+from servebench.clients.grpc_calls import method_path
 from servebench.clients.grpc_model_client import GrpcModelClient
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 
+@functools.cache
 def load_apis() -> SimpleNamespace:
-    """The generated TF Serving modules, imported on first use (this imports TensorFlow,
-    through model_zoo's quiet import so its CPU-only start-up lines stay off the terminal)."""
+    """The generated TF Serving modules, imported once, on first use (this imports
+    TensorFlow, through model_zoo's quiet import so its CPU-only start-up lines stay off
+    the terminal)."""
     from google.protobuf import json_format, wrappers_pb2
 
     from model_zoo.tf_runtime import import_tensorflow
@@ -45,10 +48,9 @@ def load_apis() -> SimpleNamespace:
         get_model_metadata_pb2,
         get_model_status_pb2,
         model_pb2,
-        model_service_pb2_grpc,
+        model_service_pb2,
         predict_pb2,
         prediction_service_pb2,
-        prediction_service_pb2_grpc,
     )
 
     from servebench.clients import tensor_proto
@@ -59,26 +61,27 @@ def load_apis() -> SimpleNamespace:
         metadata=get_model_metadata_pb2,
         status=get_model_status_pb2,
         model=model_pb2,
-        model_service=model_service_pb2_grpc,
         predict=predict_pb2,
-        prediction_service=prediction_service_pb2_grpc,
+        status_path=method_path(model_service_pb2.DESCRIPTOR, "ModelService", "GetModelStatus"),
+        metadata_path=method_path(
+            prediction_service_pb2.DESCRIPTOR, "PredictionService", "GetModelMetadata"
+        ),
         predict_path=method_path(prediction_service_pb2.DESCRIPTOR, "PredictionService", "Predict"),
         tensor_proto=tensor_proto,
     )
 
 
-class TfsGrpcClient(GrpcModelClient):
-    """Predict with one TF Serving model over gRPC.
+class TfsGrpcCodec(GrpcCodec):
+    """Requests to and answers from one TF Serving model over gRPC.
 
-    `channels` > 1 spreads requests round-robin over that many HTTP/2 connections.
-    `timeout` is each request's gRPC deadline (None: the load engine's own timeout
-    applies); `connect_timeout` bounds each control call in `connect()`. A given
-    `signature` is trusted as the expected answer and `connect()` then asks the server
-    nothing.
+    `signature_name` is the SignatureDef to call. Building one imports nothing heavy; the
+    first request built or read loads the protos (`load`).
     """
 
     server = "TF Serving"
     integer_versions = True
+    # Typed in rather than read from the protos, so that sniffing imports no TensorFlow.
+    probe_path = "/tensorflow.serving.ModelService/GetModelStatus"
 
     def __init__(
         self,
@@ -87,69 +90,47 @@ class TfsGrpcClient(GrpcModelClient):
         *,
         version: str | None = None,
         signature_name: str = DEFAULT_SIGNATURE,
-        channels: int = 1,
-        timeout: float | None = None,
-        connect_timeout: float = 10.0,
-        signature: ModelSignature | None = None,
-    ):
-        super().__init__(
-            url,
-            model,
-            version=version,
-            channels=channels,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            signature=signature,
-        )
+    ) -> None:
+        super().__init__(url, model, version)
         self.signature_name = signature_name
-        self._apis: SimpleNamespace | None = None
 
-    async def connect(self) -> None:
-        """Open the channels and read the signature (unless given); InferenceError on failure."""
-        if self._calls:
-            return
-        apis = self._apis = self._apis or load_apis()
-        channels = open_channels(self.target, self.channels)
-        try:
-            if self._signature is None:
-                self._signature = await self._read_signature(apis, channels[0])
-        except BaseException:
-            for channel in channels:
-                await channel.close()
-            raise
-        self._use_channels(channels, apis.predict_path, apis.predict.PredictResponse)
+    @classmethod
+    def load(cls) -> None:
+        load_apis()
+
+    @property
+    def infer_path(self) -> str:
+        return load_apis().predict_path
+
+    @property
+    def infer_response(self) -> Any:
+        return load_apis().predict.PredictResponse
 
     def _model_spec(self, apis: SimpleNamespace) -> Any:
         return model_spec(apis, self.model, self.version, self.signature_name)
 
-    async def _read_signature(
-        self, apis: SimpleNamespace, channel: grpc.aio.Channel
-    ) -> ModelSignature:
-        timeout = self.connect_timeout
-        model_spec = self._model_spec(apis)
-        try:
-            status = await apis.model_service.ModelServiceStub(channel).GetModelStatus(
-                apis.status.GetModelStatusRequest(model_spec=model_spec), timeout=timeout
-            )
-            check_available(apis, status, self._where)
-            metadata = await apis.prediction_service.PredictionServiceStub(
-                channel
-            ).GetModelMetadata(
-                apis.metadata.GetModelMetadataRequest(
-                    model_spec=model_spec, metadata_field=["signature_def"]
-                ),
-                timeout=timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_failure(exc.code().name, exc.details() or "", self._where) from exc
+    def read_signature(self) -> Generator[GrpcCall, Any, ModelSignature]:
+        apis = load_apis()
+        spec = self._model_spec(apis)
+        status = yield GrpcCall(
+            apis.status_path,
+            apis.status.GetModelStatusRequest(model_spec=spec).SerializeToString(),
+            apis.status.GetModelStatusResponse,
+        )
+        check_available(apis, status, self.where)
+        metadata = yield GrpcCall(
+            apis.metadata_path,
+            apis.metadata.GetModelMetadataRequest(
+                model_spec=spec, metadata_field=["signature_def"]
+            ).SerializeToString(),
+            apis.metadata.GetModelMetadataResponse,
+        )
         return signature_from_metadata(
-            apis, metadata, self.model, self.signature_name, self.version, self._where
+            apis, metadata, self.model, self.signature_name, self.version, self.where
         )
 
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        """Works before connect() when a signature was given, as the other clients do."""
-        signature = self._require_signature()
-        apis = self._apis = self._apis or load_apis()
+    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
+        apis = load_apis()
         check_batch_size(signature, batch_size)
         arrays = random_inputs(signature.inputs, batch_size, seed)
         request = apis.predict.PredictRequest(model_spec=self._model_spec(apis))
@@ -160,12 +141,15 @@ class TfsGrpcClient(GrpcModelClient):
             batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
         )
 
-    def _decode(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
-        return decode_outputs(self._apis, response, specs, self._where)
+    def _read(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
+        return decode_outputs(load_apis(), response, specs, self.where)
 
 
-# Functions rather than methods, so that callers with another transport (the Locust users'
-# sync gRPC stubs under gevent) build requests and read answers exactly as the client does.
+class TfsGrpcClient(GrpcModelClient):
+    """Predict with one TF Serving model over gRPC; `signature_name` goes to `TfsGrpcCodec`
+    (channels and timeouts: `GrpcModelClient`)."""
+
+    codec_class = TfsGrpcCodec
 
 
 def model_spec(apis: SimpleNamespace, model: str, version: str, signature_name: str) -> Any:

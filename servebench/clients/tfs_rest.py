@@ -1,4 +1,4 @@
-"""TF Serving's REST API with aiohttp: `/v1/models/<m>[/versions/<v>]:predict`.
+"""TF Serving's REST API: `/v1/models/<m>[/versions/<v>]:predict`.
 
 Both request forms are supported, as TF Serving's REST docs define them: `row` sends
 `{"instances": [...]}` (one entry per batch row) and gets `{"predictions": ...}`;
@@ -6,54 +6,57 @@ Both request forms are supported, as TF Serving's REST docs define them: `row` s
 With a single named output TF Serving leaves the name out of the answer; with several it
 returns one object per row (row) or one object of tensors (columnar).
 
-The JSON body is encoded once per payload; answers are parsed with the stdlib `json`
-(TF Serving writes NaN/Infinity, which it accepts), turned into arrays of the signature's
-dtype (refusing values that do not fit it, e.g. floats for an int32 output) and checked.
-Byte counts are the HTTP body sizes, without headers.
+`TfsRestCodec` is the protocol: the JSON body is encoded once per payload; answers are
+parsed with the stdlib `json` (TF Serving writes NaN/Infinity, which it accepts), turned
+into arrays of the signature's dtype (refusing values that do not fit it, e.g. floats for
+an int32 output) and checked; the signature comes from the model status and metadata
+endpoints. `TfsRestClient` is the codec on aiohttp; the Locust users put the same codec on
+geventhttpclient. Byte counts are the HTTP body sizes, without headers.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Generator, Mapping
 from typing import Any
 
-import aiohttp
 import numpy as np
 from yarl import URL
 
 from servebench.clients.base import (
     ErrorKind,
     InferenceError,
-    InferResult,
     ModelSignature,
     Payload,
     TensorSpec,
     check_batch_size,
-    check_outputs,
     random_inputs,
 )
+from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec, json_object
 from servebench.clients.endpoints import path_segment
-from servebench.clients.errors import http_failure, http_status
-from servebench.clients.http_model_client import TRANSPORT_ERRORS, HttpModelClient
+from servebench.clients.errors import http_status
+from servebench.clients.http_model_client import HttpModelClient
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 
 REQUEST_FORMATS = ("row", "columnar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
 # Which JSON value kinds (numpy's kind of the parsed list) an output dtype accepts.
 _ACCEPTED_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
+# Words of TF Serving's model-status errors ("Could not find any versions of model m",
+# "Servable not found for request: Latest(m)"); Triton says only "Not Found" there.
+_STATUS_ERRORS = ("could not find", "servable")
 
 
-class TfsRestClient(HttpModelClient):
-    """Predict with one TF Serving model over REST from a pool of keep-alive connections.
+class TfsRestCodec(HttpCodec):
+    """Requests to and answers from one TF Serving model over REST.
 
-    `request_format` is `row` or `columnar`. `timeout` bounds each request (None: the load
-    engine's own timeout applies); `connect_timeout` bounds each control call in
-    `connect()`. A given `signature` is trusted as the expected answer and `connect()`
-    then asks the server nothing.
+    `request_format` is `row` or `columnar`; `signature_name` the SignatureDef to call.
     """
 
     server = "TF Serving"
     integer_versions = True
+    # A model's status: TF Serving answers it, or names the missing servable.
+    probe_path = "/v1/models/{model}"
 
     def __init__(
         self,
@@ -63,24 +66,12 @@ class TfsRestClient(HttpModelClient):
         version: str | None = None,
         request_format: str = "row",
         signature_name: str = DEFAULT_SIGNATURE,
-        connections: int = 64,
-        timeout: float | None = None,
-        connect_timeout: float = 10.0,
-        signature: ModelSignature | None = None,
-    ):
+    ) -> None:
         if request_format not in REQUEST_FORMATS:
             raise ValueError(
                 f"request_format: {request_format!r} is not one of {', '.join(REQUEST_FORMATS)}"
             )
-        super().__init__(
-            url,
-            model,
-            version=version,
-            connections=connections,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            signature=signature,
-        )
+        super().__init__(url, model, version)
         self.request_format = request_format
         self.signature_name = signature_name
         model_path = f"{self.base}/v1/models/{path_segment(model)}"
@@ -88,44 +79,28 @@ class TfsRestClient(HttpModelClient):
             model_path += f"/versions/{self.version}"
         self.status_url = URL(model_path, encoded=True)
         self.metadata_url = URL(f"{model_path}/metadata", encoded=True)
-        self.predict_url = URL(f"{model_path}:predict", encoded=True)
+        self._predict_url = URL(f"{model_path}:predict", encoded=True)
 
-    async def connect(self) -> None:
-        """Open the session and read the signature (unless given); InferenceError on failure."""
-        if self._session is not None:
-            return
-        session = self._new_session()
-        try:
-            if self._signature is None:
-                self._signature = await self._read_signature(session)
-        except BaseException:
-            await session.close()
-            raise
-        self._session = session
+    @property
+    def infer_url(self) -> URL:
+        return self._predict_url
 
-    async def _read_signature(self, session: aiohttp.ClientSession) -> ModelSignature:
-        status = await self._get_json(session, self.status_url)
+    @staticmethod
+    def answers_probe(document: object) -> bool:
+        return isinstance(document, dict) and (
+            "model_version_status" in document
+            or any(w in str(document.get("error", "")).lower() for w in _STATUS_ERRORS)
+        )
+
+    def read_signature(self) -> Generator[URL, HttpAnswer, ModelSignature]:
+        status = _document((yield self.status_url), self.status_url)
         check_available(status, str(self.status_url))
-        metadata = await self._get_json(session, self.metadata_url)
+        metadata = _document((yield self.metadata_url), self.metadata_url)
         return signature_from_metadata(
             metadata, self.model, self.signature_name, self.version, str(self.metadata_url)
         )
 
-    async def _get_json(self, session: aiohttp.ClientSession, url: URL) -> dict[str, Any]:
-        try:
-            async with session.get(
-                url, timeout=aiohttp.ClientTimeout(total=self.connect_timeout)
-            ) as response:
-                body = await response.read()
-                status = response.status
-        except TRANSPORT_ERRORS as exc:
-            raise http_failure(exc, str(url)) from exc
-        if status != 200:
-            raise http_status(status, body, str(url))
-        return json_object(body, str(url))
-
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        signature = self._require_signature()
+    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
         check_batch_size(signature, batch_size)
         arrays = random_inputs(signature.inputs, batch_size, seed)
         document: dict[str, Any] = {"signature_name": self.signature_name}
@@ -139,38 +114,30 @@ class TfsRestClient(HttpModelClient):
                 {name: rows[i] for name, rows in lists.items()} for i in range(batch_size)
             ]
         body = json.dumps(document, separators=(",", ":")).encode()
-        return Payload(batch_size=batch_size, inputs=arrays, encoded=body, request_bytes=len(body))
+        return Payload(
+            batch_size=batch_size,
+            inputs=arrays,
+            encoded=HttpBody(body, _JSON_HEADERS),
+            request_bytes=len(body),
+        )
 
-    async def infer(self, payload: Payload) -> InferResult:
-        session = self._require_session()
-        try:
-            async with session.post(
-                self.predict_url, data=payload.encoded, headers=_JSON_HEADERS
-            ) as response:
-                body = await response.read()
-                status = response.status
-        except TRANSPORT_ERRORS as exc:
-            raise http_failure(exc, str(self.predict_url)) from exc
-        if status != 200:
-            raise http_status(status, body, str(self.predict_url))
-        signature = self._require_signature()
-        outputs = self._decode(body, signature.outputs)
-        check_outputs(outputs, signature.outputs, payload.batch_size)
-        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=len(body))
-
-    def _decode(self, body: bytes, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:
-        return decode_predict(body, specs, self.request_format, str(self.predict_url))
+    def _read(
+        self, body: bytes, headers: Mapping[str, str], specs: tuple[TensorSpec, ...]
+    ) -> dict[str, np.ndarray]:
+        return decode_predict(body, specs, self.request_format, str(self._predict_url))
 
 
-def json_object(body: bytes, where: str) -> dict[str, Any]:
-    """An answer body that must be one JSON object; BAD_RESPONSE naming `where` otherwise."""
-    try:
-        document = json.loads(body)
-    except ValueError as exc:
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not JSON ({exc})") from exc
-    if not isinstance(document, dict):
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: not a JSON object")
-    return document
+def _document(answer: HttpAnswer, url: URL) -> dict[str, Any]:
+    if answer.status != 200:
+        raise http_status(answer.status, answer.body, str(url))
+    return json_object(answer.body, str(url))
+
+
+class TfsRestClient(HttpModelClient):
+    """Predict with one TF Serving model over REST; `request_format` and `signature_name`
+    go to `TfsRestCodec` (the pool and timeouts: `HttpModelClient`)."""
+
+    codec_class = TfsRestCodec
 
 
 def check_available(status: dict[str, Any], where: str) -> None:
@@ -187,11 +154,7 @@ def check_available(status: dict[str, Any], where: str) -> None:
 def signature_from_metadata(
     metadata: dict[str, Any], model: str, signature_name: str, version: str, where: str
 ) -> ModelSignature:
-    """The signature in a REST metadata answer (`{"model_spec": ..., "metadata": ...}`).
-
-    This and `check_available` / `decode_predict` / `json_object` are functions so that callers with
-    another HTTP transport (the Locust users' gevent client) read answers the same way.
-    """
+    """The signature in a REST metadata answer (`{"model_spec": ..., "metadata": ...}`)."""
     try:
         signature_map = metadata["metadata"]["signature_def"]
         answered = str(metadata.get("model_spec", {}).get("version", version))

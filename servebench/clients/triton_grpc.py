@@ -1,9 +1,11 @@
 """Triton over gRPC (the KServe v2 `GRPCInferenceService`).
 
-The control plane (metadata, config, readiness) goes through `tritonclient.grpc.aio`. Its
-`infer()` builds and serializes a `ModelInferRequest` on every call, so the hot path instead
-sends a request serialized once per payload (tritonclient's generated `service_pb2`) on
-its own channel(s), and decodes answers with tritonclient's `InferResult`.
+`TritonGrpcCodec` is the protocol: a `ModelInferRequest` serialized once per payload
+(tritonclient's generated `service_pb2`), answers decoded with tritonclient's `InferResult`,
+and the signature from the ModelMetadata, ModelConfig and ModelReady calls (as JSON, the
+form `triton_signature` reads). tritonclient's own `infer()` builds and serializes the
+request on every call, so it is not used. `TritonGrpcClient` is the codec on grpc.aio
+channels; the Locust users put the same codec on blocking grpcio channels.
 
 Byte counts are the serialized ModelInferRequest / ModelInferResponse sizes (see
 `grpc_calls`), without gRPC and HTTP/2 framing.
@@ -11,11 +13,14 @@ Byte counts are the serialized ModelInferRequest / ModelInferResponse sizes (see
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import numpy as np
 import tritonclient.grpc as triton_grpc
-import tritonclient.grpc.aio as triton_grpc_aio
+from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import np_to_triton_dtype
 
 from servebench.clients.base import (
     ErrorKind,
@@ -26,77 +31,59 @@ from servebench.clients.base import (
     check_batch_size,
     random_inputs,
 )
-from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import method_path, open_channels
+from servebench.clients.codec import GrpcCall, GrpcCodec
+from servebench.clients.grpc_calls import method_path
 from servebench.clients.grpc_model_client import GrpcModelClient
 from servebench.clients.triton_signature import triton_signature
 
-MODEL_INFER = method_path(service_pb2.DESCRIPTOR, "GRPCInferenceService", "ModelInfer")
+
+def _method(name: str) -> str:
+    return method_path(service_pb2.DESCRIPTOR, "GRPCInferenceService", name)
 
 
-class TritonGrpcClient(GrpcModelClient):
-    """Infer on one Triton model over gRPC.
+MODEL_INFER = _method("ModelInfer")
+MODEL_METADATA = _method("ModelMetadata")
+MODEL_CONFIG = _method("ModelConfig")
+MODEL_READY = _method("ModelReady")
 
-    `channels` > 1 spreads requests round-robin over that many HTTP/2 connections (one
-    connection multiplexes every request otherwise). `timeout` is each request's gRPC
-    deadline (None: the load engine's own timeout applies); `connect_timeout` bounds each
-    control call in `connect()`. A given `signature` is trusted as the expected answer and
-    `connect()` then asks the server nothing.
-    """
+
+class TritonGrpcCodec(GrpcCodec):
+    """Requests to and answers from one Triton model over gRPC."""
 
     server = "Triton"
+    probe_path = _method("ServerLive")
 
-    def __init__(
-        self,
-        url: str,
-        model: str,
-        *,
-        version: str | None = None,
-        channels: int = 1,
-        timeout: float | None = None,
-        connect_timeout: float = 10.0,
-        signature: ModelSignature | None = None,
-    ):
-        super().__init__(
-            url,
-            model,
-            version=version,
-            channels=channels,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            signature=signature,
+    @property
+    def infer_path(self) -> str:
+        return MODEL_INFER
+
+    @property
+    def infer_response(self) -> Any:
+        return service_pb2.ModelInferResponse
+
+    def read_signature(self) -> Generator[GrpcCall, Any, ModelSignature]:
+        names = {"name": self.model, "version": self.version}
+        # Metadata first: for an unknown model it carries Triton's message naming it.
+        metadata = yield GrpcCall(
+            MODEL_METADATA,
+            service_pb2.ModelMetadataRequest(**names).SerializeToString(),
+            service_pb2.ModelMetadataResponse,
         )
+        config = yield GrpcCall(
+            MODEL_CONFIG,
+            service_pb2.ModelConfigRequest(**names).SerializeToString(),
+            service_pb2.ModelConfigResponse,
+        )
+        ready = yield GrpcCall(
+            MODEL_READY,
+            service_pb2.ModelReadyRequest(**names).SerializeToString(),
+            service_pb2.ModelReadyResponse,
+        )
+        if not ready.ready:
+            raise InferenceError(ErrorKind.SERVER_ERROR, f"{self.where}: not ready")
+        return triton_signature(_as_json(metadata), _as_json(config.config), self.version)
 
-    async def connect(self) -> None:
-        """Read the signature (unless given) and open the channels; InferenceError on failure."""
-        if self._calls:
-            return
-        if self._signature is None:
-            self._signature = await self._read_signature()
-        channels = open_channels(self.target, self.channels)
-        self._use_channels(channels, MODEL_INFER, service_pb2.ModelInferResponse)
-
-    async def _read_signature(self) -> ModelSignature:
-        control = triton_grpc_aio.InferenceServerClient(self.target)
-        timeout = self.connect_timeout
-        try:
-            # Metadata first: for an unknown model it carries Triton's message naming it.
-            metadata = await control.get_model_metadata(
-                self.model, self.version, as_json=True, client_timeout=timeout
-            )
-            config = await control.get_model_config(
-                self.model, self.version, as_json=True, client_timeout=timeout
-            )
-            if not await control.is_model_ready(self.model, self.version, client_timeout=timeout):
-                raise InferenceError(ErrorKind.SERVER_ERROR, f"{self._where}: not ready")
-        except InferenceServerException as exc:
-            raise grpc_failure(exc.status() or "", exc.message() or "", self._where) from exc
-        finally:
-            await control.close()
-        return triton_signature(metadata, config.get("config", {}), self.version)
-
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        signature = self._require_signature()
+    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
         check_batch_size(signature, batch_size)
         arrays = random_inputs(signature.inputs, batch_size, seed)
         request = service_pb2.ModelInferRequest(model_name=self.model, model_version=self.version)
@@ -113,27 +100,29 @@ class TritonGrpcClient(GrpcModelClient):
             batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
         )
 
-    def _decode(
+    def _read(
         self, response: service_pb2.ModelInferResponse, specs: tuple[TensorSpec, ...]
     ) -> dict[str, np.ndarray]:
-        return decode_response(response, specs, self._where)
+        try:
+            result = triton_grpc.InferResult(response)
+            outputs = {}
+            for spec in specs:
+                array = result.as_numpy(spec.name)
+                if array is not None:
+                    outputs[spec.name] = array
+        except Exception as exc:  # a tensor whose bytes do not fit its shape or datatype
+            raise InferenceError(
+                ErrorKind.BAD_RESPONSE, f"{self.where}: unreadable answer ({exc})"
+            ) from exc
+        return outputs
 
 
-def decode_response(
-    response: service_pb2.ModelInferResponse, specs: tuple[TensorSpec, ...], where: str
-) -> dict[str, np.ndarray]:
-    """The expected outputs a ModelInferResponse holds (absent ones left out for the check).
+def _as_json(message: Any) -> dict[str, Any]:
+    """A control answer as tritonclient's `as_json=True` gives it (int64s as strings)."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
-    A function, not a method, so that callers with another transport (the Locust users'
-    sync gRPC channels) decode answers the same way.
-    """
-    try:
-        result = triton_grpc.InferResult(response)
-        outputs = {}
-        for spec in specs:
-            array = result.as_numpy(spec.name)
-            if array is not None:
-                outputs[spec.name] = array
-    except Exception as exc:  # a tensor whose bytes do not fit its shape or datatype
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: unreadable answer ({exc})") from exc
-    return outputs
+
+class TritonGrpcClient(GrpcModelClient):
+    """Infer on one Triton model over gRPC (channels and timeouts: `GrpcModelClient`)."""
+
+    codec_class = TritonGrpcCodec

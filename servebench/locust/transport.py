@@ -1,25 +1,22 @@
-"""The four protocols as blocking calls that cooperate with gevent (Locust's concurrency).
+"""servebench's protocols as blocking calls that cooperate with gevent (Locust's concurrency).
 
 Why not servebench's async clients as they are: Locust runs its users as greenlets on a
 gevent loop after monkey-patching the standard library; an asyncio loop (aiohttp,
 grpc.aio) inside a greenlet blocks every other user while it runs, and grpc.aio's own
-threads do not yield to gevent. So each protocol here keeps what the clients do that
-matters for a measurement and swaps only the transport:
+threads do not yield to gevent. So the protocols are not redone here: each user holds the
+protocol's codec from the registry (`servebench.clients.codec`: the same object the async
+clients use to build requests, read signatures and decode and check answers) and this
+module only moves its bytes, the I/O edge of the httpx shape:
 
-- payloads come from the servebench client's own `make_payload` (encoded once, before the
-  swarm; the client is built with the signature and never connects);
-- answers are decoded and checked by the same functions the clients use
-  (`triton_http.decode_answer`, `triton_grpc.decode_response`, `tfs_rest.decode_predict`,
-  `tfs_grpc.decode_outputs`, `base.check_outputs`), so a wrong shape or dtype is a
-  BAD_RESPONSE failure here exactly as in `servebench load`;
-- failures are the same classified `InferenceError`s (`clients.errors`);
-- HTTP goes through geventhttpclient (the library under Locust's FastHttpUser), one
-  keep-alive connection per user; gRPC through grpcio's blocking stubs, which yield to
-  gevent once `grpc.experimental.gevent.init_gevent()` has run (`users` calls it at
-  import, before any channel exists), one channel (HTTP/2 connection) per user.
+- `HttpTransport` through geventhttpclient (the library under Locust's FastHttpUser), one
+  keep-alive connection per user;
+- `GrpcTransport` through grpcio's blocking channels, which yield to gevent once
+  `grpc.experimental.gevent.init_gevent()` has run (`users` calls it at import, before any
+  channel exists), one channel (HTTP/2 connection) per user.
 
-Control-plane reads (signature) use the same transports: tritonclient's blocking clients
-for Triton (its HTTP client is geventhttpclient too), plain GETs and stubs for TF Serving.
+So a payload is encoded once by the codec before the swarm, a wrong shape or dtype is a
+BAD_RESPONSE failure exactly as in `servebench load`, and failures are the same classified
+`InferenceError`s (`clients.errors`). A protocol added to the registry needs nothing here.
 """
 
 from __future__ import annotations
@@ -30,33 +27,33 @@ from typing import Any, NamedTuple, Protocol
 import gevent
 import gevent.lock
 import grpc
-import tritonclient.grpc as triton_grpc
-import tritonclient.http as triton_http
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
-from tritonclient.grpc import service_pb2
-from tritonclient.utils import InferenceServerException
+from yarl import URL
 
-from servebench.clients import tfs_grpc, tfs_rest
 from servebench.clients.base import (
     ErrorKind,
     InferenceError,
     ModelSignature,
     Payload,
     TensorSpec,
-    check_outputs,
 )
-from servebench.clients.errors import grpc_failure, http_status
-from servebench.clients.factory import create_client
+from servebench.clients.codec import (
+    GrpcCall,
+    GrpcCodec,
+    HttpAnswer,
+    HttpBody,
+    HttpCodec,
+    ModelCodec,
+    drive,
+)
+from servebench.clients.errors import grpc_failure
 from servebench.clients.grpc_calls import CHANNEL_OPTIONS, sized_parser
-from servebench.clients.tfs_signature import DEFAULT_SIGNATURE
-from servebench.clients.triton_grpc import MODEL_INFER, decode_response
-from servebench.clients.triton_http import decode_answer
-from servebench.clients.triton_signature import triton_signature
+from servebench.clients.registry import PROTOCOLS
+from servebench.clients.registry import protocol as find_protocol
 from servebench.locust.settings import PAYLOAD_SEED, UserSettings, read_signature_file
 
 _TRANSPORT_ERRORS = (OSError, HTTPParseError, gevent.Timeout)
-_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def transport_failure(exc: BaseException, where: str) -> InferenceError:
@@ -75,16 +72,16 @@ def transport_failure(exc: BaseException, where: str) -> InferenceError:
 
 
 def rpc_failure(exc: grpc.RpcError, where: str) -> InferenceError:
-    code = exc.code() if hasattr(exc, "code") else None
-    if code is None:
-        return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}")
-    return grpc_failure(code.name, exc.details() or "", where)  # type: ignore[attr-defined]
+    """Classify what a blocking gRPC call raised (a failed call is also a `grpc.Call`)."""
+    if isinstance(exc, grpc.Call):
+        return grpc_failure(exc.code().name, exc.details() or "", where)
+    return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}")
 
 
 class Transport(Protocol):
-    """One user's connection to one model: read the signature, send payloads."""
+    """One user's connection to one model, speaking through the protocol's codec."""
 
-    where: str
+    codec: ModelCodec
 
     def read_signature(self) -> ModelSignature: ...
 
@@ -98,154 +95,74 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def make_payload(settings: UserSettings, url: str, signature: ModelSignature, seed: int) -> Payload:
-    """The request body, encoded once by the servebench client of the protocol."""
-    client = create_client(
-        settings.protocol, url, settings.model, version=settings.version or None,
-        signature=signature, **_client_options(settings),
-    )  # fmt: skip
-    return client.make_payload(settings.batch_size, seed)
-
-
-def _client_options(settings: UserSettings) -> dict[str, Any]:
-    return {"request_format": settings.request_format} if settings.protocol == "tfs-rest" else {}
+def open_codec(settings: UserSettings, url: str) -> ModelCodec:
+    """The codec of `settings.protocol` for the model at `url` (the server or its link)."""
+    spec = find_protocol(settings.protocol)
+    codec_class = spec.codec_class()
+    if codec_class is None:
+        raise ValueError(f"--protocol: {settings.protocol!r} has no model format")
+    options = {}
+    if spec.accepts("request_format"):
+        options["request_format"] = settings.request_format
+    return codec_class(url, settings.model, version=settings.version or None, **options)
 
 
 def open_transport(settings: UserSettings, url: str) -> Transport:
     """The transport for `settings.protocol`, connecting to `url` (the server or its link)."""
-    return _TRANSPORTS[settings.protocol](settings, url)
+    codec = open_codec(settings, url)
+    if isinstance(codec, HttpCodec):
+        return HttpTransport(codec, settings.timeout_s)
+    if isinstance(codec, GrpcCodec):
+        return GrpcTransport(codec, settings.timeout_s)
+    raise TypeError(f"{type(codec).__name__}: neither an HTTP nor a gRPC codec")
 
 
-class _Http:
-    """Shared by both HTTP protocols: one keep-alive connection, requests as raw bytes."""
+class HttpTransport:
+    """An HTTP codec on one keep-alive geventhttpclient connection."""
 
-    def __init__(self, base: Any, timeout_s: float):
+    def __init__(self, codec: HttpCodec, timeout_s: float):
+        self.codec = codec
         self.http = HTTPClient.from_url(
-            str(base), concurrency=1, connection_timeout=timeout_s, network_timeout=timeout_s
+            str(codec.base), concurrency=1, connection_timeout=timeout_s, network_timeout=timeout_s
         )
 
-    def send(
-        self, method: str, path: str, where: str, body: bytes = b"", headers: Any = None
-    ) -> tuple[int, bytes, Any]:
+    def _send(self, method: str, url: URL, body: HttpBody | None = None) -> HttpAnswer:
+        data, headers = (body.data, body.headers) if body is not None else (b"", None)
         try:
-            response = self.http.request(method, path, body=body, headers=headers)
-            data = response.read()
+            response = self.http.request(method, url.raw_path, body=data, headers=headers)
+            answer = response.read()
         except _TRANSPORT_ERRORS as exc:
-            raise transport_failure(exc, where) from exc
-        return response.status_code, data, response
+            raise transport_failure(exc, str(url)) from exc
+        return HttpAnswer(response.status_code, answer, response.info())
+
+    def read_signature(self) -> ModelSignature:
+        return drive(self.codec.read_signature(), lambda url: self._send("GET", url))
+
+    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
+        answer = self._send("POST", self.codec.infer_url, payload.encoded)
+        self.codec.outputs(answer, outputs, payload.batch_size)
+        return len(answer.body)
 
     def close(self) -> None:
         self.http.close()
 
 
-class TritonHttpTransport(_Http):
-    def __init__(self, settings: UserSettings, url: str):
-        client = create_client("triton-http", url, settings.model, version=settings.version)
-        super().__init__(client.base, settings.timeout_s)  # type: ignore[attr-defined]
-        self.settings = settings
-        self.base = client.base  # type: ignore[attr-defined]
-        self.infer_url = client.infer_url  # type: ignore[attr-defined]
-        self.path = self.infer_url.raw_path
-        self.where = str(self.infer_url)
+class GrpcTransport:
+    """A gRPC codec on one blocking channel: unary calls on pre-serialized bytes."""
 
-    def read_signature(self) -> ModelSignature:
-        base, settings = self.base, self.settings
-        host = f"[{base.host}]" if ":" in (base.host or "") else base.host
-        control = triton_http.InferenceServerClient(
-            f"{host}:{base.port}{base.path}",
-            connection_timeout=settings.timeout_s,
-            network_timeout=settings.timeout_s,
-            ssl=base.scheme == "https",
-        )
-        where = f"{base} model {settings.model!r}"
-        try:
-            # Metadata first: for an unknown model it carries Triton's message naming it.
-            metadata = control.get_model_metadata(settings.model, settings.version)
-            config = control.get_model_config(settings.model, settings.version)
-            if not control.is_model_ready(settings.model, settings.version):
-                raise InferenceError(ErrorKind.SERVER_ERROR, f"{where}: not ready")
-        except InferenceServerException as exc:
-            status = exc.status()
-            code = int(status) if status and str(status).isdigit() else None
-            raise InferenceError(
-                ErrorKind.HTTP_STATUS, f"{where}: HTTP {status}: {exc.message()}", status=code
-            ) from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise transport_failure(exc, str(base)) from exc
-        finally:
-            control.close()
-        return triton_signature(metadata, config, settings.version)
-
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
-        request = payload.encoded
-        status, body, response = self.send(
-            "POST", self.path, self.where, request.body, request.headers
-        )
-        if status != 200:
-            raise http_status(status, body, self.where)
-        encoding = response.get("Content-Encoding")
-        if encoding not in (None, "identity"):
-            raise InferenceError(
-                ErrorKind.BAD_RESPONSE, f"{self.where}: {encoding}-encoded answer to identity"
-            )
-        answer = decode_answer(body, response.get("Inference-Header-Content-Length"), self.where)
-        check_outputs(answer, outputs, payload.batch_size)
-        return len(body)
-
-
-class TfsRestTransport(_Http):
-    def __init__(self, settings: UserSettings, url: str):
-        client = create_client(
-            "tfs-rest", url, settings.model, version=settings.version or None,
-            request_format=settings.request_format,
-        )  # fmt: skip
-        super().__init__(client.base, settings.timeout_s)  # type: ignore[attr-defined]
-        self.settings = settings
-        self.status_url = client.status_url  # type: ignore[attr-defined]
-        self.metadata_url = client.metadata_url  # type: ignore[attr-defined]
-        self.predict_url = client.predict_url  # type: ignore[attr-defined]
-        self.where = str(self.predict_url)
-
-    def _get_json(self, url: Any) -> dict[str, Any]:
-        status, body, _ = self.send("GET", url.raw_path, str(url))
-        if status != 200:
-            raise http_status(status, body, str(url))
-        return tfs_rest.json_object(body, str(url))
-
-    def read_signature(self) -> ModelSignature:
-        tfs_rest.check_available(self._get_json(self.status_url), str(self.status_url))
-        return tfs_rest.signature_from_metadata(
-            self._get_json(self.metadata_url),
-            self.settings.model,
-            DEFAULT_SIGNATURE,
-            self.settings.version,
-            str(self.metadata_url),
-        )
-
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
-        status, body, _ = self.send(
-            "POST", self.predict_url.raw_path, self.where, payload.encoded, _JSON_HEADERS
-        )
-        if status != 200:
-            raise http_status(status, body, self.where)
-        answer = tfs_rest.decode_predict(body, outputs, self.settings.request_format, self.where)
-        check_outputs(answer, outputs, payload.batch_size)
-        return len(body)
-
-
-class _Grpc:
-    """Shared by both gRPC protocols: one channel, unary calls on pre-serialized bytes."""
-
-    def __init__(self, target: str, timeout_s: float):
-        self.channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+    def __init__(self, codec: GrpcCodec, timeout_s: float):
+        self.codec = codec
         self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(codec.target, options=CHANNEL_OPTIONS)
+        self._infer = self._unary(codec.infer_path, codec.infer_response)
 
-    def unary(self, path: str, response_class: Any) -> Callable[..., Any]:
+    def _unary(self, path: str, response_class: Any) -> Callable[..., Any]:
         return self.channel.unary_unary(
             path, request_serializer=None, response_deserializer=sized_parser(response_class)
         )
 
-    def call(self, method: Callable[..., Any], request: bytes, where: str) -> tuple[int, Any]:
+    def _call(self, method: Callable[..., Any], request: bytes) -> tuple[int, Any]:
+        where = self.codec.where
         try:
             size, response = method(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
@@ -254,89 +171,19 @@ class _Grpc:
             raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer")
         return size, response
 
+    def _control(self, call: GrpcCall) -> Any:
+        return self._call(self._unary(call.path, call.response), call.request)[1]
+
+    def read_signature(self) -> ModelSignature:
+        return drive(self.codec.read_signature(), self._control)
+
+    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
+        size, response = self._call(self._infer, payload.encoded)
+        self.codec.outputs(response, outputs, payload.batch_size)
+        return size
+
     def close(self) -> None:
         self.channel.close()
-
-
-class TritonGrpcTransport(_Grpc):
-    def __init__(self, settings: UserSettings, url: str):
-        client = create_client("triton-grpc", url, settings.model, version=settings.version)
-        super().__init__(client.target, settings.timeout_s)  # type: ignore[attr-defined]
-        self.settings = settings
-        self.target = client.target  # type: ignore[attr-defined]
-        self.where = f"{self.target} model {settings.model!r}"
-        self._infer = self.unary(MODEL_INFER, service_pb2.ModelInferResponse)
-
-    def read_signature(self) -> ModelSignature:
-        settings = self.settings
-        control = triton_grpc.InferenceServerClient(self.target)
-        timeout = settings.timeout_s
-        try:
-            metadata = control.get_model_metadata(
-                settings.model, settings.version, as_json=True, client_timeout=timeout
-            )
-            config = control.get_model_config(
-                settings.model, settings.version, as_json=True, client_timeout=timeout
-            )
-            ready = control.is_model_ready(settings.model, settings.version, client_timeout=timeout)
-        except InferenceServerException as exc:
-            raise grpc_failure(exc.status() or "", exc.message() or "", self.where) from exc
-        finally:
-            control.close()
-        if not ready:
-            raise InferenceError(ErrorKind.SERVER_ERROR, f"{self.where}: not ready")
-        return triton_signature(metadata, config.get("config", {}), settings.version)
-
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
-        size, response = self.call(self._infer, payload.encoded, self.where)
-        check_outputs(decode_response(response, outputs, self.where), outputs, payload.batch_size)
-        return size
-
-
-class TfsGrpcTransport(_Grpc):
-    def __init__(self, settings: UserSettings, url: str):
-        client = create_client("tfs-grpc", url, settings.model, version=settings.version or None)
-        super().__init__(client.target, settings.timeout_s)  # type: ignore[attr-defined]
-        self.settings = settings
-        self.where = f"{client.target} model {settings.model!r}"  # type: ignore[attr-defined]
-        self.apis = apis = (
-            tfs_grpc.load_apis()
-        )  # imports TensorFlow's generated protos (2-3 s, once)
-        self._predict = self.unary(apis.predict_path, apis.predict.PredictResponse)
-
-    def read_signature(self) -> ModelSignature:
-        apis, settings, timeout = self.apis, self.settings, self.timeout_s
-        spec = tfs_grpc.model_spec(apis, settings.model, settings.version, DEFAULT_SIGNATURE)
-        try:
-            status = apis.model_service.ModelServiceStub(self.channel).GetModelStatus(
-                apis.status.GetModelStatusRequest(model_spec=spec), timeout=timeout
-            )
-            tfs_grpc.check_available(apis, status, self.where)
-            metadata = apis.prediction_service.PredictionServiceStub(self.channel).GetModelMetadata(
-                apis.metadata.GetModelMetadataRequest(
-                    model_spec=spec, metadata_field=["signature_def"]
-                ),
-                timeout=timeout,
-            )
-        except grpc.RpcError as exc:
-            raise rpc_failure(exc, self.where) from exc
-        return tfs_grpc.signature_from_metadata(
-            apis, metadata, settings.model, DEFAULT_SIGNATURE, settings.version, self.where
-        )
-
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
-        size, response = self.call(self._predict, payload.encoded, self.where)
-        answer = tfs_grpc.decode_outputs(self.apis, response, outputs, self.where)
-        check_outputs(answer, outputs, payload.batch_size)
-        return size
-
-
-_TRANSPORTS: dict[str, Callable[[UserSettings, str], Transport]] = {
-    "triton-http": TritonHttpTransport,
-    "triton-grpc": TritonGrpcTransport,
-    "tfs-rest": TfsRestTransport,
-    "tfs-grpc": TfsGrpcTransport,
-}
 
 
 class Prepared(NamedTuple):
@@ -368,7 +215,7 @@ class PayloadCache:
         with lock:
             prepared = self._prepared.get(key)
             if prepared is None:
-                prepared = self._prepared[key] = prepare(settings, url, transport)
+                prepared = self._prepared[key] = prepare(settings, transport)
         return prepared
 
     def clear(self) -> None:
@@ -376,13 +223,14 @@ class PayloadCache:
         self._locks.clear()
 
 
-def prepare(settings: UserSettings, url: str, transport: Transport) -> Prepared:
+def prepare(settings: UserSettings, transport: Transport) -> Prepared:
     """Read (or load) the signature and encode the payload; errors name what failed."""
     if settings.signature_file:
         signature = read_signature_file(settings.signature_file)
     else:
         signature = transport.read_signature()
-    return Prepared(signature, make_payload(settings, url, signature, PAYLOAD_SEED))
+    payload = transport.codec.make_payload(signature, settings.batch_size, PAYLOAD_SEED)
+    return Prepared(signature, payload)
 
 
 def preload(protocols: set[str]) -> None:
@@ -392,5 +240,8 @@ def preload(protocols: set[str]) -> None:
     user, the web UI, the run-time timer) stands still. Paid at start-up, it delays no
     swarm that is already being measured.
     """
-    if "tfs-grpc" in protocols:
-        tfs_grpc.load_apis()
+    for name in protocols:
+        spec = PROTOCOLS.get(name)  # an unknown name is the user's error, reported by its user
+        codec = spec.codec_class() if spec is not None else None
+        if codec is not None:
+            codec.load()

@@ -1,0 +1,116 @@
+"""Every protocol servebench speaks, defined once: its name, transport, ports and code.
+
+Everything that needs to know about protocols reads this table instead of keeping its
+own list: the client factory (`factory.create_client`), the scenario runner (which
+protocol a server kind speaks over HTTP or gRPC), the Locust users (options, transports,
+the `protocol` column), `servebench load` (default metrics page, port hints) and the
+protocol sniffer (`sniff`). Adding a protocol is one entry here plus its module in
+`servebench.clients`: a codec (`codec.HttpCodec` or `codec.GrpcCodec`: requests and
+answers, no I/O) and a client (the codec on an async transport).
+
+Code is named as "module:Class" and imported on use: the Triton and TF Serving modules
+pull in tritonclient and TensorFlow, which must not load because another protocol exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Transport = Literal["http", "grpc"]
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """One protocol servebench speaks.
+
+    `server` is the serving system's API it talks to (`triton`, `tfs`, the server kinds of
+    a scenario), None for a protocol that talks to any endpoint (`http`). `default_port`
+    is where that server listens for it unless told otherwise; `metrics_port` where the
+    server publishes Prometheus metrics by default (None: not on a port of its own).
+    """
+
+    name: str
+    transport: Transport
+    server: str | None
+    default_port: int | None
+    metrics_port: int | None
+    client: str
+    codec: str | None = None
+
+    def client_class(self) -> type:
+        return _load(self.client)
+
+    def codec_class(self) -> Any:
+        """The codec class (None for a protocol with no model format, like `http`)."""
+        return None if self.codec is None else _load(self.codec)
+
+    def accepts(self, option: str) -> bool:
+        """Whether the codec takes keyword `option` (Locust passes only those it takes)."""
+        codec = self.codec_class()
+        return codec is not None and option in inspect.signature(codec).parameters
+
+
+# Order matters where a list is shown or tried: Triton first (the sniffer must ask Triton
+# before TF Serving, since Triton answers TF Serving's REST model path too).
+PROTOCOLS: dict[str, ProtocolSpec] = {
+    spec.name: spec
+    for spec in (
+        ProtocolSpec(
+            "triton-http", "http", "triton", 8000, 8002,
+            client="servebench.clients.triton_http:TritonHttpClient",
+            codec="servebench.clients.triton_http:TritonHttpCodec",
+        ),
+        ProtocolSpec(
+            "triton-grpc", "grpc", "triton", 8001, 8002,
+            client="servebench.clients.triton_grpc:TritonGrpcClient",
+            codec="servebench.clients.triton_grpc:TritonGrpcCodec",
+        ),
+        ProtocolSpec(
+            "tfs-rest", "http", "tfs", 8501, None,
+            client="servebench.clients.tfs_rest:TfsRestClient",
+            codec="servebench.clients.tfs_rest:TfsRestCodec",
+        ),
+        ProtocolSpec(
+            "tfs-grpc", "grpc", "tfs", 8500, None,
+            client="servebench.clients.tfs_grpc:TfsGrpcClient",
+            codec="servebench.clients.tfs_grpc:TfsGrpcCodec",
+        ),
+        ProtocolSpec(
+            "http", "http", None, None, None, client="servebench.clients.rawhttp:RawHttpClient"
+        ),
+    )
+}  # fmt: skip
+
+
+def names() -> list[str]:
+    """Every protocol name, sorted (for messages and help)."""
+    return sorted(PROTOCOLS)
+
+
+def model_protocols() -> tuple[str, ...]:
+    """The protocols that talk to a model server (those with a codec), in table order."""
+    return tuple(name for name, spec in PROTOCOLS.items() if spec.codec is not None)
+
+
+def protocol(name: str) -> ProtocolSpec:
+    """The protocol called `name`; ValueError naming the choices otherwise."""
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ValueError(f"protocol: {name!r} is not one of {', '.join(names())}") from None
+
+
+def for_server(server: str, transport: str) -> ProtocolSpec:
+    """The protocol a `server` kind (`triton`, `tfs`) speaks over `transport` (http, grpc)."""
+    for spec in PROTOCOLS.values():
+        if spec.server == server and spec.transport == transport:
+            return spec
+    raise ValueError(f"no protocol for server kind {server!r} over {transport!r}")
+
+
+def _load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
