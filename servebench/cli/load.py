@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from servebench.clients.registry import names as protocol_names
+
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
 
@@ -43,7 +45,9 @@ _OUT = "Output"
 def load(
     url: Annotated[str, typer.Option(help="Server URL (the full endpoint for protocol http).")],
     model: Annotated[str, typer.Option(help="Model name.")] = "",
-    protocol: Annotated[str, typer.Option(help="Client protocol, e.g. http.")] = "http",
+    protocol: Annotated[
+        str, typer.Option(help=f"Client protocol: {', '.join(protocol_names())}.")
+    ] = "http",
     model_version: Annotated[str | None, typer.Option(help="Model version.")] = None,
     rate: Annotated[
         float | None, typer.Option(help="Open loop: requests per second.", rich_help_panel=_LOAD)

@@ -21,10 +21,9 @@ from urllib.parse import unquote
 
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.registry import PROTOCOLS
 from servebench.clients.sniff import guess_protocol
 
-# Triton's default metrics port, tried for Triton protocols when no --metrics-url is given.
-TRITON_METRICS_PORT = 8002
 _REACH_TIMEOUT_S = 5.0
 # A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
 _MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
@@ -99,22 +98,24 @@ async def protocol_hint(url: str, protocol: str, model: str) -> str | None:
 
 
 def _port_kind(protocol: str) -> str:
-    return "gRPC" if protocol.endswith("grpc") else "HTTP"
+    return "gRPC" if PROTOCOLS[protocol].transport == "grpc" else "HTTP"
 
 
 def default_metrics_url(protocol: str, url: str) -> str | None:
-    """Triton's default metrics page on the server's host, for Triton protocols."""
-    if not protocol.startswith("triton-"):
+    """The server's default metrics page on its host (Triton's :8002), for protocols whose
+    server has one; tried when no --metrics-url is given."""
+    spec = PROTOCOLS[protocol]
+    if spec.metrics_port is None:
         return None
     try:
-        if protocol == "triton-grpc":
+        if spec.transport == "grpc":
             host = grpc_target(url).rsplit(":", 1)[0]
         else:
             host = http_base(url).host or ""
             host = f"[{host}]" if ":" in host else host
     except ValueError:
         return None
-    return f"http://{host}:{TRITON_METRICS_PORT}/metrics"
+    return f"http://{host}:{spec.metrics_port}/metrics"
 
 
 class ServerMetrics:

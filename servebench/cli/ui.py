@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from servebench.clients.registry import model_protocols
+
 # Unknown options after the known ones go to Locust (`servebench ui s.yaml -- --processes 2`).
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -35,7 +37,7 @@ def ui(
     model: Annotated[str | None, typer.Option(help="served model name")] = None,
     model_version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: Annotated[
-        str | None, typer.Option(help="triton-http, triton-grpc, tfs-rest or tfs-grpc")
+        str | None, typer.Option(help=f"one of {', '.join(model_protocols())}")
     ] = None,
     batch_size: Annotated[int | None, typer.Option(help="samples per request")] = None,
     link: Annotated[

@@ -36,8 +36,10 @@ from typing import Any
 
 import yaml
 
+from servebench.clients.registry import PROTOCOLS as REGISTRY
+from servebench.clients.registry import for_server
 from servebench.locust.results import check_run_id
-from servebench.locust.settings import PROTOCOLS
+from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import LinkProfile
 from servebench.results import RUN_FILE, RunDirectory, new_run_id
 
@@ -60,7 +62,7 @@ class Target:
     grpc_host: str = ""
     model: str = ""
     version: str = ""
-    protocol: str = "triton-http"
+    protocol: str = DEFAULT_PROTOCOL
     batch_size: int = 1
     link: str = "direct"
 
@@ -89,7 +91,6 @@ class Plan:
 
 def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Plan:
     """The first server, model, batch size and link of a scenario (ScenarioError if invalid)."""
-    from servebench.scenario.deploy import CLIENT_PROTOCOLS
     from servebench.scenario.plan import resolve_models
     from servebench.scenario.validate import load_scenario
 
@@ -105,7 +106,7 @@ def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Pl
     spec = specs[0]
     target = Target(
         model=spec.id,
-        protocol=CLIENT_PROTOCOLS[(server.kind, server.protocol)],
+        protocol=for_server(server.kind, server.protocol).name,
         batch_size=scenario.workload.batch_sizes[0],
         link=_link_argument(scenario.links[0], path.parent, workdir),
     )
@@ -390,7 +391,9 @@ def launch(
             extra=extra,
         )
         address = (
-            target.grpc_host or target.host if target.protocol.endswith("grpc") else target.host
+            target.grpc_host or target.host
+            if REGISTRY[target.protocol].transport == "grpc"
+            else target.host
         )
         say(
             f"Locust users: {target.protocol} to {address}, model {target.model}, "

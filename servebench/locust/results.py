@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from servebench.clients.registry import PROTOCOLS
 from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
 from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
 from servebench.load.summary import MAX_ERROR_SHARE, judge
@@ -167,7 +168,7 @@ def trial_row(
         "server": coords.server,
         "server_kind": coords.server_kind,
         "launch": SOURCE,
-        "protocol": "grpc" if coords.protocol.endswith("grpc") else "http",
+        "protocol": PROTOCOLS[coords.protocol].transport,
         "client_protocol": coords.protocol,
         "setting": f"swarm {swarm}",
         "model": coords.model,

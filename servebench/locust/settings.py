@@ -16,10 +16,12 @@ import numpy as np
 
 from servebench.clients.base import ModelSignature, TensorSpec
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.registry import PROTOCOLS as REGISTRY
+from servebench.clients.registry import model_protocols
+from servebench.clients.tfs_rest import REQUEST_FORMATS
 
-PROTOCOLS = ("triton-http", "triton-grpc", "tfs-rest", "tfs-grpc")
-GRPC_PROTOCOLS = frozenset({"triton-grpc", "tfs-grpc"})
-REQUEST_FORMATS = ("row", "columnar")
+# What a Locust user can speak: every registered protocol with a model format.
+PROTOCOLS = model_protocols()
 DEFAULT_PROTOCOL = "triton-http"
 DEFAULT_LINK = "direct"
 DEFAULT_TIMEOUT_S = 10.0
@@ -43,11 +45,11 @@ class UserSettings:
 
     @property
     def server_kind(self) -> str:
-        return "triton" if self.protocol.startswith("triton") else "tfs"
+        return REGISTRY[self.protocol].server or ""
 
     @property
     def is_grpc(self) -> bool:
-        return self.protocol in GRPC_PROTOCOLS
+        return REGISTRY[self.protocol].transport == "grpc"
 
     @property
     def request_name(self) -> str:
@@ -100,7 +102,7 @@ def user_settings(options: Any, host: str | None, protocol: str | None = None) -
             f"--tfs-request-format: {request_format!r} is not one of {', '.join(REQUEST_FORMATS)}"
         )
     http_host = (host or "").strip()
-    if protocol in GRPC_PROTOCOLS:
+    if REGISTRY[protocol].transport == "grpc":
         url = _text(options, "grpc_host") or http_host
         if not url:
             raise ValueError(f"--grpc-host: {protocol} needs the server's gRPC host:port")

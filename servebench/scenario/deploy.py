@@ -27,14 +27,6 @@ from servebench.servers.registry import create_server
 EXPORT_DIR = "export"
 REPOS_DIR = "repos"
 
-# Client protocol names (servebench.clients.factory) by server kind and wire protocol.
-CLIENT_PROTOCOLS = {
-    ("triton", "http"): "triton-http",
-    ("triton", "grpc"): "triton-grpc",
-    ("tfs", "http"): "tfs-rest",
-    ("tfs", "grpc"): "tfs-grpc",
-}
-
 
 def needed_formats(plan: Plan) -> tuple[str, ...]:
     kinds = {s.server.kind for s in plan.settings if s.server.launch != "remote"}

@@ -39,6 +39,7 @@ from servebench.analysis.cost import (
 )
 from servebench.analysis.host_peak import record_host_peaks
 from servebench.clients.factory import create_client
+from servebench.clients.registry import for_server
 from servebench.load import LoadEngine, run_in_loop
 from servebench.results import (
     ResultDirError,
@@ -48,7 +49,7 @@ from servebench.results import (
     no_space,
     no_space_reason,
 )
-from servebench.scenario.deploy import CLIENT_PROTOCOLS, build_server, client_target, export_models
+from servebench.scenario.deploy import build_server, client_target, export_models
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, run_trial
@@ -413,7 +414,7 @@ def client_probe(kind: str, protocol: str, *, timeout_s: float, seed: int = 0) -
     """The cold-start probe for a server of `kind` ("triton", "tfs") over `protocol`
     ("http", "grpc"): the client the trials use, so the first inference is timed as their
     requests are sent. It runs its own event loop, as the measurement runs in a thread."""
-    client_protocol = CLIENT_PROTOCOLS[(kind, protocol)]
+    client_protocol = for_server(kind, protocol).name
 
     def probe(server: Server, model: str, count: int) -> list[float]:
         _, url = client_target(server, protocol)

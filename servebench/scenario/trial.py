@@ -20,6 +20,7 @@ import numpy as np
 from model_zoo.counting import count
 from servebench.analysis.cost import InstancePrice, cost_per_million
 from servebench.clients.factory import create_client
+from servebench.clients.registry import for_server
 from servebench.load import (
     LoadEngine,
     LoadSettings,
@@ -35,7 +36,7 @@ from servebench.load.engine import SERVER_UNREACHABLE
 from servebench.load.summary import MAX_ERROR_SHARE
 from servebench.netem import LinkEmulator, LinkProfile, get_profile
 from servebench.results import TrialRow
-from servebench.scenario.deploy import CLIENT_PROTOCOLS, client_target
+from servebench.scenario.deploy import client_target
 from servebench.scenario.plan import Trial
 from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
@@ -156,7 +157,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
     """Measure one trial; exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
     server_section = trial.setting.server
-    protocol = CLIENT_PROTOCOLS[(server_section.kind, server_section.protocol)]
+    protocol = for_server(server_section.kind, server_section.protocol).name
     target, direct_url = client_target(ctx.server, server_section.protocol)
     profile = link_profile(trial, ctx.base_dir)
     records_path = ctx.records_path(trial.id)
