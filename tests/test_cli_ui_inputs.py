@@ -68,3 +68,20 @@ def test_a_taken_port_is_refused_before_anything_starts(closed_port: str):
         port = busy.getsockname()[1]
         result = ui("--host", f"http://{closed_port}", "--model", "m", "--port", str(port))
     assert_one_line_error(result, f"--port {port}", "not free")
+
+
+def test_an_existing_run_id_is_refused_and_generated_ones_never_collide(
+    closed_port: str, tmp_path: Path
+):
+    from servebench.results import unused_run_id
+
+    results = tmp_path / "results"
+    (results / "taken").mkdir(parents=True)
+    result = ui(
+        *(str(QUICKSTART), "--host", f"http://{closed_port}", "--headless", "-t", "1s"),
+        *("--results", str(results), "--", "--run-id", "taken"),
+    )
+    assert_one_line_error(result, "--run-id taken", "exists")
+    (results / "quickstart-locust-20261130T120000Z").mkdir()
+    assert unused_run_id(results, "quickstart-locust-20261130T120000Z").endswith("Z-2")
+    assert unused_run_id(results, "fresh") == "fresh"

@@ -41,7 +41,7 @@ from servebench.clients.registry import for_server
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import LinkProfile
-from servebench.results import RUN_FILE, RunDirectory, new_run_id
+from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LOOPBACK = "127.0.0.1"
@@ -368,9 +368,12 @@ def launch(
     `workdir` holds the export and the local Triton's run folder (the caller removes it).
     """
     target = plan.target
-    run_id, extra = own_options(extra)
-    run_id = run_id or new_run_id(plan.run_prefix)
-    run_path = Path(plan.results_dir) / run_id
+    given, extra = own_options(extra)
+    results = Path(plan.results_dir)
+    if given and (results / given).exists():
+        raise LaunchError(f"--run-id {given}: {results / given} exists; choose another name")
+    run_id = given or unused_run_id(results, new_run_id(plan.run_prefix))
+    run_path = results / run_id
     if port is not None and not headless:
         check_port_free(port)
     ui_port = None if headless else (port or free_port())
