@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,9 @@ def test_proxy_runs_until_interrupted(tmp_path: Path):
         try:
             address = parse_address(proc.stdout.readline().strip(), "printed address")
             rtts = measure_rtts(address, 5)
-            assert min(rtts) > 0.030 and max(rtts) < 0.060
+            # The profile's 30 ms is a floor; the median (not the max, which one busy
+            # moment can spoil) shows it is this profile's RTT, not some larger one.
+            assert min(rtts) > 0.030 and statistics.median(rtts) < 0.060
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=10)
         finally:

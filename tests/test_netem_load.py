@@ -2,6 +2,9 @@
 
 The link's RTT must show up in the generator's latency figures, on top of what the same
 load measures without the link, and the emulator's counters must account for the bytes.
+The RTT is a floor under every latency through the link; how much the link adds on top of
+the direct figures is bounded generously, since both runs share a busy machine (the
+emulator's own ±10 % accuracy is test_netem_emulator's).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,28 +61,35 @@ def http_server() -> Iterator[Address]:
         loop.close()
 
 
-def _load(address: Address):  # type: ignore[no-untyped-def]
+def _load(address: Address, records: Path | None = None):  # type: ignore[no-untyped-def]
     from servebench.clients.factory import create_client
     from servebench.load import LoadSettings, constant, run
 
     factory = functools.partial(create_client, "http", f"http://{address}/work", "test")
     settings = LoadSettings(arrivals=constant(50), duration=2.0, warmup=0.5)
-    return run(factory, settings, handle_signals=False)
+    return run(factory, settings, records=records, handle_signals=False)
 
 
-def test_load_generator_through_a_link():
+def test_load_generator_through_a_link(tmp_path: Path):
     pytest.importorskip("servebench.load")
+    from servebench.load import read_records
+
+    records = tmp_path / "linked.parquet"
     with http_server() as server:
         direct = _load(server)
         emulator = LinkEmulator(LINK, server)
         with emulator as address:
-            linked = _load(address)
-            if abs(linked.latency_p50 - direct.latency_p50 - 0.040) > 0.004:
-                linked = _load(address)  # the machine is shared: measure once more
+            linked = _load(address, records)
+            if linked.latency_p50 - direct.latency_p50 > 1.5 * LINK.rtt_s:
+                records.unlink()
+                linked = _load(address, records)  # the machine is shared: measure once more
     assert direct.errors == 0 and linked.errors == 0, linked.errors_by_kind
     assert linked.count >= 90
-    # What the link adds: one RTT (plus < 0.1 ms of serialization), within ±10 %.
-    assert linked.latency_p50 - direct.latency_p50 == pytest.approx(0.040, rel=0.10)
+    # Every request crossed the link up and back: one RTT at least, whatever the load.
+    assert read_records(records)["latency"].to_numpy().min() >= LINK.rtt_s
+    # What the link adds is one RTT (plus < 0.1 ms of serialization), not one per
+    # direction or per segment; generous, as both runs share a busy machine.
+    assert linked.latency_p50 - direct.latency_p50 < 1.5 * LINK.rtt_s
     stats = emulator.final_stats
     assert stats is not None and stats.connections_opened >= 1
     assert stats.down.bytes_out >= linked.count * len(BODY)
