@@ -38,16 +38,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_analysis_rundir import BATCHES, LINKS, RATES, SETTINGS, _trial_id, make_run_dir  # noqa: E402
 
 from servebench.analysis.compare import compare_trials  # noqa: E402
-from servebench.analysis.host_peak import host_peaks  # noqa: E402
 from servebench.analysis.loader import load_run  # noqa: E402
 from servebench.analysis.report import write_report  # noqa: E402
+from servebench.telemetry.host_peak import host_peaks  # noqa: E402
 
 FLAGS = ("throughput_flag", "p50_flag", "p99_flag")
 
 
-OLD_WAY = "from servebench.analysis.host_peak import measure_host_peak_flops as m; print(m().value)"
+OLD_WAY = (
+    "from servebench.telemetry.host_peak import measure_host_peak_flops as m; print(m().value)"
+)
 NEW_WAY = (
-    "import sys; from servebench.analysis.host_peak import host_peaks as h; "
+    "import sys; from servebench.telemetry.host_peak import host_peaks as h; "
     "print(h(remeasure=True, cache_dir=sys.argv[1]).flops.value)"
 )
 

@@ -33,7 +33,7 @@ from servebench.servers.triton_install import TritonInstall, TritonNotInstalledE
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The host-roof cache of the runs tests start goes to a temporary folder, not the
     user's ~/.cache (the first run of a session measures the roofs once)."""
-    from servebench.analysis.host_peak import CACHE_ENV
+    from servebench.telemetry.host_peak import CACHE_ENV
 
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("servebench-cache")))

@@ -24,7 +24,6 @@ from servebench.analysis.breakdown import (
     by_link_and_batch,
     transfer_breakdown,
 )
-from servebench.analysis.host_peak import measure_host_peak_bw, measure_host_peak_flops
 from servebench.analysis.loader import load_run
 from servebench.analysis.roofline import (
     Ceiling,
@@ -155,26 +154,6 @@ def test_roofline_skips_trials_without_counts(run) -> None:
     assert roofline_points(trials.assign(status="failed")).empty
     no_peak = roofline_points(trials.drop(columns="host_peak_flops").assign(host_peak_flops=np.nan))
     assert no_peak["attainable_flops"].isna().all()
-
-
-def test_host_peak_flops_is_measured() -> None:
-    peak = measure_host_peak_flops(n=256, repeats=2)
-    assert peak.value == pytest.approx(2 * 256**3 / peak.best_seconds)
-    # Any CPU of the last 20 years multiplies float32 faster than 100 MFLOP/s and no
-    # single host reaches 1 PFLOP/s: a wrong FLOP count or timer would fall outside.
-    assert 1e8 < peak.value < 1e15
-    with pytest.raises(ValueError, match="n=8"):
-        measure_host_peak_flops(n=8)
-    with pytest.raises(ValueError, match="repeats=0"):
-        measure_host_peak_flops(n=128, repeats=0)
-
-
-def test_host_peak_bandwidth_is_measured() -> None:
-    bw = measure_host_peak_bw(nbytes=16 * 2**20, repeats=2)
-    assert bw.value == pytest.approx(2 * bw.size / bw.best_seconds)
-    assert 1e8 < bw.value < 1e13
-    with pytest.raises(ValueError, match="nbytes=1024"):
-        measure_host_peak_bw(nbytes=1024)
 
 
 def test_breakdown_of_empty_run_is_empty() -> None:

@@ -5,7 +5,7 @@ once per batch plus each sample's activations — so it grows with batch size, w
 why batching helps until the compute ceiling is reached. Achieved FLOP/s is inferences/s
 times FLOPs per sample. The ceiling is the host's measured GEMM peak (`host_peak_flops`)
 and, where the run measured it, the memory-bandwidth slope (`host_peak_bw`, bytes/s);
-run.json's `host_peak` says when and how both were measured (analysis/host_peak.py).
+run.json's `host_peak` says when and how both were measured (telemetry/host_peak.py).
 """
 
 from __future__ import annotations

@@ -147,8 +147,8 @@ def host_peak(
     ] = None,
 ) -> None:
     """The roofline's roofs for this machine (GEMM FLOP/s, copy bytes/s): cached, or measured."""
-    from servebench.analysis.host_peak import cache_path, host_peaks
     from servebench.analysis.labels import si
+    from servebench.telemetry.host_peak import cache_path, host_peaks
 
     with console.status("measuring the host's GEMM and copy peaks …"):
         peaks = host_peaks(remeasure=remeasure, cache_dir=cache_dir)

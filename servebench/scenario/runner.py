@@ -37,7 +37,6 @@ from servebench.analysis.cost import (
     merge_prices,
     price_of,
 )
-from servebench.analysis.host_peak import record_host_peaks
 from servebench.clients.factory import create_client
 from servebench.clients.registry import for_server
 from servebench.load import LoadEngine, run_in_loop
@@ -57,6 +56,7 @@ from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server, ServerError
 from servebench.servers.cold_start import Probe, measure_cold_start
 from servebench.telemetry import rows_to_table
+from servebench.telemetry.host_peak import record_host_peaks
 
 
 @dataclass

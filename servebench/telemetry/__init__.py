@@ -1,6 +1,8 @@
 """Telemetry sampled beside a trial: GPUs (NVML), the server's process tree and the host
 (psutil), and the server's own Prometheus metrics; written to `telemetry.parquet` and
-reduced to per-trial aggregates. Imports nothing from other servebench packages.
+reduced to per-trial aggregates; and the host's compute and memory roofs (`host_peak`,
+measured once per machine for the roofline). Imports nothing from other servebench
+packages.
 """
 
 from servebench.telemetry.gpu import NO_GPU, NvmlSampler

@@ -19,6 +19,9 @@ the result per machine — hostname, CPU model and thread count — with its dat
 `~/.cache/servebench/host_peak.json` (`$SERVEBENCH_CACHE_DIR` or `cache_dir` to move it).
 Every run on the machine then uses the same roofs; `remeasure=True` (or
 `servebench report host-peak --remeasure`) measures again and replaces the entry.
+
+It lives in telemetry because it measures the live machine; the scenario runner puts the
+figures into run.json (`record_host_peaks`) and the analysis reads them from there only.
 """
 
 from __future__ import annotations

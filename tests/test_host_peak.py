@@ -17,16 +17,18 @@ import pytest
 from test_analysis_report import sections
 from test_analysis_rundir import HOST_PEAK_FLOPS, MODEL, make_run_dir
 
-from servebench.analysis import host_peak
-from servebench.analysis.host_peak import (
+from servebench.analysis.report import write_report
+from servebench.telemetry import host_peak
+from servebench.telemetry.host_peak import (
     CACHE_ENV,
     HostPeaks,
     PeakMeasurement,
     cache_path,
     host_peaks,
+    measure_host_peak_bw,
+    measure_host_peak_flops,
     record_host_peaks,
 )
-from servebench.analysis.report import write_report
 
 
 def _fake(value: float) -> HostPeaks:
@@ -40,6 +42,26 @@ def _fake(value: float) -> HostPeaks:
         bw_rounds=(value / 10,),
         load_average=0.3,
     )
+
+
+def test_host_peak_flops_is_measured() -> None:
+    peak = measure_host_peak_flops(n=256, repeats=2)
+    assert peak.value == pytest.approx(2 * 256**3 / peak.best_seconds)
+    # Any CPU of the last 20 years multiplies float32 faster than 100 MFLOP/s and no
+    # single host reaches 1 PFLOP/s: a wrong FLOP count or timer would fall outside.
+    assert 1e8 < peak.value < 1e15
+    with pytest.raises(ValueError, match="n=8"):
+        measure_host_peak_flops(n=8)
+    with pytest.raises(ValueError, match="repeats=0"):
+        measure_host_peak_flops(n=128, repeats=0)
+
+
+def test_host_peak_bandwidth_is_measured() -> None:
+    bw = measure_host_peak_bw(nbytes=16 * 2**20, repeats=2)
+    assert bw.value == pytest.approx(2 * bw.size / bw.best_seconds)
+    assert 1e8 < bw.value < 1e13
+    with pytest.raises(ValueError, match="nbytes=1024"):
+        measure_host_peak_bw(nbytes=1024)
 
 
 @pytest.fixture
