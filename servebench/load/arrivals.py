@@ -62,10 +62,6 @@ class RateProfile:
         self._cumulative = cumulative
         self._starts = [seg.start for seg in self.segments]
 
-    def rate_at(self, t: float) -> float:
-        seg = self.segments[self._index(t)]
-        return seg.rate + seg.slope * (t - seg.start)
-
     def cumulative(self, t: float) -> float:
         """Λ(t): the expected number of requests in [0, t)."""
         i = self._index(t)

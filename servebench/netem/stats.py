@@ -38,11 +38,6 @@ class DirectionStats:
     def copy(self) -> DirectionStats:
         return DirectionStats(**{f.name: getattr(self, f.name) for f in fields(self)})
 
-    @property
-    def mean_delay_s(self) -> float:
-        """Average time a piece spent on the link."""
-        return self.delay_s / self.pieces if self.pieces else 0.0
-
 
 @dataclass(slots=True)
 class ConnectionStats:
