@@ -117,6 +117,20 @@ class LoadEngine:
         self._stable: bool | None = None
         self._timer: PreciseTimer | None = None
         self._unreachable_since: float | None = None
+        # One writer thread converts and writes record chunks off the event loop; it starts
+        # with the first chunk, so an engine that never runs holds no thread.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
+        # The run's time base, set by `run` when its schedule starts: perf_counter at the
+        # schedule's time 0 and at the end of the warm-up, the wall/perf pair records are
+        # stamped with, and the measured columns (offsets from that time 0).
+        self._start = 0.0
+        self._measure_from = 0.0
+        self._clock: Clock | None = None
+        self._measurements: Measurements | None = None
+        # Closed loop: requests issued and measured by this part, and how many it must measure.
+        self._closed_seq = 0
+        self._closed_measured = 0
+        self._closed_count = 0
 
     def stop(self, reason: str | None = "stop requested") -> None:
         """Stop issuing, let requests in flight finish, and keep everything measured.
@@ -131,8 +145,6 @@ class LoadEngine:
     async def run(self) -> EngineReport:
         s = self.settings
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
         if s.arrivals is not None:
             self._timer = precise_timer(loop)
         # Every object alive now (numpy, pyarrow, aiohttp, ... ~10^5) would otherwise be
@@ -143,11 +155,11 @@ class LoadEngine:
         gc.collect(1)
         gc.freeze()
         # The clock starts after the set-up above, or the first sends would start late.
-        self._clock = Clock(time.time(), perf_counter())
+        self._clock = clock = Clock(time.time(), perf_counter())
         if self.start_at is None:
             start = perf_counter()
         else:
-            start = self._clock.perf0 + (self.start_at - self._clock.wall0)
+            start = clock.perf0 + (self.start_at - clock.wall0)
         self._start = start
         self._measure_from = start + s.warmup
         self._measurements = Measurements(
@@ -185,7 +197,8 @@ class LoadEngine:
         assert s.arrivals is not None
         index, parts = self.part
         start = self._start
-        create_task = self._loop.create_task
+        loop = asyncio.get_running_loop()
+        create_task = loop.create_task
         call = self._call
         cap = s.max_in_flight if s.max_in_flight is not None else math.inf
         measure_at = s.warmup
@@ -222,7 +235,7 @@ class LoadEngine:
             if self._stopping:
                 break
             while self._inflight >= cap:
-                self._slot_waiter = self._loop.create_future()
+                self._slot_waiter = loop.create_future()
                 await self._slot_waiter
             self._inflight += 1
             create_task(call(seq, due, is_measured))
@@ -230,7 +243,7 @@ class LoadEngine:
     async def _drain(self) -> None:
         if self._inflight == 0:
             return
-        self._drained = self._loop.create_future()
+        self._drained = asyncio.get_running_loop().create_future()
         # The sweeper cancels anything past its deadline, so this wait is bounded; the
         # margin only guards against a client that swallows cancellation.
         try:
@@ -247,12 +260,8 @@ class LoadEngine:
         assert s.concurrency is not None
         index, parts = self.part
         workers = s.concurrency // parts + (1 if index < s.concurrency % parts else 0)
-        self._closed_seq = 0
-        self._closed_measured = 0
         if s.count is not None:
             self._closed_count = s.count // parts + (1 if index < s.count % parts else 0)
-        else:
-            self._closed_count = 0
         await asyncio.gather(*(self._worker() for _ in range(workers)))
 
     async def _worker(self) -> None:
@@ -385,7 +394,8 @@ class LoadEngine:
 
     async def _monitor(self) -> None:
         st = self.settings.stability
-        assert st is not None
+        measurements = self._measurements
+        assert st is not None and measurements is not None
         t = self._measure_from
         for i in range(st.max_windows):
             end = t + st.window
@@ -393,7 +403,7 @@ class LoadEngine:
             if self._stopping and self._stop_reason:
                 break
             await self._sync_flush()
-            cols = self._measurements.completed_between(t - self._start, end - self._start)
+            cols = measurements.completed_between(t - self._start, end - self._start)
             self._windows.append(
                 window_stats(i, cols, t - self._start, end - self._start, st.percentile)
             )
@@ -420,14 +430,16 @@ class LoadEngine:
         await asyncio.wrap_future(self._flush())
 
     def _write(self, chunk: Chunk) -> None:
-        self._measurements.add(chunk)
+        clock, measurements = self._clock, self._measurements
+        assert clock is not None and measurements is not None, "records before the run started"
+        measurements.add(chunk)
         if self.sink is not None and len(chunk):
             self.sink.write(
                 chunk_to_batch(
                     chunk,
                     trial_id=self.settings.trial_id,
                     batch_size=self.settings.batch_size,
-                    clock=self._clock,
+                    clock=clock,
                     latency_from_send=self.settings.mode == "closed",
                 )
             )
@@ -442,6 +454,7 @@ class LoadEngine:
             raise RuntimeError("writing records failed") from failed[0]
 
     def _report(self) -> EngineReport:
+        assert self._measurements is not None
         columns = self._measurements.columns()
         if self._windows:
             st = self.settings.stability
