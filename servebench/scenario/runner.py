@@ -23,11 +23,17 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from model_zoo.spec import ModelSpec
 from servebench.analysis.cost import (
@@ -254,7 +260,7 @@ class ScenarioRunner:
         peak: float,
         price: InstancePrice | None,
         progress: Progress,
-        tasks: tuple[Any, Any],
+        tasks: tuple[TaskID, TaskID],
     ) -> None:
         overall, current = tasks
         models = list({t.model.id: t.model for t in trials}.values())
@@ -303,7 +309,15 @@ class ScenarioRunner:
         finally:
             await asyncio.to_thread(server.stop)
 
-    async def _one_trial(self, trial, ctx, server, setting, models, directory) -> dict[str, Any]:
+    async def _one_trial(
+        self,
+        trial: Trial,
+        ctx: TrialContext,
+        server: Server,
+        setting: ServerSetting,
+        models: list[ModelSpec],
+        directory: RunDirectory,
+    ) -> TrialRow:
         try:
             if server.owns_process and not await asyncio.to_thread(_alive, server):
                 await asyncio.to_thread(server.stop)
@@ -385,7 +399,7 @@ class ScenarioRunner:
         slo, price = self.scenario.slo, self.price
         if slo is None or price is None or not directory.rows:
             return
-        groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+        groups: dict[tuple[str, str, int, str], list[TrialRow]] = defaultdict(list)
         for row in directory.rows:
             if row.get("status") == "ok" and (row.get("throughput_ips") or 0) > 0:
                 key = (row["setting"], row["model"], row["batch_size"], row["link"])
@@ -402,7 +416,7 @@ class ScenarioRunner:
         directory.write_trials()
 
 
-async def _tick(progress: Progress, task: Any, every_s: float = 0.25) -> None:
+async def _tick(progress: Progress, task: TaskID, every_s: float = 0.25) -> None:
     """Move the current-load bar with the clock (the estimate is its total)."""
     started = time.perf_counter()
     while True:
@@ -478,7 +492,7 @@ def scenario_hash(scenario: Scenario) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _failures(rows: list[dict[str, Any]], failed: list[dict[str, Any]]) -> tuple[str, str]:
+def _failures(rows: list[TrialRow], failed: list[TrialRow]) -> tuple[str, str]:
     """A run that went through with failed trials: `partial`, or `failed` if none was ok."""
     if len(failed) < len(rows):
         return "partial", f"{len(failed)} of {len(rows)} trials failed (see trials.csv)"
