@@ -19,6 +19,14 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from servebench.wellknown import (
+    TFS_GRPC_PORT,
+    TFS_REST_PORT,
+    TRITON_GRPC_PORT,
+    TRITON_HTTP_PORT,
+    TRITON_METRICS_PORT,
+)
+
 Transport = Literal["http", "grpc"]
 
 
@@ -29,7 +37,8 @@ class ProtocolSpec:
     `server` is the serving system's API it talks to (`triton`, `tfs`, the server kinds of
     a scenario), None for a protocol that talks to any endpoint (`http`). `default_port`
     is where that server listens for it unless told otherwise; `metrics_port` where the
-    server publishes Prometheus metrics by default (None: not on a port of its own).
+    server publishes Prometheus metrics by default (None: not on a port of its own). Both
+    come from `servebench.wellknown`, which the container launchers read too.
     """
 
     name: str
@@ -59,22 +68,22 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
     spec.name: spec
     for spec in (
         ProtocolSpec(
-            "triton-http", "http", "triton", 8000, 8002,
+            "triton-http", "http", "triton", TRITON_HTTP_PORT, TRITON_METRICS_PORT,
             client="servebench.clients.triton_http:TritonHttpClient",
             codec="servebench.clients.triton_http:TritonHttpCodec",
         ),
         ProtocolSpec(
-            "triton-grpc", "grpc", "triton", 8001, 8002,
+            "triton-grpc", "grpc", "triton", TRITON_GRPC_PORT, TRITON_METRICS_PORT,
             client="servebench.clients.triton_grpc:TritonGrpcClient",
             codec="servebench.clients.triton_grpc:TritonGrpcCodec",
         ),
         ProtocolSpec(
-            "tfs-rest", "http", "tfs", 8501, None,
+            "tfs-rest", "http", "tfs", TFS_REST_PORT, None,
             client="servebench.clients.tfs_rest:TfsRestClient",
             codec="servebench.clients.tfs_rest:TfsRestCodec",
         ),
         ProtocolSpec(
-            "tfs-grpc", "grpc", "tfs", 8500, None,
+            "tfs-grpc", "grpc", "tfs", TFS_GRPC_PORT, None,
             client="servebench.clients.tfs_grpc:TfsGrpcClient",
             codec="servebench.clients.tfs_grpc:TfsGrpcCodec",
         ),

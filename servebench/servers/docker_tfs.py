@@ -31,6 +31,7 @@ from servebench.servers.docker_engine import (
     check_image_tag,
 )
 from servebench.servers.ports import LOOPBACK
+from servebench.wellknown import TFS_GRPC_PORT, TFS_REST_PORT
 
 if TYPE_CHECKING:
     from model_zoo.export.tfs_batching import TfsBatching
@@ -41,7 +42,6 @@ TFS_IMAGE = "tensorflow/serving"
 DEFAULT_TFS_TAG = "2.18.0"
 BASE_TARGET = "/models"
 CONFIG_TARGET = "/servebench"
-GRPC_PORT, REST_PORT = 8500, 8501
 METRICS_PATH = "/monitoring/prometheus/metrics"
 MODELS_CONFIG = "models.config"
 MONITORING_CONFIG = "monitoring.config"
@@ -151,8 +151,8 @@ class TfsDocker(DockerServer):
         (config / MODELS_CONFIG).write_text(models_config_text(self.served))
         (config / MONITORING_CONFIG).write_text(MONITORING_CONFIG_TEXT)
         command = [
-            f"--port={GRPC_PORT}",
-            f"--rest_api_port={REST_PORT}",
+            f"--port={TFS_GRPC_PORT}",
+            f"--rest_api_port={TFS_REST_PORT}",
             f"--model_config_file={CONFIG_TARGET}/{MODELS_CONFIG}",
             f"--monitoring_config_file={CONFIG_TARGET}/{MONITORING_CONFIG}",
         ]
@@ -175,7 +175,7 @@ class TfsDocker(DockerServer):
                 BindMount(self.base_path, BASE_TARGET, read_only=True),
                 BindMount(config, CONFIG_TARGET, read_only=True),
             ),
-            ports=(PublishedPort(GRPC_PORT), PublishedPort(REST_PORT)),
+            ports=(PublishedPort(TFS_GRPC_PORT), PublishedPort(TFS_REST_PORT)),
             gpus=self.gpus,
             environment=self.environment,
             labels={"servebench.kind": self.kind},
@@ -196,11 +196,11 @@ class TfsDocker(DockerServer):
         return True
 
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
-        rest = f"http://{LOOPBACK}:{host_ports[REST_PORT]}"
+        rest = f"http://{LOOPBACK}:{host_ports[TFS_REST_PORT]}"
         return ServerEndpoints(
             api="tfs",
             http_url=rest,
-            grpc_address=f"{LOOPBACK}:{host_ports[GRPC_PORT]}",
+            grpc_address=f"{LOOPBACK}:{host_ports[TFS_GRPC_PORT]}",
             metrics_url=rest + METRICS_PATH,
         )
 

@@ -22,11 +22,11 @@ from servebench.servers.docker_engine import (
     check_image_tag,
 )
 from servebench.servers.ports import LOOPBACK
+from servebench.wellknown import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_TRITON_TAG = "24.10"
 REPOSITORY_TARGET = "/models"
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 ModelControlMode = Literal["explicit", "poll", "none"]
 MODEL_CONTROL_MODES: tuple[str, ...] = ("explicit", "poll", "none")
 
@@ -91,9 +91,9 @@ class TritonDocker(DockerServer):
             "tritonserver",
             f"--model-repository={REPOSITORY_TARGET}",
             f"--model-control-mode={self.model_control_mode}",
-            f"--http-port={HTTP_PORT}",
-            f"--grpc-port={GRPC_PORT}",
-            f"--metrics-port={METRICS_PORT}",
+            f"--http-port={TRITON_HTTP_PORT}",
+            f"--grpc-port={TRITON_GRPC_PORT}",
+            f"--metrics-port={TRITON_METRICS_PORT}",
             "--exit-on-error=true",
             f"--exit-timeout-secs={max(1, int(self.stop_timeout_s) - 1)}",
             *[f"--load-model={name}" for name in self.load_models],
@@ -105,7 +105,9 @@ class TritonDocker(DockerServer):
             image=self.image,
             command=tuple(command),
             mounts=(BindMount(self.model_repository, REPOSITORY_TARGET, read_only=True),),
-            ports=tuple(PublishedPort(p) for p in (HTTP_PORT, GRPC_PORT, METRICS_PORT)),
+            ports=tuple(
+                PublishedPort(p) for p in (TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT)
+            ),
             gpus=self.gpus,
             environment=self.environment,
             shm_size=self.shm_size,
@@ -118,7 +120,7 @@ class TritonDocker(DockerServer):
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
         return ServerEndpoints(
             api="triton",
-            http_url=f"http://{LOOPBACK}:{host_ports[HTTP_PORT]}",
-            grpc_address=f"{LOOPBACK}:{host_ports[GRPC_PORT]}",
-            metrics_url=f"http://{LOOPBACK}:{host_ports[METRICS_PORT]}/metrics",
+            http_url=f"http://{LOOPBACK}:{host_ports[TRITON_HTTP_PORT]}",
+            grpc_address=f"{LOOPBACK}:{host_ports[TRITON_GRPC_PORT]}",
+            metrics_url=f"http://{LOOPBACK}:{host_ports[TRITON_METRICS_PORT]}/metrics",
         )
