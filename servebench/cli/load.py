@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from servebench.clients.registry import names as protocol_names
+from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
@@ -109,25 +110,25 @@ def load(
     ] = 10_000,
     late_threshold_ms: Annotated[
         float, typer.Option(help="A send this late counts as late.", rich_help_panel=_VERDICT)
-    ] = 1.0,
+    ] = LATE_THRESHOLD * 1e3,
     late_limit: Annotated[
         float,
         typer.Option(help="Share of late sends above which to warn.", rich_help_panel=_VERDICT),
-    ] = 0.01,
+    ] = LATE_LIMIT,
     rate_tolerance: Annotated[
         float,
         typer.Option(
             help="INVALID when the sent rate falls this share short of the schedule.",
             rich_help_panel=_VERDICT,
         ),
-    ] = 0.05,
+    ] = RATE_TOLERANCE,
     lag_ratio: Annotated[
         float,
         typer.Option(
             help="INVALID when schedule lag p99 exceeds this share of latency p99.",
             rich_help_panel=_VERDICT,
         ),
-    ] = 0.5,
+    ] = LAG_RATIO,
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False,
@@ -420,7 +421,7 @@ def print_summary(
     url: str = "",
     records: Path | None = None,
     server: dict[str, Any] | None = None,
-    late_threshold_s: float = 1e-3,
+    late_threshold_s: float = LATE_THRESHOLD,
 ) -> None:
     """The summary as a rich table, then the verdict, its reasons and warnings.
 

@@ -2,53 +2,57 @@
 
 It drives anything that implements `servebench.clients.base.InferenceClient` and knows
 nothing about servers or scenarios (DESIGN.md layering).
+
+The names below are imported on first use (PEP 562): a caller that needs one light
+module, such as the command line and the scenario schema reading the verdict's defaults
+from `load.summary`, must not pay for numpy, pyarrow and the engine to get them.
 """
 
-from servebench.load.arrivals import (
-    ArrivalProcess,
-    TraceArrivals,
-    constant,
-    linear,
-    poisson,
-    step,
-)
-from servebench.load.engine import EngineReport, LoadEngine
-from servebench.load.records import (
-    RECORD_SCHEMA,
-    MemoryRecordSink,
-    ParquetRecordWriter,
-    RecordSink,
-    read_records,
-)
-from servebench.load.runner import run, run_in_loop, run_load, summarize_reports
-from servebench.load.settings import LoadSettings, StabilitySettings
-from servebench.load.stats import columns_from_table, summarize
-from servebench.load.summary import INVALID, VALID, LoadSummary, WindowStats
+from __future__ import annotations
 
-__all__ = [
-    "INVALID",
-    "RECORD_SCHEMA",
-    "VALID",
-    "ArrivalProcess",
-    "EngineReport",
-    "LoadEngine",
-    "LoadSettings",
-    "LoadSummary",
-    "MemoryRecordSink",
-    "ParquetRecordWriter",
-    "RecordSink",
-    "StabilitySettings",
-    "TraceArrivals",
-    "WindowStats",
-    "columns_from_table",
-    "constant",
-    "linear",
-    "poisson",
-    "read_records",
-    "run",
-    "run_in_loop",
-    "run_load",
-    "step",
-    "summarize",
-    "summarize_reports",
-]
+import importlib
+from typing import Any
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "ArrivalProcess": "arrivals",
+    "TraceArrivals": "arrivals",
+    "constant": "arrivals",
+    "linear": "arrivals",
+    "poisson": "arrivals",
+    "step": "arrivals",
+    "EngineReport": "engine",
+    "LoadEngine": "engine",
+    "RECORD_SCHEMA": "records",
+    "MemoryRecordSink": "records",
+    "ParquetRecordWriter": "records",
+    "RecordSink": "records",
+    "read_records": "records",
+    "run": "runner",
+    "run_in_loop": "runner",
+    "run_load": "runner",
+    "summarize_reports": "runner",
+    "LoadSettings": "settings",
+    "StabilitySettings": "settings",
+    "columns_from_table": "stats",
+    "summarize": "stats",
+    "INVALID": "summary",
+    "VALID": "summary",
+    "LoadSummary": "summary",
+    "WindowStats": "summary",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

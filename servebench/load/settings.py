@@ -10,7 +10,13 @@ import math
 from dataclasses import dataclass
 
 from servebench.load.arrivals import ArrivalProcess
-from servebench.load.summary import MAX_ERROR_SHARE
+from servebench.load.summary import (
+    LAG_RATIO,
+    LATE_LIMIT,
+    LATE_THRESHOLD,
+    MAX_ERROR_SHARE,
+    RATE_TOLERANCE,
+)
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,10 @@ class LoadSettings:
     # `late_threshold` s late is late; over `late_limit` of them is a warning; sending
     # `rate_tolerance` short of the schedule, or a lag p99 over `lag_ratio` of latency p99,
     # is INVALID.
-    late_threshold: float = 1e-3
-    late_limit: float = 0.01
-    rate_tolerance: float = 0.05
-    lag_ratio: float = 0.5
+    late_threshold: float = LATE_THRESHOLD
+    late_limit: float = LATE_LIMIT
+    rate_tolerance: float = RATE_TOLERANCE
+    lag_ratio: float = LAG_RATIO
     max_error_share: float = MAX_ERROR_SHARE
     # Seconds of nothing but refused or dropped connections after which the run stops: the
     # server is gone, and timing out every remaining request against it measures nothing.

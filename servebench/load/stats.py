@@ -18,10 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from servebench.load.records import OK, Chunk, kind_code, kind_name
-from servebench.load.summary import LoadSummary, WindowStats
+from servebench.load.summary import LATE_THRESHOLD, LoadSummary, WindowStats
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
-LATE_THRESHOLD = 1e-3
 
 
 @dataclass

@@ -27,6 +27,12 @@ INVALID = "INVALID"
 # SLO search step that fails more is not a rate the server sustains. The one definition:
 # load settings, the scenario runner's search and the Locust adapter all use it.
 MAX_ERROR_SHARE = 0.01
+# The lateness rules' defaults (see above), defined here once: `LoadSettings`, the
+# scenario schema's workload and `servebench load`'s options all start from them.
+LATE_THRESHOLD = 1e-3  # seconds: a send this late counts as late
+LATE_LIMIT = 0.01  # share of late sends above which the run is warned about
+RATE_TOLERANCE = 0.05  # share short of the schedule that makes an open-loop run INVALID
+LAG_RATIO = 0.5  # schedule lag p99 over this share of latency p99 makes it INVALID
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ def judge(
     late_threshold: float,
     late_limit: float,
     max_error_share: float,
-    rate_tolerance: float = 0.05,
-    lag_ratio: float = 0.5,
+    rate_tolerance: float = RATE_TOLERANCE,
+    lag_ratio: float = LAG_RATIO,
     stop_reason: str | None = None,
 ) -> LoadSummary:
     """Set the verdict, its reasons and warnings; returns the same summary for chaining."""

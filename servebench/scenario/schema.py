@@ -35,6 +35,7 @@ from model_zoo.spec import (
 )
 from model_zoo.validation import OnePassModel, Problem, known, rule
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 from servebench.netem.profiles import BUILTIN_PROFILES, LinkProfile
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -445,10 +446,10 @@ class Workload(Strict):
     # How generator lateness is judged (see servebench.load.summary): a send this late is
     # late; more late sends than late_limit is a warning; sending rate_tolerance short of
     # the schedule, or a lag p99 over lag_ratio of latency p99, makes a trial INVALID.
-    late_threshold_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1e3)] = 1.0
-    late_limit: Annotated[float, Field(ge=0, le=1)] = 0.01
-    rate_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.05
-    lag_ratio: Annotated[float, Field(gt=0, le=1000)] = 0.5
+    late_threshold_ms: Annotated[float, Field(gt=0, le=MAX_SECONDS * 1e3)] = LATE_THRESHOLD * 1e3
+    late_limit: Annotated[float, Field(ge=0, le=1)] = LATE_LIMIT
+    rate_tolerance: Annotated[float, Field(ge=0, lt=1)] = RATE_TOLERANCE
+    lag_ratio: Annotated[float, Field(gt=0, le=1000)] = LAG_RATIO
     stability: StabilityConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)
