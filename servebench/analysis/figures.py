@@ -479,7 +479,7 @@ def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
     return render(draw, width=8.0, height=4.8)
 
 
-def cost_per_million(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+def cost_figure(trials: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """Cheapest cost per million inferences of each setting × model × batch, and its table.
 
     The cheapest level is the one with the highest throughput on the reference link,

@@ -84,7 +84,7 @@ def load_run(path: str | Path, *, records: bool = True) -> RunData:
         path=path,
         run=read_run_json(path / RUN_FILE),
         trials=read_trials(path / TRIALS_FILE),
-        records=read_records(path) if records else None,
+        records=read_run_records(path) if records else None,
         cold_start=read_cold_start(path / COLD_START_FILE),
         telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
         scenario_text=(
@@ -157,7 +157,7 @@ def _to_bool(value: Any) -> bool | None:
     return None
 
 
-def read_records(path: Path) -> pd.DataFrame | None:
+def read_run_records(path: Path) -> pd.DataFrame | None:
     """Per-request records: the merged file, else the per-trial files a crash left behind."""
     merged = path / RECORDS_FILE
     if merged.is_file():

@@ -306,7 +306,7 @@ def _cost_section(report: Report, trials: pd.DataFrame) -> _Section:
     cost_table: list[pd.DataFrame] = []
 
     def draw() -> str:
-        svg, table = figures.cost_per_million(trials)
+        svg, table = figures.cost_figure(trials)
         cost_table.append(table)
         return svg
 

@@ -271,7 +271,7 @@ def load(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
     server = metrics.summary() if metrics is not None else None
-    print_summary(
+    print_load_summary(
         summary, url=url, records=records, server=server, late_threshold_s=late_threshold_ms / 1e3
     )
     if metrics is not None and server is None and metrics.note:
@@ -415,7 +415,7 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
-def print_summary(
+def print_load_summary(
     summary: LoadSummary,
     *,
     url: str = "",
