@@ -26,9 +26,14 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     """Whether `port` can be bound on `host` now (a fixed port someone asked for)."""
+    return bind_error(port, host) is None
+
+
+def bind_error(port: int, host: str = LOOPBACK) -> OSError | None:
+    """Why `port` cannot be bound on `host` now (in use, or privileged), or None if it can."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as exc:
+            return exc
+    return None
