@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servebench.cli import app
-from servebench.locust.launcher import LaunchError, own_options
+from servebench.cli.ui_launcher import LaunchError, own_options
 from servebench.locust.results import LocustRun
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"

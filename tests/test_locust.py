@@ -25,15 +25,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from servebench.load.records import RECORD_SCHEMA, Chunk
-from servebench.locust.launcher import (
+from servebench.cli.ui_launcher import (
     LaunchError,
-    Plan,
     Target,
+    UiSetup,
     locust_argv,
-    plan_from_scenario,
     resolve,
+    setup_from_scenario,
 )
+from servebench.load.records import RECORD_SCHEMA, Chunk
 from servebench.locust.records import Coordinates, RecordCollector
 from servebench.locust.results import LocustRun
 from servebench.locust.settings import read_signature_file, user_settings
@@ -364,28 +364,45 @@ def test_concatenated_chunks_keep_every_column():
 # -- the launcher, without starting anything ---------------------------------------------
 
 
-def test_plan_from_the_quickstart_scenario(tmp_path):
+def test_setup_from_the_quickstart_scenario(tmp_path):
     scenario = ROOT / "scenarios" / "quickstart.yaml"
-    plan = plan_from_scenario(scenario, None, tmp_path)
-    assert plan.local is not None  # a local Triton to export and start
-    assert plan.target.protocol == "triton-http"
-    assert plan.target.model == plan.local.spec.id and plan.target.model.startswith("dense-")
-    assert plan.target.batch_size == 1 and plan.target.link == "direct"
-    plan = resolve(plan, {"host": "http://127.0.0.1:9", "link": "lte", "batch_size": None})
-    assert plan.local is None  # an address given: nothing is started
-    assert plan.target.link == "lte" and plan.target.batch_size == 1
+    setup = setup_from_scenario(scenario, None, tmp_path)
+    assert setup.local is not None  # a local Triton to export and start
+    assert setup.target.protocol == "triton-http"
+    assert setup.target.model == setup.local.spec.id and setup.target.model.startswith("dense-")
+    assert setup.target.batch_size == 1 and setup.target.link == "direct"
+    setup = resolve(setup, {"host": "http://127.0.0.1:9", "link": "lte", "batch_size": None})
+    assert setup.local is None  # an address given: nothing is started
+    assert setup.target.link == "lte" and setup.target.batch_size == 1
+
+
+def test_setup_takes_a_batch_size_its_settings_serve(tmp_path):
+    """The scenario's first trial (plan.expand), not its first batch size: 8 is above the
+    first combination's max_batch_size, so that combination's first trial has batch 2."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: ui-batch\n"
+        "models: {specs: [{layer_type: dense, depth: 2, width: 16, input_shape: [8]}]}\n"
+        "servers: [{name: t, kind: triton, launch: local, settings: {max_batch_size: [4, 16]}}]\n"
+        "workload: {mode: closed, concurrency: [1], batch_sizes: [8, 2], duration_s: 1}\n"
+        "links: [wifi]\n"
+    )
+    setup = setup_from_scenario(scenario, None, tmp_path)
+    assert setup.local is not None and setup.local.settings["max_batch_size"] == 4
+    assert setup.target.batch_size == 2 and setup.target.link == "wifi"
+    assert setup.run_prefix == "ui-batch-locust"
 
 
 def test_launcher_refuses_what_it_cannot_start(tmp_path):
     with pytest.raises(LaunchError, match="--host: give the server's address"):
-        resolve(Plan(Target(model="m")), {})
+        resolve(UiSetup(Target(model="m")), {})
     with pytest.raises(LaunchError, match="--model"):
-        resolve(Plan(Target(host="http://h:1")), {})
-    docker = Plan(Target(model="m"), server_name="tfs", server_launch="docker")
+        resolve(UiSetup(Target(host="http://h:1")), {})
+    docker = UiSetup(Target(model="m"), server_name="tfs", server_launch="docker")
     with pytest.raises(LaunchError, match="'tfs' is a docker server"):
         resolve(docker, {})
     with pytest.raises(LaunchError, match=r"--server: .* has no server 'x'"):
-        plan_from_scenario(ROOT / "scenarios" / "quickstart.yaml", "x", tmp_path)
+        setup_from_scenario(ROOT / "scenarios" / "quickstart.yaml", "x", tmp_path)
 
 
 def test_locust_command_line_binds_the_ui_to_loopback():
@@ -403,7 +420,7 @@ def test_locust_command_line_binds_the_ui_to_loopback():
 def test_launcher_and_cli_do_not_import_locust():
     """`servebench ui` itself must not monkey-patch: it exports models and runs Triton."""
     code = (
-        "import sys, servebench.cli, servebench.locust.launcher, servebench.locust;"
+        "import sys, servebench.cli, servebench.cli.ui_launcher, servebench.locust;"
         "assert 'locust' not in sys.modules, 'locust imported';"
         "import gevent.monkey; assert not gevent.monkey.is_module_patched('socket')"
     )
@@ -411,6 +428,27 @@ def test_launcher_and_cli_do_not_import_locust():
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_adapter_imports_no_application_layer():
+    """servebench.locust sits under scenarios, servers and model export (DESIGN.md)."""
+    import ast
+
+    upward = ("servebench.scenario", "servebench.servers", "servebench.cli", "model_zoo")
+    upward_dots = tuple(f"{name}." for name in upward)
+    found = []
+    for path in sorted((ROOT / "servebench" / "locust").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            found += [
+                f"{path.name}: {n}" for n in names if n in upward or n.startswith(upward_dots)
+            ]
+    assert not found
 
 
 def test_one_link_emulator_per_process_and_profile(silent_server):

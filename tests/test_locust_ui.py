@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from model_zoo.spec import ModelSpec
+from servebench.servers.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
@@ -35,12 +35,6 @@ servers:
 workload: {mode: closed, concurrency: [2], batch_sizes: [1], duration_s: 1}
 links: [direct]
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -66,7 +60,7 @@ def _current_rps(page, name: str) -> float:
 def test_swarm_from_the_web_ui(browser, tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
-    port = _free_port()
+    (port,) = free_ports(1)
     log = tmp_path / "servebench-ui.log"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)

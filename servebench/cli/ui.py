@@ -1,7 +1,7 @@
 """`servebench ui`: live load tests in Locust's web UI, on servebench's user classes.
 
 Imports nothing of Locust: the launcher runs it as a subprocess (see
-`servebench.locust.launcher` for why).
+`servebench.cli.ui_launcher` for why).
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ def ui(
 
     When Locust ends, its requests are in servebench's result format, for `servebench report`.
     """
-    from servebench.locust.launcher import (
+    from servebench.cli.ui_launcher import (
         LaunchError,
-        Plan,
         Target,
+        UiSetup,
         launch,
-        plan_from_scenario,
         resolve,
+        setup_from_scenario,
     )
     from servebench.scenario.validate import ScenarioError
     from servebench.servers.base import ServerError
@@ -82,7 +82,9 @@ def ui(
     with tempfile.TemporaryDirectory(prefix="servebench-ui-") as tmp:
         workdir = Path(tmp)
         try:
-            plan = plan_from_scenario(scenario, server, workdir) if scenario else Plan(Target())
+            setup = (
+                setup_from_scenario(scenario, server, workdir) if scenario else UiSetup(Target())
+            )
             overrides = {
                 "host": host,
                 "grpc_host": grpc_host,
@@ -92,11 +94,11 @@ def ui(
                 "batch_size": batch_size,
                 "link": link,
             }
-            plan = resolve(plan, overrides)
+            setup = resolve(setup, overrides)
             if results is not None:
-                plan = replace(plan, results_dir=results)
+                setup = replace(setup, results_dir=results)
             code, run_path = launch(
-                plan,
+                setup,
                 workdir,
                 port=port,
                 headless=headless,

@@ -1,12 +1,16 @@
-"""servebench inside Locust: user classes on servebench's clients, and the web-UI launcher.
+"""servebench inside Locust: user classes on servebench's clients, and their event hooks.
+
+The adapter only (DESIGN.md layering: this package sits above `clients`, `netem` and
+`load.records`, and knows nothing of scenarios or servers). `servebench ui`, which reads
+a scenario, starts a server and runs Locust on this package's locustfile, is application
+work: `servebench.cli.ui_launcher`.
 
 Importing Locust monkey-patches the standard library with gevent, so the modules split in
-two (DESIGN.md layering: this package sits above `clients` and `netem`, and only
-`servebench ui`, tests and locustfiles import it):
+two:
 
 - Locust-free, safe in any process: `settings` (the options a user reads), `records` (the
   per-request record collector), `results` (servebench's result directory for a Locust
-  run), `launcher` (what `servebench ui` runs: scenario → server → `locust` subprocess).
+  run).
 - Loaded only inside a Locust process: `options` (the custom command-line arguments),
   `hooks` (the event listeners that record requests and write results), `transport`,
   `links` and `users` (the user classes), and `locustfile` (what `servebench ui` runs).

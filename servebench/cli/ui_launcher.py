@@ -1,8 +1,13 @@
 """`servebench ui`: Locust's web UI (or a headless Locust run), preconfigured for a model.
 
-From a scenario file it takes the first server (or `--server NAME`), its first model,
-batch size and link; a local Triton server is exported (`export_family`, the scenario's
-first settings) and started here, and stopped when Locust ends. Without a scenario,
+Application work, not the Locust adapter's (`servebench.locust` only holds the users and
+their hooks): this module reads a scenario, exports a model, starts a server and runs
+Locust on the adapter's locustfile.
+
+From a scenario file it takes the first trial of its first server (or `--server NAME`),
+as `servebench.scenario.plan.expand` orders them: the first model, settings combination,
+link and a batch size that combination serves; a local Triton server is exported
+(`export_family`) and started here, and stopped when Locust ends. Without a scenario,
 `--host` and `--model` say where to send. Anything given on the command line wins.
 
 Locust runs as a subprocess (`python -m locust -f servebench/locust/locustfile.py ...`),
@@ -32,19 +37,23 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+import servebench.locust as adapter
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import for_server
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import LinkProfile
 from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
+from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-LOOPBACK = "127.0.0.1"
+if TYPE_CHECKING:
+    from model_zoo.spec import ModelSpec
+
+LOCUSTFILE = Path(adapter.__file__).with_name("locustfile.py")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 UI_START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -71,14 +80,18 @@ class Target:
 class LocalModel:
     """What a scenario's local Triton serves: the model to export, with its settings."""
 
-    spec: Any  # model_zoo.spec.ModelSpec
+    spec: ModelSpec
     settings: dict[str, Any]
     seed: int = 0
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What `launch` starts: the users' target, and the local server to start, if any."""
+class UiSetup:
+    """What `launch` starts: the users' target, and the local server to start, if any.
+
+    One trial's worth of a scenario (`servebench.scenario.plan.Plan` lists them all),
+    plus what `servebench ui` needs around it: where results go, under which name.
+    """
 
     target: Target
     local: LocalModel | None = None
@@ -89,9 +102,9 @@ class Plan:
     server_launch: str = ""
 
 
-def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Plan:
-    """The first server, model, batch size and link of a scenario (ScenarioError if invalid)."""
-    from servebench.scenario.plan import resolve_models
+def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> UiSetup:
+    """The first trial of a scenario's first (or named) server (ScenarioError if invalid)."""
+    from servebench.scenario.plan import expand
     from servebench.scenario.validate import load_scenario
 
     scenario = load_scenario(path)
@@ -102,21 +115,21 @@ def plan_from_scenario(path: Path, server_name: str | None, workdir: Path) -> Pl
             names = ", ".join(s.name for s in scenario.servers)
             raise LaunchError(f"--server: {path} has no server {server_name!r} (it has: {names})")
     server = servers[0]
-    specs = resolve_models(scenario, path.parent)
-    spec = specs[0]
+    # Validation refuses a batch size no settings combination serves: every server has trials.
+    trial = next(t for t in expand(scenario, path.parent).trials if t.setting.server is server)
     target = Target(
-        model=spec.id,
+        model=trial.model.id,
         protocol=for_server(server.kind, server.protocol).name,
-        batch_size=scenario.workload.batch_sizes[0],
-        link=_link_argument(scenario.links[0], path.parent, workdir),
+        batch_size=trial.batch_size,
+        link=_link_argument(trial.link, path.parent, workdir),
     )
     local = None
     if server.launch == "remote":
         target.host = server.url or ""
         target.grpc_host = server.grpc_url or ""
     elif server.launch == "local":
-        local = LocalModel(spec, server.settings_model.combinations()[0], scenario.seed)
-    return Plan(
+        local = LocalModel(trial.model, trial.setting.values, scenario.seed)
+    return UiSetup(
         target,
         local,
         scenario=path,
@@ -138,14 +151,14 @@ def _link_argument(link: str | LinkProfile, base_dir: Path, workdir: Path) -> st
     return link
 
 
-def resolve(plan: Plan, overrides: dict[str, Any]) -> Plan:
+def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
     """Apply command-line values (None: keep the scenario's) and check the result."""
-    target = replace(plan.target, **{k: v for k, v in overrides.items() if v is not None})
+    target = replace(setup.target, **{k: v for k, v in overrides.items() if v is not None})
     if target.host or target.grpc_host:
-        plan = replace(plan, local=None)  # an address given: talk to it, start nothing
-    elif plan.server_launch == "docker":
+        setup = replace(setup, local=None)  # an address given: talk to it, start nothing
+    elif setup.server_launch == "docker":
         raise LaunchError(
-            f"server {plan.server_name!r} is a docker server: servebench ui starts only a "
+            f"server {setup.server_name!r} is a docker server: servebench ui starts only a "
             "local Triton; start it yourself (docker/) and pass --host (and --grpc-host), "
             "or pick another server with --server"
         )
@@ -153,11 +166,11 @@ def resolve(plan: Plan, overrides: dict[str, Any]) -> Plan:
         raise LaunchError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if not target.model:
         raise LaunchError("--model: give the served model's name (or a scenario file)")
-    if plan.local is None and not (target.host or target.grpc_host):
+    if setup.local is None and not (target.host or target.grpc_host):
         raise LaunchError("--host: give the server's address (or a scenario file)")
     if target.batch_size < 1:
         raise LaunchError(f"--batch-size: must be >= 1, got {target.batch_size}")
-    return replace(plan, target=target)
+    return replace(setup, target=target)
 
 
 def locust_argv(
@@ -267,20 +280,12 @@ def check_port_free(port: int) -> None:
     with a traceback, after a local Triton was exported and started)."""
     if not 1 <= port <= 65535:
         raise LaunchError(f"--port: {port} is outside 1-65535")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError as exc:
-            raise LaunchError(
-                f"--port {port}: {LOOPBACK}:{port} is not free ({exc.strerror}); "
-                "choose another, or leave --port out for a free one"
-            ) from None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+    error = bind_error(port)
+    if error is not None:
+        raise LaunchError(
+            f"--port {port}: {LOOPBACK}:{port} is not free ({error.strerror}); "
+            "choose another, or leave --port out for a free one"
+        )
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -352,7 +357,7 @@ def finish_run(path: Path, returncode: int) -> dict[str, Any] | None:
 
 
 def launch(
-    plan: Plan,
+    setup: UiSetup,
     workdir: Path,
     *,
     port: int | None,
@@ -363,29 +368,29 @@ def launch(
     extra: list[str],
     say: Callable[[str], None] = print,
 ) -> tuple[int, Path]:
-    """Start what the plan needs, run Locust, stop it all; returns (exit code, run dir).
+    """Start what the setup needs, run Locust, stop it all; returns (exit code, run dir).
 
     `workdir` holds the export and the local Triton's run folder (the caller removes it).
     """
-    target = plan.target
+    target = setup.target
     given, extra = own_options(extra)
-    results = Path(plan.results_dir)
+    results = Path(setup.results_dir)
     if given and (results / given).exists():
         raise LaunchError(f"--run-id {given}: {results / given} exists; choose another name")
-    run_id = given or unused_run_id(results, new_run_id(plan.run_prefix))
+    run_id = given or unused_run_id(results, new_run_id(setup.run_prefix))
     run_path = results / run_id
     if port is not None and not headless:
         check_port_free(port)
-    ui_port = None if headless else (port or free_port())
+    ui_port = None if headless else (port or free_ports(1)[0])
     with contextlib.ExitStack() as stack:
-        if plan.local is not None:
-            http_url, grpc_address = stack.enter_context(local_triton(plan.local, workdir, say))
+        if setup.local is not None:
+            http_url, grpc_address = stack.enter_context(local_triton(setup.local, workdir, say))
             target = replace(target, host=http_url, grpc_host=grpc_address)
         argv = locust_argv(
             target,
-            results_dir=Path(plan.results_dir),
+            results_dir=results,
             run_id=run_id,
-            scenario=plan.scenario,
+            scenario=setup.scenario,
             port=ui_port or 0,
             headless=headless,
             users=users,
