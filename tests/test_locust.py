@@ -451,6 +451,29 @@ def test_the_adapter_imports_no_application_layer():
     assert not found
 
 
+def test_process_state_lives_on_each_environment():
+    """No module-global state: each Environment gets its own, listening to its own events."""
+    code = """
+from locust.env import Environment
+from servebench.locust.hooks import RECORD_KEY, process_state
+from servebench.locust.users import TritonHttpUser
+
+first, second = (Environment(user_classes=[TritonHttpUser]) for _ in range(2))
+state = process_state(first)
+assert process_state(first) is state and first.servebench is state
+assert process_state(second) is not state
+state.recording = True
+record = (object(), 1.0, 1.5, None, 10, 20)
+first.events.request.fire(context={RECORD_KEY: record})
+second.events.request.fire(context={RECORD_KEY: record})
+assert len(state.collector) == 1 and len(process_state(second).collector) == 0
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_one_link_emulator_per_process_and_profile(silent_server):
     """Every user of a process asking for the same link to the same server shares one proxy."""
     from servebench.locust.links import LinkPool

@@ -12,8 +12,10 @@ two:
   per-request record collector), `results` (servebench's result directory for a Locust
   run).
 - Loaded only inside a Locust process: `options` (the custom command-line arguments),
-  `hooks` (the event listeners that record requests and write results), `transport`,
-  `links` and `users` (the user classes), and `locustfile` (what `servebench ui` runs).
+  `hooks` (the event listeners that record requests and write results, and the
+  per-process state they share with the users, kept on Locust's Environment),
+  `transport`, `links` and `users` (the user classes), and `locustfile` (what
+  `servebench ui` runs).
 
 `from servebench.locust import TritonHttpUser` works in a locustfile: the user classes
 are loaded on first access (PEP 562), so importing this package alone patches nothing.

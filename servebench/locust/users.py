@@ -11,10 +11,11 @@ Each user is closed loop (it sends again as soon as an answer is in) and fires o
 Locust request event per request, named `<model> b<batch> <protocol>`, whose context
 carries servebench's per-request record. A wrong answer (outputs missing, wrong shape or
 dtype) is a failure, never a success. Everything a user needs before its first request
-(link, signature, payload) it gets from per-process caches, so a swarm of a hundred users
-reads the signature once and starts one link emulator; when that fails (server down,
-unknown model, bad option) the user reports the reason as a failure and retries after a
-second, so the reason shows in the web UI's failures tab.
+(link, signature, payload) it gets from its process's caches (`hooks.process_state`, on
+the Environment), so a swarm of a hundred users reads the signature once and starts one
+link emulator; when that fails (server down, unknown model, bad option) the user reports
+the reason as a failure and retries after a second, so the reason shows in the web UI's
+failures tab.
 
 Importing this module imports Locust (gevent's monkey-patching) and makes grpcio
 cooperate with gevent: only locustfiles and Locust processes import it.
@@ -31,7 +32,7 @@ from locust import User, constant, task
 
 from servebench.clients.base import ErrorKind, InferenceError
 from servebench.locust import options as _options  # noqa: F401  (registers the arguments)
-from servebench.locust.hooks import RECORD_KEY, state
+from servebench.locust.hooks import RECORD_KEY, process_state
 from servebench.locust.records import Coordinates
 from servebench.locust.settings import UserSettings, user_settings
 from servebench.locust.transport import Prepared, Transport, open_transport
@@ -100,9 +101,10 @@ class ServebenchUser(User):
                 batch_size=settings.batch_size,
                 link=settings.link,
             )
-            url = state.links.connect_url(settings)
+            shared = process_state(self.environment)
+            url = shared.links.connect_url(settings)
             transport = self._transport = self._transport or open_transport(settings, url)
-            self._prepared = state.payloads.get(settings, url, transport)
+            self._prepared = shared.payloads.get(settings, url, transport)
             return True
         except (InferenceError, ValueError, NetemError) as exc:
             error = exc if isinstance(exc, InferenceError) else _client_error(exc)
