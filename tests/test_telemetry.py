@@ -21,13 +21,13 @@ from servebench.telemetry import (
     TelemetryRecorder,
     TelemetryRow,
     TelemetryWriter,
+    aggregate,
     client_minus_server_s,
     parse_metrics,
     read_telemetry,
-    summarize,
     write_telemetry,
 )
-from servebench.telemetry.summary import counter_increase
+from servebench.telemetry.aggregate import counter_increase
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
@@ -129,7 +129,7 @@ def test_triton_summary_is_per_request_and_per_execution() -> None:
                queue_us=2e5 + 40 * 4_000, input_us=1e4 + 40 * 1_000,
                infer_us=5e5 + 40 * 8_000, output_us=1e4 + 40 * 1_000, gpu=0.6)  # fmt: skip
     rows = _triton(1.0, **start) + _triton(1.5, **{**start, "gpu": 0.4}) + _triton(2.0, **end)
-    summary = summarize(rows, model="m")
+    summary = aggregate(rows, model="m")
     assert summary["server_requests"] == 40
     assert summary["server_inferences"] == 80
     assert summary["server_executions"] == 10
@@ -144,7 +144,7 @@ def test_triton_summary_is_per_request_and_per_execution() -> None:
     assert summary["gpu_util_mean"] == pytest.approx(0.4)
     assert summary["gpu_util_max"] == pytest.approx(0.6)
     # Another model's name matches nothing: not measured is None, not 0.
-    assert summarize(rows, model="other")["server_requests"] is None
+    assert aggregate(rows, model="other")["server_requests"] is None
     # Client latency 20 ms mean, server request time 15 ms: 5 ms network + client.
     assert client_minus_server_s(0.020, summary) == pytest.approx(0.005)
 
@@ -156,7 +156,7 @@ def test_tfs_summary() -> None:
     rows += _rows("server_metrics", page(ok=30, bad=2, req_us=1e5 + 20 * 3000,
                                          run_us=5e4 + 5 * 2000, runs=10,
                                          queue_us=2e4 + 20 * 500, execs=10), 2.0)  # fmt: skip
-    summary = summarize(rows, model="m")
+    summary = aggregate(rows, model="m")
     assert summary["server_requests"] == 20
     assert summary["server_failures"] == 1
     assert summary["server_executions"] == 5

@@ -15,7 +15,7 @@ import pytest
 from servebench.scenario.runner import client_probe
 from servebench.servers.local import LocalTritonServer
 from servebench.telemetry import TelemetryRecorder, read_telemetry, write_telemetry
-from servebench.telemetry.summary import summarize
+from servebench.telemetry.aggregate import aggregate
 
 CLIENTS = 16
 REQUESTS = 96
@@ -46,7 +46,7 @@ def test_warm_up_requests_are_not_counted(server: LocalTritonServer, triton_batc
         recorder.mark_measured()
         probe(server, name, 5)
     assert recorder.summary(model=name)["server_requests"] == 5
-    assert summarize(recorder.snapshot(), model=name)["server_requests"] == 12
+    assert aggregate(recorder.snapshot(), model=name)["server_requests"] == 12
 
 
 def test_scrape_deltas_match_the_requests_sent(

@@ -36,7 +36,7 @@ from servebench.scenario.runner import _failed_row
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, TrialSink, build_row
 from servebench.scenario.validate import load_scenario
-from servebench.telemetry import summarize as summarize_telemetry
+from servebench.telemetry import aggregate
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def scenario_row(scenario: Scenario, trial: Trial, tmp_path: Path) -> TrialRow:
     sink = TrialSink(tmp_path / f"{trial.id}.parquet")
     sink.write(batch)
     sink.close()
-    telemetry = summarize_telemetry([], model=trial.model.id)
+    telemetry = aggregate([], model=trial.model.id)
     return build_row(
         trial, ctx, get_profile("wifi"), _load_summary(batch), telemetry, sink, extra={}
     )

@@ -489,7 +489,7 @@ def print_load_summary(
 
 def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str, str]]:
     """The server's figures per request (means over the measured part of the load)."""
-    from servebench.telemetry.summary import client_minus_server_s
+    from servebench.telemetry.aggregate import client_minus_server_s
 
     def count(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"

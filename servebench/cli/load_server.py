@@ -152,8 +152,8 @@ class ServerMetrics:
         self._first = self._scrape()
 
     def _scrape(self) -> list[Any]:
+        from servebench.telemetry.aggregate import SERVER_METRICS
         from servebench.telemetry.rows import TelemetryRow
-        from servebench.telemetry.summary import SERVER_METRICS
 
         now = time.time()
         try:
@@ -169,8 +169,8 @@ class ServerMetrics:
         ]
 
     def summary(self) -> dict[str, Any] | None:
-        """Per-request queue/compute seconds and counts (telemetry.summary's keys)."""
-        from servebench.telemetry.summary import summarize
+        """Per-request queue/compute seconds and counts (telemetry.aggregate keys)."""
+        from servebench.telemetry.aggregate import aggregate
 
         if self._timer is not None:
             self._timer.cancel()
@@ -178,7 +178,7 @@ class ServerMetrics:
         last = self._scrape() if self._first else []
         if not self._first or not last:
             return None
-        stats = summarize(self._first + last, self.model)
+        stats = aggregate(self._first + last, self.model)
         if not stats.get("server_requests"):
             self.note = f"server metrics: {self.url} counted no requests of model {self.model!r}"
             return None

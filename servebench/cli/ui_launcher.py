@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 LOCUSTFILE = Path(adapter.__file__).with_name("locustfile.py")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 UI_START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 30.0
 
 
 class LaunchError(Exception):

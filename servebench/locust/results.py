@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 
 from servebench.clients.registry import PROTOCOLS
 from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
-from servebench.load.stats import LATE_THRESHOLD, columns_from_table, summarize
-from servebench.load.summary import MAX_ERROR_SHARE, judge
+from servebench.load.stats import columns_from_table, summarize
+from servebench.load.summary import LATE_THRESHOLD, MAX_ERROR_SHARE, judge
 from servebench.locust.records import Coordinates
 from servebench.netem import NetemError, get_profile
 from servebench.results import RunDirectory, TrialRow, new_run_id

@@ -5,6 +5,14 @@ measured once per machine for the roofline). Imports nothing from other serveben
 packages.
 """
 
+from servebench.telemetry.aggregate import (
+    SUMMARY_KEYS,
+    aggregate,
+    client_minus_server_s,
+    counter_delta,
+    tfs_stats,
+    triton_stats,
+)
 from servebench.telemetry.gpu import NO_GPU, NvmlSampler
 from servebench.telemetry.process import HostSampler, ProcessTreeSampler
 from servebench.telemetry.prometheus import PrometheusSampler, parse_metrics
@@ -18,14 +26,6 @@ from servebench.telemetry.rows import (
     write_telemetry,
 )
 from servebench.telemetry.sampler import Sampler, SamplerUnavailable
-from servebench.telemetry.summary import (
-    SUMMARY_KEYS,
-    client_minus_server_s,
-    counter_delta,
-    summarize,
-    tfs_stats,
-    triton_stats,
-)
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -41,12 +41,12 @@ __all__ = [
     "TelemetryRecorder",
     "TelemetryRow",
     "TelemetryWriter",
+    "aggregate",
     "client_minus_server_s",
     "counter_delta",
     "parse_metrics",
     "read_telemetry",
     "rows_to_table",
-    "summarize",
     "tfs_stats",
     "triton_stats",
     "write_telemetry",

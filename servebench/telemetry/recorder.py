@@ -12,12 +12,12 @@ import threading
 import time
 from collections.abc import Sequence
 
+from servebench.telemetry.aggregate import aggregate
 from servebench.telemetry.gpu import NvmlSampler
 from servebench.telemetry.process import HostSampler, ProcessTreeSampler
 from servebench.telemetry.prometheus import PrometheusSampler
 from servebench.telemetry.rows import TelemetryRow
 from servebench.telemetry.sampler import Sampler, SamplerUnavailable
-from servebench.telemetry.summary import summarize
 
 DEFAULT_INTERVAL_S = 0.5
 
@@ -169,6 +169,6 @@ class TelemetryRecorder:
             return list(self.rows)
 
     def summary(self, model: str | None = None) -> dict[str, float | str | None]:
-        """The per-trial aggregates (see `telemetry.summary.summarize`), from the end of the
+        """The per-trial aggregates (see `telemetry.aggregate.aggregate`), from the end of the
         warm-up when `mark_measured` was called."""
-        return summarize(self.snapshot(), model=model, since=self.measured_from)
+        return aggregate(self.snapshot(), model=model, since=self.measured_from)

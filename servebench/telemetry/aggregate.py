@@ -158,7 +158,7 @@ def _scaled(microseconds: float | None) -> float | None:
     return microseconds * _US if microseconds is not None else None
 
 
-def summarize(
+def aggregate(
     rows: Iterable[TelemetryRow], model: str | None = None, since: float | None = None
 ) -> dict:
     """The trial-summary fields telemetry contributes (`SUMMARY_KEYS`), from samples taken
