@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from servebench.cli import app
@@ -20,16 +21,6 @@ LOAD = ["load", "--count", "10", "--concurrency", "1"]
 
 def invoke(*args: str):
     return CliRunner().invoke(app, [*LOAD, *args])
-
-
-def assert_one_line_error(result, *expected: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

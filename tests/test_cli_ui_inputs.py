@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from servebench.cli import app
@@ -23,15 +24,6 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yam
 
 def ui(*args: str):
     return CliRunner().invoke(app, ["ui", *args])
-
-
-def assert_one_line_error(result, *expected: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for text in expected:
-        assert text in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("run_id", ["../../X", "a/b", "..", "{tmp}/X", "x\\y"])
