@@ -27,12 +27,6 @@ from servebench.clients.sniff import guess_protocol
 _REACH_TIMEOUT_S = 5.0
 # A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
 _MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
-# The server-metric keys of a telemetry summary (its GPU and process keys need samplers).
-SERVER_KEYS = (
-    "server_requests", "server_failures", "server_inferences", "server_executions",
-    "server_avg_batch", "server_queue_s", "server_compute_input_s", "server_compute_infer_s",
-    "server_compute_output_s", "server_compute_s", "server_request_s",
-)  # fmt: skip
 
 
 async def preflight(
@@ -170,7 +164,7 @@ class ServerMetrics:
 
     def summary(self) -> dict[str, Any] | None:
         """Per-request queue/compute seconds and counts (telemetry.aggregate keys)."""
-        from servebench.telemetry.aggregate import aggregate
+        from servebench.telemetry.aggregate import SERVER_METRIC_KEYS, aggregate
 
         if self._timer is not None:
             self._timer.cancel()
@@ -182,4 +176,4 @@ class ServerMetrics:
         if not stats.get("server_requests"):
             self.note = f"server metrics: {self.url} counted no requests of model {self.model!r}"
             return None
-        return {key: stats[key] for key in SERVER_KEYS}
+        return {key: stats[key] for key in SERVER_METRIC_KEYS}

@@ -18,13 +18,17 @@ from servebench.telemetry.rows import TelemetryRow
 SERVER_METRICS = "server_metrics"
 _US = 1e-6
 
+# The keys read from the server's own metrics page (`triton_stats`, `tfs_stats`).
+SERVER_METRIC_KEYS = (
+    "server_requests", "server_failures", "server_inferences", "server_executions",
+    "server_avg_batch", "server_queue_s", "server_compute_input_s", "server_compute_infer_s",
+    "server_compute_output_s", "server_compute_s", "server_request_s",
+)  # fmt: skip
 # Keys every summary has, in this order (None where not measured).
 SUMMARY_KEYS = (
     "gpu_util_mean", "gpu_util_max", "gpu_mem_max", "gpu_power_mean", "gpu_source",
     "server_cpu_mean", "server_cpu_max", "server_rss_max", "host_cpu_mean",
-    "server_requests", "server_failures", "server_inferences", "server_executions",
-    "server_avg_batch", "server_queue_s", "server_compute_input_s", "server_compute_infer_s",
-    "server_compute_output_s", "server_compute_s", "server_request_s",
+    *SERVER_METRIC_KEYS,
 )  # fmt: skip
 
 
