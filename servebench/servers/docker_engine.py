@@ -25,6 +25,7 @@ from typing import Any
 
 from servebench.servers.base import Server, ServerEndpoints, ServerError, ServerStartError
 from servebench.servers.ports import LOOPBACK
+from servebench.wellknown import PODMAN_SOCKET
 
 OWNER_LABEL = "servebench.owner-pid"
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
@@ -145,7 +146,14 @@ class ContainerSpec:
 
 
 def engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    """DOCKER_HOST if set; else Docker's socket if it exists; else the podman socket that
+    `docker/engine.sh up` serves, if it exists; else Docker's default (to name in errors)."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    for address in (DEFAULT_SOCKET, PODMAN_SOCKET):
+        if Path(address.removeprefix("unix://")).exists():
+            return address
+    return DEFAULT_SOCKET
 
 
 def connect_docker(timeout_s: float = 10.0):
@@ -155,7 +163,12 @@ def connect_docker(timeout_s: float = 10.0):
     import docker
 
     try:
-        client = docker.from_env(timeout=int(max(1, timeout_s)))
+        timeout = int(max(1, timeout_s))
+        if os.environ.get("DOCKER_HOST"):
+            # from_env also honours DOCKER_TLS_VERIFY / DOCKER_CERT_PATH for remote engines.
+            client = docker.from_env(timeout=timeout)
+        else:
+            client = docker.DockerClient(base_url=engine_address(), timeout=timeout)
         client.ping()
     except (DockerException, OSError) as err:
         raise DockerUnavailableError(
