@@ -9,8 +9,12 @@ than returning a made-up figure.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from servebench.overhead.measure import Measurement
 
 
 class ProbeUnavailable(RuntimeError):
@@ -28,3 +32,28 @@ class ProbeContext:
     scratch: Path
     overlay: Path
     quick: bool = False
+
+
+# Probe name → module, imported only when the probe runs: a probe's heavy imports (torch,
+# scipy) then cost nothing to a run that leaves it out, and a module that cannot import
+# here fails only its own probe.
+PROBES: dict[str, str] = {
+    "hpcc": "servebench.overhead.probes.hpcc",
+    "hpcg": "servebench.overhead.probes.hpcg",
+    "ioping": "servebench.overhead.probes.ioping",
+    "fio": "servebench.overhead.probes.fio",
+    "gpu": "servebench.overhead.probes.gpu",
+    "training": "servebench.overhead.probes.training",
+}
+
+Probe = Callable[[ProbeContext], list[Measurement]]
+
+
+def load_probe(name: str) -> Probe:
+    """The `run` function of probe `name`; an unknown name is a `ValueError` naming the
+    known ones."""
+    try:
+        module = PROBES[name]
+    except KeyError:
+        raise ValueError(f"probe: unknown {name!r}; expected one of {', '.join(PROBES)}") from None
+    return importlib.import_module(module).run
