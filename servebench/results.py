@@ -9,6 +9,8 @@
       telemetry.parquet    samples from the telemetry samplers   } files when the run ends
       trials.csv           one summary row per trial, rewritten after every trial
       cold_start.csv       server start and model load timings
+      overhead_raw.csv     `servebench overhead`: every probe figure, per side and repetition
+      overhead.csv         `servebench overhead`: host vs container per metric (statistics)
 
 Every file is either complete or recoverable after a kill at any instant: whole files are
 written to a hidden temp file and renamed over the old one, and the only file written in
@@ -52,6 +54,9 @@ COLD_START_FILE = "cold_start.csv"
 COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
 COLD_START_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
 SCENARIO_FILE = "scenario.yaml"
+# `servebench overhead` runs: the raw figures and the per-metric comparison of them.
+OVERHEAD_RAW_FILE = "overhead_raw.csv"
+OVERHEAD_FILE = "overhead.csv"
 TEMP_SUFFIX = ".tmp"
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
