@@ -1,8 +1,9 @@
-"""The Linux system calls servebench needs that Python 3.11's `os` lacks: timerfd and prctl.
+"""The Linux system calls servebench needs that Python 3.11's `os` lacks: timerfd, prctl
+and mincore.
 
 One binding for the whole project: `load.timer` (exact send times), `netem.clock` (the
-link emulator's event loop) and `servers.process` (servers die with their parent) all use
-it. It imports nothing of servebench, so every layer may import it. Python 3.13 adds
+link emulator's event loop), `servers.process` (servers die with their parent) and the
+overhead suite's page-cache check (`cached_pages`) all use it. It imports nothing of servebench, so every layer may import it. Python 3.13 adds
 `os.timerfd_*`; until 3.11 is dropped, these are a few ctypes calls.
 
 Why timerfd: asyncio's epoll timeouts are whole milliseconds rounded up and uvloop keeps
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 import sys
 
@@ -121,3 +123,60 @@ def set_parent_death_signal(signum: int) -> bool:
     """Ask the kernel to send `signum` to this process when the thread that forked it
     exits; True if it was set. Meant for a child between fork and exec."""
     return _LIBC is not None and _LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+
+
+def _bind_page_calls(lib: ctypes.CDLL | None) -> tuple[ctypes._CFuncPtr, ...] | None:
+    """mmap, mincore and munmap with their C signatures, or None where libc lacks them."""
+    if lib is None:
+        return None
+    try:
+        calls = (lib.mmap, lib.mincore, lib.munmap)
+    except AttributeError:
+        return None
+    map_call, core_call, unmap_call = calls
+    map_call.restype = ctypes.c_void_p
+    map_call.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    )
+    core_call.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
+    unmap_call.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    return calls
+
+
+_PAGE_CALLS = _bind_page_calls(_LIBC)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def cached_pages(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(pages of the file at `path` now in the page cache, pages of the file).
+
+    Mapping a file and asking mincore reads no data and faults no page in, so this tells
+    whether a cache drop worked without disturbing what it checks (a timed read would
+    load the pages it measures). Raises OSError where the calls are missing or fail.
+    """
+    if _PAGE_CALLS is None:
+        raise OSError(errno.ENOSYS, "mincore is not available on this platform")
+    map_call, core_call, unmap_call = _PAGE_CALLS
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        pages = -(-size // mmap.PAGESIZE)
+        if pages == 0:
+            return 0, 0
+        address = map_call(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address == _MAP_FAILED:
+            raise _os_error("mmap")
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if core_call(address, size, vector) != 0:
+                raise _os_error("mincore")
+        finally:
+            unmap_call(address, size)
+    finally:
+        os.close(fd)
+    return sum(byte & 1 for byte in vector), pages
