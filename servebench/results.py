@@ -50,9 +50,13 @@ TELEMETRY_FILE = "telemetry.parquet"
 TELEMETRY_DIR = "telemetry"
 COLD_START_FILE = "cold_start.csv"
 # cold_start.csv: one row per phase of one start of a server setting (servers.cold_start
-# measures them; `model` is "" for server_ready, which is the server's), phases in order.
+# measures them; `model` is "" for container_start and server_ready, which are the
+# server's), phases in order. container_start (the engine creating and starting the
+# container) only for servers in containers, whose server_ready counts from then on.
 COLD_START_COLUMNS = ("server", "setting", "model", "phase", "repeat", "seconds")
-COLD_START_PHASES = ("server_ready", "model_load", "first_inference", "warm_median")
+COLD_START_PHASES = (
+    "container_start", "server_ready", "model_load", "first_inference", "warm_median",
+)  # fmt: skip
 SCENARIO_FILE = "scenario.yaml"
 # `servebench overhead` runs: the raw figures and the per-metric comparison of them.
 OVERHEAD_RAW_FILE = "overhead_raw.csv"

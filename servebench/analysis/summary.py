@@ -293,8 +293,8 @@ def run_counts(trials: pd.DataFrame) -> str:
 
 _STYLE = {"ok": "", "invalid": "yellow", "failed": "red"}
 
-_COLD_WORDS = {"server_ready": "ready", "model_load": "load", "first_inference": "first",
-               "warm_median": "warm"}  # fmt: skip
+_COLD_WORDS = {"container_start": "container", "server_ready": "ready", "model_load": "load",
+               "first_inference": "first", "warm_median": "warm"}  # fmt: skip
 
 
 def cold_start_stats(cold: pd.DataFrame) -> pd.DataFrame:

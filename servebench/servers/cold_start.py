@@ -1,7 +1,8 @@
 """Cold start: from "start the server" to its first answer, phase by phase, N times over.
 
 One repeat is one start of the server: process start → server ready (what `Server.start`
-returns), for each model its load request → model ready (`Server.load_model`), then the
+returns; for a server in a container, split into the engine's create-and-start of the
+container and the server's own start-up inside it), for each model its load request → model ready (`Server.load_model`), then the
 first inference and the median of a few more (the warm latency). The first request after a
 load pays for lazy initialisation (sessions, memory pools, kernels picked on first use);
 first against warm says how much. With `repeats` > 1 the server is stopped and started
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 
 from servebench.results import COLD_START_PHASES
 from servebench.servers.base import Server
+from servebench.servers.docker_engine import DockerServer
 
-READY, LOAD, FIRST, WARM = COLD_START_PHASES  # the names cold_start.csv's readers know
+# The names cold_start.csv's readers know.
+CONTAINER, READY, LOAD, FIRST, WARM = COLD_START_PHASES
 WARM_REQUESTS = 5
 
 # (server, model, count) → the latency in seconds of each of `count` batch-1 inferences of
@@ -34,7 +37,8 @@ Probe = Callable[[Server, str, int], list[float]]
 class PhaseTime:
     """One phase of one repeat: a row of cold_start.csv without the server's coordinates.
 
-    `model` is "" for `server_ready`, which belongs to the server, not to a model."""
+    `model` is "" for `container_start` and `server_ready`, which belong to the server,
+    not to a model."""
 
     repeat: int
     model: str
@@ -84,7 +88,11 @@ def measure_cold_start(
     for repeat in range(repeats):
         if repeat:
             server.stop()
-        record(repeat, "", READY, server.start())
+        ready = server.start()
+        if isinstance(server, DockerServer) and server.container_start_s is not None:
+            record(repeat, "", CONTAINER, server.container_start_s)
+            ready -= server.container_start_s
+        record(repeat, "", READY, ready)
         for model in models:
             if server.manages_models:
                 record(repeat, model, LOAD, server.load_model(model))

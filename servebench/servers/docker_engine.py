@@ -2,9 +2,12 @@
 
 A launcher first builds a `ContainerSpec` — plain data: image, command, mounts, published
 ports, GPU request, environment — so what would be asked of the engine can be read and
-tested without one. `DockerServer` then runs that spec, waits for the server's own
-readiness, reads back the ports the engine chose, and on stop saves the container log into
-the run directory before removing the container.
+tested without one. `DockerServer` then runs that spec: it makes sure the image is there
+(`docker_images`), creates and starts the container (timed apart from the server's own
+start-up: `container_start_s`), waits for the server's readiness, reads back the ports the
+engine chose, and on stop saves the container log into the run directory before removing
+the container. Every container is labelled with its owner (`docker_owner`), so one that a
+killed servebench left behind is removed by the next start.
 
 Ports are published on 127.0.0.1 only, with the host port left to the engine (no race
 between probing a free port and binding it). Model folders are mounted read-only.
@@ -18,16 +21,25 @@ import shutil
 import tempfile
 import time
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servebench.servers.base import Server, ServerEndpoints, ServerError, ServerStartError
+from servebench.servers.docker_images import ensure_image
+from servebench.servers.docker_owner import (
+    OWNER_LABEL as OWNER_LABEL,  # re-exported for callers that label their own containers
+)
+from servebench.servers.docker_owner import (
+    owner_labels,
+    reap_stale_containers,
+    track,
+    untrack,
+)
 from servebench.servers.ports import LOOPBACK
 from servebench.wellknown import PODMAN_SOCKET
 
-OWNER_LABEL = "servebench.owner-pid"
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 _LOG_FILE = "container.log"
 
@@ -225,6 +237,9 @@ class DockerServer(Server):
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.pull = pull
+        # Seconds the engine took to create and start the container, of `startup_s`; the
+        # rest is the server's own start-up inside it (cold start keeps them apart).
+        self.container_start_s: float | None = None
         self._client = None
         self._container = None
         self._endpoints: ServerEndpoints | None = None
@@ -256,27 +271,34 @@ class DockerServer(Server):
         return path
 
     def start(self) -> float:
-        """Run the container and wait for the server; seconds from the run call to ready.
+        """Run the container and wait for the server; seconds from the create call to ready.
 
-        The image is pulled (if missing) before the clock starts: pull time is network
-        time, not the server's cold start.
+        Containers that killed servebench processes left are removed first, and the image
+        is pulled (if missing) before the clock starts: pull time is network time, not the
+        server's cold start. The container is created, then started, so that one whose
+        start fails is still known here and removed with everything else on failure.
         """
         if self._container is not None:
             raise ServerError(f"{self.kind}: already started")
         self._client = connect_docker()
         try:
+            reap_stale_containers(self._client, local_engine=_local_engine())
             spec = self.container_spec()
-            self._ensure_image(self._client, spec.image)
-            kwargs = {**spec.run_kwargs(), "labels": {**spec.labels, OWNER_LABEL: str(os.getpid())}}
+            ensure_image(self._client, spec.image, who=self.kind, pull=self.pull)
+            kwargs = spec.run_kwargs()
+            kwargs["labels"] = {**spec.labels, **owner_labels()}
             started = time.perf_counter()
-            self._container = self._client.containers.run(**kwargs)
+            self._container = self._client.containers.create(**kwargs)
+            track(self._container.id, _remover(self._container))
+            self._container.start()
+            self.container_start_s = time.perf_counter() - started
             self._endpoints = self._endpoints_from_ports(self._published_ports(spec))
             self._wait_started(started)
         except BaseException as err:
             self.stop()
             if isinstance(err, ServerError):
                 raise
-            raise ServerStartError(f"{self.kind}: {err}") from err
+            raise ServerStartError(f"{self.kind}: {_engine_error(err)}") from err
         self.startup_s = time.perf_counter() - started
         return self.startup_s
 
@@ -289,8 +311,8 @@ class DockerServer(Server):
             with contextlib.suppress(Exception):
                 container.stop(timeout=int(self.stop_timeout_s))
             self._save_log(container)
-            with contextlib.suppress(Exception):
-                container.remove(force=True)
+            _remover(container)()
+            untrack(container.id)
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -306,6 +328,11 @@ class DockerServer(Server):
         if self._endpoints is None:
             raise ServerError(f"{self.kind}: not running; call start() first")
         return self._endpoints
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id (for the engine's stats), None when not running."""
+        return self._container.id if self._container is not None else None
 
     @property
     def pid(self) -> int | None:
@@ -328,23 +355,6 @@ class DockerServer(Server):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _ensure_image(self, client, image: str) -> None:
-        from docker.errors import DockerException, ImageNotFound
-
-        try:
-            client.images.get(image)
-            return
-        except ImageNotFound:
-            if not self.pull:
-                raise ServerStartError(
-                    f"{self.kind}: image {image} is not present and pull is off; "
-                    f"run `docker pull {image}`"
-                ) from None
-        try:
-            client.images.pull(image)
-        except DockerException as err:
-            raise ServerStartError(f"{self.kind}: could not pull {image}: {err}") from None
-
     def _published_ports(self, spec: ContainerSpec) -> dict[int, int]:
         self._container.reload()
         published = self._container.attrs["NetworkSettings"]["Ports"] or {}
@@ -361,15 +371,20 @@ class DockerServer(Server):
         return ports
 
     def _wait_started(self, started: float) -> None:
+        """Poll the server's readiness often (the ready time is a measurement) and the
+        container's state less often (an engine call): an exit ends the wait at once."""
         deadline = started + self.startup_timeout_s
+        next_state = 0.0
         while True:
-            self._container.reload()
-            state = self._container.attrs["State"]
-            if not state.get("Running", False):
-                raise ServerStartError(
-                    f"{self.kind}: container exited with code {state.get('ExitCode')} before "
-                    f"it was ready; its log:\n{self.log_tail()}"
-                )
+            if time.perf_counter() >= next_state:
+                self._container.reload()
+                state = self._container.attrs["State"]
+                if not state.get("Running", False):
+                    raise ServerStartError(
+                        f"{self.kind}: container exited with code {state.get('ExitCode')} "
+                        f"before it was ready; its log:\n{self.log_tail()}"
+                    )
+                next_state = time.perf_counter() + _STATE_INTERVAL_S
             if self._ready_after_start():
                 return
             if time.perf_counter() > deadline:
@@ -377,10 +392,35 @@ class DockerServer(Server):
                     f"{self.kind}: not ready within {self.startup_timeout_s:g} s; "
                     f"its log:\n{self.log_tail()}"
                 )
-            time.sleep(0.1)
+            time.sleep(_READY_INTERVAL_S)
 
     def _save_log(self, container) -> None:
         if self.run_dir is None:
             return
         with contextlib.suppress(Exception):
             (self.run_dir / _LOG_FILE).write_bytes(container.logs())
+
+
+_READY_INTERVAL_S = 0.02
+_STATE_INTERVAL_S = 0.25
+
+
+def _remover(container) -> Callable[[], None]:
+    """Remove `container` (stopped or not), quietly: it may be gone already."""
+
+    def remove() -> None:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+
+    return remove
+
+
+def _engine_error(err: BaseException) -> str:
+    """What the engine said (an APIError's explanation, without the URL it was sent to)."""
+    text = str(getattr(err, "explanation", None) or err) or type(err).__name__
+    return text.strip().splitlines()[0]
+
+
+def _local_engine() -> bool:
+    """Whether the engine is this machine's (a unix socket): its pids are this host's."""
+    return engine_address().startswith("unix://")

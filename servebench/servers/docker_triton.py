@@ -1,9 +1,17 @@
-"""`triton-docker`: the official Triton container serving an exported repository.
+"""`triton-docker`: Triton in a container serving an exported repository.
 
-Runs `nvcr.io/nvidia/tritonserver:<tag>-py3` with the standard (onnxruntime) repository
-that `model_zoo` exports (`<export>/triton`) mounted read-only at /models. The tag is a
-setting; the default, 24.10, is Triton 2.51, the same core as the local binary, so local
-and container runs differ only in where they run.
+By default the official image, `nvcr.io/nvidia/tritonserver:<tag>-py3`, with the standard
+(onnxruntime) repository that `model_zoo` exports (`<export>/triton`) mounted read-only at
+/models. The tag is a setting; the default, 24.10, is Triton 2.51, the same core as the
+local binary, so local and container runs differ only in where they run.
+
+`image` names another one, such as the CPU image `docker/images.sh` builds where no
+registry is reachable (`wellknown.TRITON_CPU_IMAGE`): the nvidia-pytriton wheel's
+tritonserver with the python backend, which serves the python-backend repository the
+local server runs (`model.py` calling onnxruntime), not the onnxruntime backend. An image
+says which repository it serves with the label `servebench.repository` ("python" or
+"onnx"); an image without it is taken for the official one ("onnx"). See
+`repository_form`.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from servebench.servers.base import ServerEndpoints
+from servebench.servers.base import ServerEndpoints, ServerStartError
 from servebench.servers.docker_engine import (
     BindMount,
     ContainerSpec,
@@ -20,7 +28,9 @@ from servebench.servers.docker_engine import (
     GpuRequest,
     PublishedPort,
     check_image_tag,
+    connect_docker,
 )
+from servebench.servers.docker_images import ensure_image, image_labels
 from servebench.servers.ports import LOOPBACK
 from servebench.wellknown import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
 
@@ -29,6 +39,36 @@ DEFAULT_TRITON_TAG = "24.10"
 REPOSITORY_TARGET = "/models"
 ModelControlMode = Literal["explicit", "poll", "none"]
 MODEL_CONTROL_MODES: tuple[str, ...] = ("explicit", "poll", "none")
+# The image label that says which repository form the image serves (model_zoo's forms).
+REPOSITORY_LABEL = "servebench.repository"
+RepositoryForm = Literal["onnx", "python"]
+REPOSITORY_FORMS: tuple[str, ...] = ("onnx", "python")
+
+
+def official_image(tag: str = DEFAULT_TRITON_TAG) -> str:
+    return f"{TRITON_IMAGE}:{tag}-py3"
+
+
+def repository_form(image: str, *, pull: bool = True) -> RepositoryForm:
+    """The repository form `image` serves, from its `servebench.repository` label.
+
+    The image must be known to read its labels, so it is pulled here if missing (a
+    launch would pull it anyway): a missing image fails now, in one sentence, before any
+    repository is written. Raises `ServerStartError` (no engine, no image, a label value
+    servebench does not know).
+    """
+    client = connect_docker()
+    try:
+        ensure_image(client, image, who=TritonDocker.kind, pull=pull)
+        form = image_labels(client, image).get(REPOSITORY_LABEL, "onnx")
+    finally:
+        client.close()
+    if form not in REPOSITORY_FORMS:
+        raise ServerStartError(
+            f"{TritonDocker.kind}: image {image} has label {REPOSITORY_LABEL}={form!r}; "
+            f"expected one of {', '.join(REPOSITORY_FORMS)}"
+        )
+    return form  # type: ignore[return-value]
 
 
 class TritonDocker(DockerServer):
@@ -78,7 +118,7 @@ class TritonDocker(DockerServer):
                 f"(mode {model_control_mode!r} loads the whole repository)"
             )
         check_image_tag(tag, DEFAULT_TRITON_TAG)
-        self.image = image or f"{TRITON_IMAGE}:{tag}-py3"
+        self.image = image or official_image(tag)
         self.gpus = GpuRequest.parse(gpus)
         self.model_control_mode = model_control_mode
         self.load_models = tuple(load_models)
@@ -111,11 +151,19 @@ class TritonDocker(DockerServer):
             gpus=self.gpus,
             environment=self.environment,
             shm_size=self.shm_size,
-            # NVIDIA's recommended limits for the Triton container (pinned memory, deep
-            # stacks in some backends).
-            ulimits={"memlock": (-1, -1), "stack": (67108864, 67108864)},
+            ulimits=self._ulimits(),
             labels={"servebench.kind": self.kind},
         )
+
+    def _ulimits(self) -> dict[str, tuple[int, int]]:
+        """NVIDIA's recommended limits for its container (pinned memory, deep stacks in
+        some backends), for the official image only: a CPU image needs neither, and
+        podman replaces its configured limits by its defaults as soon as any limit is
+        asked for, which a host without CAP_SYS_RESOURCE refuses (measured: every start
+        fails with "error setting rlimits")."""
+        if not self.image.startswith(f"{TRITON_IMAGE}:"):
+            return {}
+        return {"memlock": (-1, -1), "stack": (67108864, 67108864)}
 
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
         return ServerEndpoints(
