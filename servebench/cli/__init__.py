@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import load, models, netem, report, scenario, ui
+from servebench.cli import load, models, netem, recommend, report, scenario, ui
 
 app = typer.Typer(
     name="servebench",
@@ -21,6 +21,7 @@ app.add_typer(netem.app, name="netem")
 app.add_typer(scenario.app, name="scenario")
 app.add_typer(report.app, name="report")
 app.command(name="load")(load.load)
+app.command(name="recommend")(recommend.recommend)
 app.command(name="ui", context_settings=ui.CONTEXT_SETTINGS)(ui.ui)
 
 

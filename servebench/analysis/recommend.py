@@ -1,0 +1,679 @@
+"""The cheapest deployment that serves a target load within a latency SLO, from measured
+trials: what `servebench recommend` prints and the report's Recommendation box shows.
+
+For every (run × server setting × model × batch size) measured over the asked-for link,
+the measured operating points (offered rate, latency at the SLO percentile) give the
+highest rate one replica sustains within the SLO. A target of Q requests/s then needs
+replicas = ceil(Q / (max rate × (1 − headroom))), which cost replicas × the instance's
+price per hour; the latency expected at the per-replica load Q / replicas is interpolated
+between the measured points around it and never extrapolated past them. Options are
+ranked by cost; each one after the first says why it loses (cost, latency margin), and
+the settings that cannot meet the SLO at any replica count say why.
+
+Where the points come from, best first: SLO-search steps (open loop, each step one
+offered rate), open-loop rate trials (their achieved rate), and — only when a setting has
+nothing else, with a warning — closed-loop trials (clients in flight; their latency is
+measured from the actual send, so it leaves out the queueing a fixed arrival rate sees).
+A run stands for one instance type: its scenario's `cost.instance` (in trials.csv) or an
+`as_instance` mapping for runs on other hardware. This module reads result files only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servebench.analysis.cost import InstancePrice, PriceError, cost_per_million, price_of
+from servebench.analysis.labels import missing
+from servebench.analysis.loader import RunData
+from servebench.analysis.search import search_steps
+
+DIRECT = "direct"
+# trials.csv's latency columns by percentile: the percentiles an SLO can name here.
+LATENCY_COLUMNS = {
+    50.0: "latency_p50",
+    90.0: "latency_p90",
+    95.0: "latency_p95",
+    99.0: "latency_p99",
+    99.9: "latency_p99_9",
+}
+SEARCH, OPEN, CLOSED = "search step", "open loop", "closed loop"
+# The verdict reasons (servebench.load.summary.judge) that make a search step unusable.
+_UNUSABLE = ("errors:", "no requests measured")
+# Replica counts tried beyond the first when measured latency is not monotone in rate.
+MAX_REPLICA_STEPS = 1_000_000
+CLOSED_LOOP_WARNING = (
+    "closed-loop measurements only (a fixed number of clients): the max rate is the "
+    "throughput those clients reached and latency is measured from the actual send, so "
+    "p99 at the same fixed arrival rate would be higher; measure an open-loop rate grid "
+    "or `search: max_rate` to be sure"
+)
+
+
+class RecommendError(ValueError):
+    """Runs or a question that cannot give a recommendation, said in one line."""
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """An emulated link's analytic share of latency: RTT + request bytes / uplink +
+    response bytes / downlink (what `link_time_analytic_s` holds for measured links)."""
+
+    name: str
+    rtt_s: float
+    up_mbps: float | None = None
+    down_mbps: float | None = None
+
+    def added_s(self, request_bytes: float, response_bytes: float) -> float:
+        added = self.rtt_s
+        if self.up_mbps and not missing(request_bytes):
+            added += request_bytes * 8 / (self.up_mbps * 1e6)
+        if self.down_mbps and not missing(response_bytes):
+            added += response_bytes * 8 / (self.down_mbps * 1e6)
+        return added
+
+
+@dataclass(frozen=True)
+class Query:
+    """What to recommend for.
+
+    `qps`: requests per second to serve (a request carries `batch_size` inferences);
+    None ranks by cost per million inferences at each setting's own usable rate (the
+    report's question when a scenario names no target load). `link_cost`: estimate the
+    link from direct trials (measured latency + the link's analytic time) instead of
+    taking trials measured over it."""
+
+    slo_s: float
+    qps: float | None = None
+    percentile: float = 99.0
+    link: str = DIRECT
+    headroom: float = 0.0
+    link_cost: LinkCost | None = None
+    instances: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.slo_s) and self.slo_s > 0):
+            raise RecommendError(f"SLO: must be a positive latency, got {self.slo_s!r} s")
+        if self.qps is not None and not (math.isfinite(self.qps) and self.qps > 0):
+            raise RecommendError(f"qps: must be a positive rate, got {self.qps!r}")
+        if not 0 <= self.headroom < 1:
+            raise RecommendError(f"headroom: must be in [0, 1), got {self.headroom!r}")
+        if self.percentile not in LATENCY_COLUMNS:
+            known = ", ".join(f"p{p:g}" for p in LATENCY_COLUMNS)
+            raise RecommendError(
+                f"percentile {self.percentile:g}: trials.csv has latency columns for {known} only"
+            )
+
+    @property
+    def estimate(self) -> bool:
+        return self.link_cost is not None
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    """One run's trials and the instance type it stands for, with its price."""
+
+    run_id: str
+    path: Path
+    trials: pd.DataFrame
+    instance: str
+    usd_per_hour: float
+    price_source: str  # "the scenario's price" | "prices.csv" ...
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured operating point: a rate and the latency at the SLO percentile there
+    (link estimate included when the query asks for one)."""
+
+    rate: float  # requests/s
+    latency_s: float
+    valid: bool
+    kind: str  # SEARCH | OPEN | CLOSED
+    trial_id: str
+    note: str = ""  # why not valid
+    link_added_s: float = 0.0  # the analytic link time included in latency_s
+
+
+@dataclass
+class Option:
+    """A deployable setting: one run's server setting × model × batch over one link."""
+
+    run_id: str
+    instance: str
+    usd_per_hour: float
+    setting: str
+    protocol: str
+    model: str
+    batch_size: int
+    link: str
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def closed_loop(self) -> bool:
+        return all(p.kind == CLOSED for p in self.points)
+
+    def label(self, *, run: bool = False) -> str:
+        """'triton[dynamic_batching=on] · http · conv-d3-w32-… · b1 on c6i.xlarge'."""
+        parts = [self.setting, self.protocol, self.model, f"b{self.batch_size}"]
+        text = " · ".join(p for p in parts if p) + f" on {self.instance}"
+        return f"{text} ({self.run_id})" if run else text
+
+
+@dataclass
+class Candidate:
+    """An option that meets the SLO, priced for the query."""
+
+    option: Option
+    max_rate: float  # highest measured rate within the SLO, requests/s per replica
+    max_rate_kind: str  # where that point came from
+    max_rate_trial: str
+    usable_rate: float  # max_rate × (1 − headroom)
+    replicas: int | None  # None: no target rate (ranked per unit of work)
+    per_replica_rate: float  # the load each replica carries
+    expected_latency_s: float  # at per_replica_rate, interpolated between measured points
+    expected_how: str
+    usd_per_hour_total: float | None
+    usd_per_million: float
+    margin_s: float  # SLO bound minus expected latency
+    highest_measured: bool = False  # no rate above max_rate was measured: it may go higher
+    loses_because: str = ""
+
+
+@dataclass
+class Infeasible:
+    """An option that cannot meet the SLO at any replica count, and why."""
+
+    option: Option
+    reason: str
+
+
+@dataclass
+class Recommendation:
+    query: Query
+    runs: list[PricedRun]
+    ranked: list[Candidate]
+    infeasible: list[Infeasible]
+    warnings: list[str]
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+
+# -- runs and their instance types ------------------------------------------------------
+
+
+def price_run(
+    data: RunData, prices: Mapping[str, InstancePrice], as_instance: str | None = None
+) -> PricedRun:
+    """The run with the instance type it stands for and that type's price per hour.
+
+    The instance is `as_instance` if given, else the scenario's `cost.instance` that the
+    trials carry; the price is the one the run was costed at when the instance is the
+    run's own (a scenario may override the shipped price), else the shipped table's."""
+    trials = data.trials
+    named = sorted({str(v) for v in trials["instance"] if not missing(v) and str(v)})
+    if len(named) > 1:
+        raise RecommendError(f"{data.path}: trials name several instances ({', '.join(named)})")
+    instance = as_instance or (named[0] if named else None)
+    if instance is None:
+        raise RecommendError(
+            f"{data.path}: the scenario named no cloud instance (cost.instance); "
+            "say which this machine stands for with --as-instance RUN=TYPE"
+        )
+    own = trials.loc[trials["instance"] == instance, "usd_per_hour"].dropna()
+    if not own.empty:
+        return PricedRun(
+            data.run_id, data.path, trials, instance, float(own.iloc[0]), "the run's price"
+        )
+    try:
+        price = price_of(prices, instance)
+    except PriceError as err:
+        raise RecommendError(f"{data.path}: {err}") from None
+    return PricedRun(data.run_id, data.path, trials, instance, price.usd_per_hour, "prices.csv")
+
+
+# -- measured points ----------------------------------------------------------------------
+
+
+def options(runs: Sequence[PricedRun], query: Query) -> tuple[list[Option], list[str]]:
+    """Every option the query may consider, with its points, and warnings."""
+    warnings: list[str] = []
+    found: list[Option] = []
+    source_link = DIRECT if query.estimate else query.link
+    for run in runs:
+        ok = run.trials[run.trials["status"] == "ok"]
+        if ok.empty:
+            raise RecommendError(f"{run.path}: no trial finished (status ok): nothing measured")
+        if not _has_points(ok, query.percentile):
+            column = LATENCY_COLUMNS[query.percentile]
+            raise RecommendError(
+                f"{run.path}: trials.csv has no trial with a rate and {column} "
+                "(nor SLO-search steps): nothing to recommend from"
+            )
+        on_link = ok[ok["link"] == source_link]
+        if on_link.empty:
+            links = ", ".join(sorted({str(x) for x in ok["link"].dropna()}))
+            hint = (
+                f"; --link-model analytic estimates {query.link} from direct trials"
+                if not query.estimate
+                else ""
+            )
+            warnings.append(
+                f"{run.run_id}: no trial over link {source_link} (measured: {links}){hint}"
+            )
+            continue
+        if (on_link["load_kind"] == "trace").any():
+            warnings.append(f"{run.run_id}: trace-driven trials left out (no single rate)")
+        groups = on_link.groupby(["setting", "protocol", "model", "batch_size"], dropna=False)
+        for (setting, protocol, model, batch), rows in groups:
+            option = Option(
+                run_id=run.run_id,
+                instance=run.instance,
+                usd_per_hour=run.usd_per_hour,
+                setting=str(setting if not missing(setting) else rows["server"].iloc[0]),
+                protocol="" if missing(protocol) else str(protocol),
+                model=str(model),
+                batch_size=1 if missing(batch) else int(batch),
+                link=query.link,
+            )
+            points = [p for row in rows.to_dict("records") for p in _points(row, query)]
+            opened = [p for p in points if p.kind != CLOSED]
+            option.points = opened or points  # closed loop only where nothing else exists
+            if option.points:
+                found.append(option)
+    return found, warnings
+
+
+def _has_points(trials: pd.DataFrame, percentile: float) -> bool:
+    latency = trials[LATENCY_COLUMNS[percentile]].notna()
+    rate = trials["achieved_rate"].notna() | trials["throughput_rps"].notna()
+    steps = trials["search_steps"].map(lambda v: not missing(v) and bool(str(v).strip()))
+    return bool((latency & rate).any() or steps.any())
+
+
+def _points(row: dict[str, Any], query: Query) -> list[Point]:
+    """The operating points one trial row holds, latency at the query's percentile."""
+    added = (
+        query.link_cost.added_s(row.get("request_bytes_mean"), row.get("response_bytes_mean"))
+        if query.link_cost is not None
+        else 0.0
+    )
+    kind = row.get("load_kind")
+    column = LATENCY_COLUMNS[query.percentile]
+    if kind == "search":
+        steps = search_steps(pd.DataFrame([row]))
+        if steps.empty:
+            return []
+        same = not missing(row.get("slo_percentile")) and math.isclose(
+            float(row["slo_percentile"]), query.percentile
+        )
+        if not same:  # the steps hold another percentile: only the chosen step's row
+            chosen = steps[steps["chosen"]].iloc[0]
+            return [_point(chosen["rate"], row.get(column), row, SEARCH, added)]
+        bound = row.get("slo_bound_s")
+        result = []
+        for step in steps.to_dict("records"):
+            latency = step["latency"]
+            # The runner's rule (scenario/trial.py): a step is usable unless too many of
+            # its requests failed — lateness is already charged in its latency. It counts
+            # a step met only if usable, so a miss under its own bound was unusable, and
+            # a miss over it was unusable if its reasons say so.
+            usable = bool(step["met"]) or (
+                not missing(latency)
+                and not (not missing(bound) and latency <= bound)
+                and not any(r.strip().startswith(_UNUSABLE) for r in step["reasons"].split(";"))
+            )
+            note = "" if usable else (step["reasons"] or "too many failed requests")
+            result.append(
+                Point(
+                    float(step["rate"]),
+                    float(latency) + added,
+                    usable and not missing(latency),
+                    SEARCH,
+                    step["step_id"],
+                    note,
+                    added,
+                )
+            )
+        return result
+    if kind == "trace":
+        return []
+    closed = kind in ("concurrency", "users") or row.get("mode") == "closed"
+    rate = row.get("achieved_rate")
+    if missing(rate):
+        rate = row.get("throughput_rps")
+    return [_point(rate, row.get(column), row, CLOSED if closed else OPEN, added)]
+
+
+def _point(rate: Any, latency: Any, row: dict[str, Any], kind: str, added: float) -> Point:
+    measured = not missing(rate) and not missing(latency) and float(rate) > 0
+    invalid = row.get("verdict") == "INVALID"
+    note = (
+        str(row.get("verdict_reasons") or "INVALID")
+        if invalid
+        else ("" if measured else "no rate or latency measured")
+    )
+    return Point(
+        float(rate) if not missing(rate) else math.nan,
+        (float(latency) if not missing(latency) else math.nan) + added,
+        measured and not invalid,
+        kind,
+        str(row["trial_id"]),
+        note,
+        added,
+    )
+
+
+# -- the decision -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Curve:
+    """An option's valid points, one per rate (the worst latency where a rate repeats),
+    in rising rate: what interpolation runs on."""
+
+    rates: np.ndarray
+    latencies: np.ndarray
+    points: list[Point]  # the point behind each rate
+
+    @classmethod
+    def of(cls, points: Iterable[Point]) -> _Curve:
+        worst: dict[float, Point] = {}
+        for p in points:
+            if p.valid and (p.rate not in worst or p.latency_s > worst[p.rate].latency_s):
+                worst[p.rate] = p
+        ordered = [worst[r] for r in sorted(worst)]
+        return cls(
+            np.array([p.rate for p in ordered]),
+            np.array([p.latency_s for p in ordered]),
+            ordered,
+        )
+
+    def at(self, rate: float) -> tuple[float, str]:
+        """The latency at `rate` (≤ the highest measured rate) and how it was found:
+        measured, interpolated between the two points around it, or — below the lowest
+        measured rate — the lowest point's, since lower rates were not measured."""
+        rates = self.rates
+        match = np.flatnonzero(np.isclose(rates, rate, rtol=1e-9, atol=0))
+        if match.size:
+            return float(self.latencies[match[0]]), f"measured at {rates[match[0]]:,.4g} req/s"
+        if rate < rates[0]:
+            return float(self.latencies[0]), (
+                f"as measured at {rates[0]:,.4g} req/s, the lowest rate measured"
+            )
+        above = int(np.searchsorted(rates, rate))
+        value = float(np.interp(rate, rates, self.latencies))
+        return value, f"interpolated between {rates[above - 1]:,.4g} and {rates[above]:,.4g} req/s"
+
+
+def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
+    """Rank every option of `runs` that meets the query's SLO by cost."""
+    if query.instances is not None:
+        known = {r.instance for r in runs}
+        runs = [r for r in runs if r.instance in query.instances]
+        missing_types = [i for i in query.instances if i not in known]
+    else:
+        missing_types = []
+    warnings = [f"no run stands for instance {name}" for name in missing_types]
+    if not runs:
+        raise RecommendError(
+            f"no run stands for the instances asked for ({', '.join(query.instances or ())})"
+        )
+    found, notes = options(runs, query)
+    warnings += notes
+    if not found:
+        link = DIRECT if query.estimate else query.link
+        measured = sorted({str(x) for r in runs for x in r.trials["link"].dropna()})
+        hint = (
+            f"; --link-model analytic estimates {link} from direct trials"
+            if not query.estimate and DIRECT in measured
+            else ""
+        )
+        raise RecommendError(
+            f"no run measured a trial over link {link} (measured: {', '.join(measured)}){hint}"
+        )
+    ranked: list[Candidate] = []
+    infeasible: list[Infeasible] = []
+    for option in found:
+        outcome = evaluate(option, query)
+        (ranked if isinstance(outcome, Candidate) else infeasible).append(outcome)
+    ranked.sort(key=_rank_key)
+    for candidate in ranked[1:]:
+        candidate.loses_because = _why_loses(candidate, ranked[0], query.percentile)
+    closed = sorted({c.option.run_id for c in ranked if c.option.closed_loop})
+    if closed:
+        warnings.append(f"{', '.join(closed)}: {CLOSED_LOOP_WARNING}")
+    if query.estimate:
+        warnings.append(
+            f"link {query.link} is an estimate: measured direct latency + the link's RTT and "
+            "transfer time (jitter, loss and queueing on the link not modelled)"
+        )
+    return Recommendation(query, list(runs), ranked, infeasible, list(dict.fromkeys(warnings)))
+
+
+def evaluate(option: Option, query: Query) -> Candidate | Infeasible:
+    """The option priced for the query, or why it cannot meet the SLO."""
+    curve = _Curve.of(option.points)
+    if not curve.points:
+        notes = "; ".join(dict.fromkeys(p.note for p in option.points if p.note))
+        return Infeasible(option, f"no valid measurement ({notes or 'none usable'})")
+    meeting = np.flatnonzero(curve.latencies <= query.slo_s)
+    if not meeting.size:
+        low = curve.points[0]
+        return Infeasible(option, _over_at_lowest(low, query))
+    best = curve.points[int(meeting[-1])]
+    usable = best.rate * (1 - query.headroom)
+    if query.qps is None:
+        chosen = _per_unit(curve, usable, query.slo_s)
+        replicas, total = None, None
+    else:
+        chosen = _replicas(curve, usable, query.qps, query.slo_s)
+        if chosen is None:
+            return Infeasible(
+                option,
+                f"p{query.percentile:g} is over the SLO at every per-replica load from "
+                f"{usable:,.4g} req/s down (measured latency is not monotone in rate)",
+            )
+        replicas = chosen[0]
+        total = replicas * option.usd_per_hour
+    per_replica, latency, how = chosen[1], chosen[2], chosen[3]
+    if query.qps is None:
+        per_million = cost_per_million(per_replica * option.batch_size, option.usd_per_hour)
+    else:
+        per_million = cost_per_million(query.qps * option.batch_size, total or 0.0)
+    return Candidate(
+        option=option,
+        max_rate=best.rate,
+        max_rate_kind=best.kind,
+        max_rate_trial=best.trial_id,
+        usable_rate=usable,
+        replicas=replicas,
+        per_replica_rate=per_replica,
+        expected_latency_s=latency,
+        expected_how=how,
+        usd_per_hour_total=total,
+        usd_per_million=per_million,
+        margin_s=query.slo_s - latency,
+        highest_measured=best is curve.points[-1],
+    )
+
+
+def replicas_needed(qps: float, usable_rate: float) -> int:
+    """ceil(qps / usable_rate), with a rate exactly at a multiple of the usable rate
+    counted as fitting (floating-point division must not add a replica)."""
+    ratio = qps / usable_rate
+    return max(1, math.ceil(ratio - 1e-9 * ratio))
+
+
+def _replicas(
+    curve: _Curve, usable: float, qps: float, slo_s: float
+) -> tuple[int, float, float, str] | None:
+    """The fewest replicas from ceil(qps / usable) up whose per-replica load has an
+    expected latency within the SLO (more than the first only where measured latency is
+    not monotone in rate); below the lowest measured rate nothing changes, so the search
+    stops there."""
+    first = replicas_needed(qps, usable)
+    last = max(first, replicas_needed(qps, float(curve.rates[0])))
+    for n in range(first, min(last, first + MAX_REPLICA_STEPS) + 1):
+        latency, how = curve.at(qps / n)
+        if latency <= slo_s:
+            return n, qps / n, latency, how
+    return None
+
+
+def _per_unit(curve: _Curve, usable: float, slo_s: float) -> tuple[None, float, float, str]:
+    """Without a target rate: each replica at its usable rate, or — where measured latency
+    is not monotone — the highest measured rate below it that meets the SLO."""
+    latency, how = curve.at(usable)
+    if latency <= slo_s:
+        return None, usable, latency, how
+    for rate, value in zip(curve.rates[::-1], curve.latencies[::-1], strict=True):
+        if rate < usable and value <= slo_s:
+            return None, float(rate), float(value), f"measured at {rate:,.4g} req/s"
+    raise AssertionError("unreachable: the max rate itself meets the SLO")
+
+
+def _over_at_lowest(low: Point, query: Query) -> str:
+    what = f"p{query.percentile:g} {low.latency_s * 1e3:,.1f} ms"
+    if low.link_added_s:
+        direct = low.latency_s - low.link_added_s
+        what += f" (direct {direct * 1e3:,.1f} ms + link {low.link_added_s * 1e3:,.1f} ms)"
+    return (
+        f"{what} at {low.rate:,.4g} req/s, the lowest rate measured, is already over the "
+        f"{query.slo_s * 1e3:,.4g} ms SLO"
+    )
+
+
+def _rank_key(c: Candidate) -> tuple[float, float, str, str, str, str, int]:
+    cost = c.usd_per_hour_total if c.usd_per_hour_total is not None else c.usd_per_million
+    o = c.option
+    return (cost, -c.margin_s, o.instance, o.setting, o.model, o.run_id, o.batch_size)
+
+
+def _why_loses(candidate: Candidate, first: Candidate, percentile: float) -> str:
+    margin = (
+        f"p{percentile:g} margin {candidate.margin_s * 1e3:,.1f} ms "
+        f"vs {first.margin_s * 1e3:,.1f} ms"
+    )
+    if candidate.usd_per_hour_total is not None and first.usd_per_hour_total is not None:
+        extra = candidate.usd_per_hour_total - first.usd_per_hour_total
+        base = first.usd_per_hour_total
+        unit = "/h"
+    else:
+        extra = candidate.usd_per_million - first.usd_per_million
+        base = first.usd_per_million
+        unit = " per million inferences"
+    if math.isclose(extra, 0.0, abs_tol=1e-12):
+        if math.isclose(candidate.margin_s, first.margin_s, abs_tol=1e-12):
+            return "ties with #1 on cost and latency margin (listed after it by name)"
+        return f"same cost as #1, smaller latency margin: {margin}"
+    return f"+${extra:,.4g}{unit} (+{extra / base:.0%}) over #1; {margin}"
+
+
+def headline(rec: Recommendation) -> str:
+    """The answer in one sentence (what the terminal and the report's box open with)."""
+    q, c = rec.query, rec.best
+    over = f"over {q.link}" + (" (estimated from direct trials)" if q.estimate else "")
+    if c is None:
+        return f"No measured setting keeps p{q.percentile:g} within {q.slo_s * 1e3:,.4g} ms {over}."
+    o = c.option
+    what = f"{o.setting} ({o.model}, batch {o.batch_size}) on {o.instance}"
+    latency = f"p{q.percentile:g} {c.expected_latency_s * 1e3:,.1f} ms"
+    if c.replicas is None:
+        return (
+            f"Cheapest per inference: {what} at {c.per_replica_rate:,.4g} req/s per replica: "
+            f"${c.usd_per_million:,.4g} per million inferences, {latency} "
+            f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
+        )
+    plural = "replica" if c.replicas == 1 else "replicas"
+    return (
+        f"Run {c.replicas} {plural} of {what}: ${c.usd_per_hour_total:,.4g}/h, "
+        f"${c.usd_per_million:,.4g} per million inferences, {latency} "
+        f"(SLO {q.slo_s * 1e3:,.4g} ms) at {q.qps:,.6g} req/s {over}."
+    )
+
+
+def to_json(rec: Recommendation) -> dict[str, Any]:
+    """The recommendation as plain JSON values (seconds, requests/s, USD); NaN → null."""
+
+    def option(o: Option) -> dict[str, Any]:
+        return {
+            "run_id": o.run_id,
+            "instance": o.instance,
+            "usd_per_hour": o.usd_per_hour,
+            "setting": o.setting,
+            "protocol": o.protocol,
+            "model": o.model,
+            "batch_size": o.batch_size,
+            "link": o.link,
+            "closed_loop": o.closed_loop,
+            "points": [
+                {
+                    "rate": p.rate,
+                    "latency_s": _num(p.latency_s),
+                    "valid": p.valid,
+                    "kind": p.kind,
+                    "trial_id": p.trial_id,
+                }
+                for p in o.points
+            ],
+        }
+
+    q = rec.query
+    return {
+        "query": {
+            "qps": q.qps,
+            "slo_s": q.slo_s,
+            "percentile": q.percentile,
+            "link": q.link,
+            "link_model": "analytic" if q.estimate else "measured",
+            "estimate": q.estimate,
+            "headroom": q.headroom,
+            "instances": list(q.instances) if q.instances is not None else None,
+        },
+        "headline": headline(rec),
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "path": str(r.path),
+                "instance": r.instance,
+                "usd_per_hour": r.usd_per_hour,
+                "price_source": r.price_source,
+            }
+            for r in rec.runs
+        ],
+        "ranked": [
+            {
+                "rank": n,
+                **option(c.option),
+                "max_rate": c.max_rate,
+                "max_rate_kind": c.max_rate_kind,
+                "max_rate_trial": c.max_rate_trial,
+                "usable_rate": c.usable_rate,
+                "replicas": c.replicas,
+                "per_replica_rate": c.per_replica_rate,
+                "expected_latency_s": c.expected_latency_s,
+                "expected_how": c.expected_how,
+                "usd_per_hour_total": c.usd_per_hour_total,
+                "usd_per_million": c.usd_per_million,
+                "margin_s": c.margin_s,
+                "highest_measured": c.highest_measured,
+                "loses_because": c.loses_because,
+            }
+            for n, c in enumerate(rec.ranked, start=1)
+        ],
+        "infeasible": [{**option(i.option), "reason": i.reason} for i in rec.infeasible],
+        "warnings": rec.warnings,
+    }
+
+
+def _num(value: float) -> float | None:
+    return None if missing(value) or not math.isfinite(value) else value

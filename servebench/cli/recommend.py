@@ -1,0 +1,244 @@
+"""`servebench recommend`: the cheapest measured deployment that serves a target load
+within a p99 SLO, from one or more run directories (servebench.analysis.recommend).
+
+Exit status: 0 a recommendation, 1 no measured option meets the SLO (the reasons are
+printed), 2 bad input (a run directory, an option, a run without the needed columns).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from servebench.analysis.loader import RunData
+    from servebench.analysis.recommend import Candidate, LinkCost, Recommendation
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def recommend(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="run directories (results/<run-id>); one per machine")
+    ],
+    qps: Annotated[
+        float | None,
+        typer.Option(
+            "--qps",
+            help="requests per second to serve (default: rank by cost per million inferences)",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option("--slo-p99-ms", help="p99 bound (default: the runs' p99 SLO)"),
+    ] = None,
+    link: Annotated[
+        str, typer.Option(help="the link clients reach the server over (a profile name)")
+    ] = "direct",
+    link_model: Annotated[
+        Literal["measured", "analytic"],
+        typer.Option(
+            help="measured: trials over --link; analytic: direct trials + the link's RTT and "
+            "transfer time (an estimate)"
+        ),
+    ] = "measured",
+    headroom: Annotated[
+        float,
+        typer.Option(help="share of each replica's max rate kept free, 0 to below 1"),
+    ] = 0.0,
+    instances: Annotated[
+        str | None,
+        typer.Option(help="only these instance types, comma-separated (g4dn.xlarge,c6i.xlarge)"),
+    ] = None,
+    as_instance: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as-instance",
+            help="RUN=TYPE: the instance type a run's machine stands for (repeatable)",
+        ),
+    ] = None,
+    top: Annotated[int, typer.Option(min=1, help="how many options to print")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for machines")] = False,
+) -> None:
+    """The cheapest measured setting × instance × replica count that keeps p99 within the
+    SLO at the target load, the runners-up and why they lose, and the settings that
+    cannot meet the SLO at any replica count."""
+    from servebench.analysis.cost import PriceError, load_prices
+    from servebench.analysis.loader import RunDirError, load_run
+    from servebench.analysis.recommend import (
+        Query,
+        RecommendError,
+        price_run,
+        to_json,
+    )
+    from servebench.analysis.recommend import recommend as decide
+
+    try:
+        runs = [load_run(path, records=False) for path in run_dirs]
+    except RunDirError as err:
+        raise _fail(str(err)) from None
+    try:
+        mapping = _as_instance(as_instance or [], run_dirs, runs)
+        prices = load_prices()
+        priced = [price_run(run, prices, mapping.get(n)) for n, run in enumerate(runs)]
+        slo_s = slo_p99_ms / 1e3 if slo_p99_ms is not None else _runs_slo(runs)
+        query = Query(
+            slo_s=slo_s,
+            qps=qps,
+            link=link,
+            headroom=headroom,
+            link_cost=_link_cost(link) if link_model == "analytic" else None,
+            instances=_instance_list(instances),
+        )
+        result = decide(priced, query)
+    except (RecommendError, PriceError) as err:
+        raise _fail(str(err)) from None
+    if as_json:
+        print(json.dumps(to_json(result), indent=2))
+    else:
+        _print(result, top)
+    if not result.ranked:
+        raise typer.Exit(code=1)
+
+
+def _as_instance(pairs: list[str], paths: list[Path], runs: list[RunData]) -> dict[int, str]:
+    """--as-instance RUN=TYPE, by the run's index: RUN is the path as given, the folder's
+    name or the run id."""
+    from servebench.analysis.recommend import RecommendError
+
+    mapping: dict[int, str] = {}
+    for pair in pairs:
+        key, sep, instance = pair.partition("=")
+        if not sep or not key or not instance:
+            raise RecommendError(f"--as-instance {pair!r}: write RUN=TYPE, e.g. run-a=g4dn.xlarge")
+        matches = [
+            n
+            for n, (path, run) in enumerate(zip(paths, runs, strict=True))
+            if key in (str(path), str(path).rstrip("/"), path.name, run.run_id)
+        ]
+        if not matches:
+            names = ", ".join(run.run_id for run in runs)
+            raise RecommendError(f"--as-instance {pair!r}: {key} is none of the runs ({names})")
+        for n in matches:
+            mapping[n] = instance
+    return mapping
+
+
+def _runs_slo(runs: list[RunData]) -> float:
+    """The p99 bound every run's scenario named, or an error asking for --slo-p99-ms."""
+    from servebench.analysis.recommend import RecommendError
+
+    bounds = set()
+    for run in runs:
+        trials = run.trials
+        p99 = trials[(trials["slo_percentile"] == 99) & trials["slo_bound_s"].notna()]
+        bounds |= set(p99["slo_bound_s"].round(9))
+    if len(bounds) != 1:
+        found = ", ".join(f"{b * 1e3:g} ms" for b in sorted(bounds)) or "none"
+        raise RecommendError(f"give --slo-p99-ms (the runs' p99 SLOs: {found})")
+    return float(bounds.pop())
+
+
+def _link_cost(link: str) -> LinkCost:
+    from servebench.analysis.recommend import DIRECT, LinkCost, RecommendError
+    from servebench.netem.errors import ProfileError
+    from servebench.netem.profiles import get_profile
+
+    if link == DIRECT:
+        raise RecommendError(
+            "--link-model analytic estimates an emulated link from direct trials: "
+            "give --link NAME (wifi, lte, a profile file)"
+        )
+    try:
+        profile = get_profile(link)
+    except ProfileError as err:
+        raise RecommendError(f"--link {link}: {err}") from None
+    return LinkCost(profile.name, profile.rtt_s, profile.up_mbps, profile.down_mbps)
+
+
+def _instance_list(text: str | None) -> tuple[str, ...] | None:
+    from servebench.analysis.recommend import RecommendError
+
+    if text is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise RecommendError(f"--instances {text!r}: name at least one instance type")
+    return names
+
+
+def _print(result: Recommendation, top: int) -> None:
+    from servebench.analysis.labels import money
+    from servebench.analysis.recommend import headline
+
+    q = result.query
+    how = "estimated from direct trials" if q.estimate else "measured"
+    target = f"{q.qps:,.6g} req/s · " if q.qps is not None else ""
+    say = lambda text: console.print(escape(text), highlight=False, soft_wrap=True)  # noqa: E731
+    say(
+        f"target: {target}p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms · link {q.link} ({how})"
+        f" · headroom {q.headroom:.0%}"
+    )
+    for run in result.runs:
+        say(f"run {run.run_id}: {run.instance} at {money(run.usd_per_hour)}/h ({run.price_source})")
+    several = len({c.option.run_id for c in result.ranked}) > 1
+    say("")
+    console.print(f"[bold]{escape(headline(result))}[/bold]", highlight=False, soft_wrap=True)
+    if result.ranked:
+        say("")
+    for n, c in enumerate(result.ranked[:top], start=1):
+        say(f"#{n} {c.option.label(run=several)}")
+        say(f"   {_cost_line(c)}")
+        say(f"   {_latency_line(c, q.percentile)}")
+        if c.loses_because:
+            say(f"   loses to #1: {c.loses_because}")
+    if len(result.ranked) > top:
+        say(f"{len(result.ranked) - top} more options meet the SLO (--top shows more)")
+    if result.infeasible:
+        say("")
+        say(f"cannot meet p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms at any replica count:")
+        for item in result.infeasible:
+            say(f"  {item.option.label(run=several)}: {item.reason}")
+    if not result.ranked:
+        console.print("[red]no measured option meets the SLO[/red]", highlight=False)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+
+
+def _cost_line(c: Candidate) -> str:
+    from servebench.analysis.labels import money
+
+    per_million = f"{money(c.usd_per_million)} per million inferences"
+    if c.replicas is None:
+        return f"{per_million} at {c.per_replica_rate:,.4g} req/s per replica"
+    plural = "replica" if c.replicas == 1 else "replicas"
+    return (
+        f"{c.replicas} {plural} × {money(c.option.usd_per_hour)}/h = "
+        f"{money(c.usd_per_hour_total)}/h · {per_million}"
+    )
+
+
+def _latency_line(c: Candidate, percentile: float) -> str:
+    loop = " (closed loop)" if c.option.closed_loop else ""
+    if c.highest_measured:
+        loop += ", the highest rate measured: the SLO may hold above it"
+    usable = (
+        f", {c.usable_rate:,.4g} req/s usable after headroom" if c.usable_rate != c.max_rate else ""
+    )
+    return (
+        f"max {c.max_rate:,.4g} req/s per replica within the SLO ({c.max_rate_kind}{loop}, "
+        f"trial {c.max_rate_trial}){usable}; at {c.per_replica_rate:,.4g} req/s each "
+        f"p{percentile:g} {c.expected_latency_s * 1e3:,.1f} ms ({c.expected_how}), "
+        f"{c.margin_s * 1e3:,.1f} ms under the SLO"
+    )
