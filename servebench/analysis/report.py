@@ -24,6 +24,13 @@ from servebench.analysis import figures
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
+from servebench.analysis.overhead import HEADERS as OVERHEAD_HEADERS
+from servebench.analysis.overhead import (
+    OVERHEAD_NOTE,
+    overhead_notes,
+    overhead_rows,
+    read_overhead,
+)
 from servebench.analysis.roofline import Ceiling, above_roof, host_ceiling, roofline_points
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
@@ -88,13 +95,42 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Report:
 
 
 def render_html(data: RunData, report: Report) -> str:
+    overhead = _overhead_section(data)
+    if overhead is None:
+        sections = _trial_sections(data, report)
+    elif data.trials.empty:  # an overhead run: no trials, nothing else to draw
+        sections = [overhead]
+    else:
+        sections = _trial_sections(data, report)
+        sections.insert(1, overhead)
+    if data.scenario_text:
+        sections.append(
+            _Section(
+                "scenario",
+                "Scenario as run",
+                [
+                    f"<details><summary>scenario.yaml</summary><pre>{_e(data.scenario_text)}</pre></details>"
+                ],
+            )
+        )
+    body = [_header(data), *(_render_section(s) for s in sections)]
+    title = f"servebench report — {data.run_id}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{_e(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _trial_sections(data: RunData, report: Report) -> list[_Section]:
+    """The sections of a run's trials: summary, plots, cost, cold start, transfer."""
     trials = data.trials
     breakdown = transfer_breakdown(trials)
     per_link = by_link_and_batch(breakdown)
     ceiling = host_ceiling(trials, data.run)
     points = roofline_points(trials, ceiling)
 
-    sections = [
+    return [
         _summary_section(data),
         *_search_sections(report, trials),
         _plot_section(
@@ -144,23 +180,6 @@ def render_html(data: RunData, report: Report) -> str:
             tables=[_transfer_table(per_link)] if not per_link.empty else [],
         ),
     ]
-    if data.scenario_text:
-        sections.append(
-            _Section(
-                "scenario",
-                "Scenario as run",
-                [
-                    f"<details><summary>scenario.yaml</summary><pre>{_e(data.scenario_text)}</pre></details>"
-                ],
-            )
-        )
-    body = [_header(data), *(_render_section(s) for s in sections)]
-    title = f"servebench report — {data.run_id}"
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{_e(title)}</title>'
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
 
 
 def _e(text: object) -> str:
@@ -280,6 +299,26 @@ def _summary_section(data: RunData) -> _Section:
         '<p class="caption">Latency is from the intended send time in open-loop trials and '
         "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
     )
+    return section
+
+
+def _overhead_section(data: RunData) -> _Section | None:
+    """Host vs container per metric, for runs that have an overhead.csv."""
+    frame = read_overhead(data.path)
+    if frame is None:
+        return None
+    section = _Section("overhead", "Container vs host")
+    notes = overhead_notes(data.run)
+    if frame.empty:
+        section.body.append('<p class="no-data">No metric was measured.</p>')
+    else:
+        section.body.append(
+            html_table(OVERHEAD_HEADERS, overhead_rows(frame), text_columns=(0, 1, 7))
+        )
+        section.body.append(f'<p class="caption">{_e(OVERHEAD_NOTE)}</p>')
+    if notes:
+        items = "".join(f"<li>{_e(note)}</li>" for note in notes)
+        section.body.append(f'<ul class="caption" id="overhead-notes">{items}</ul>')
     return section
 
 

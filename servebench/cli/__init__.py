@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import load, models, netem, recommend, report, scenario, ui
+from servebench.cli import load, models, netem, overhead, recommend, report, scenario, ui
 
 app = typer.Typer(
     name="servebench",
@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(netem.app, name="netem")
+app.add_typer(overhead.app, name="overhead")
 app.add_typer(scenario.app, name="scenario")
 app.add_typer(report.app, name="report")
 app.command(name="load")(load.load)
