@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servebench.cluster.job import Job, JobState, Needs, check_transition
+from servebench.cluster.job import IllegalTransition, Job, JobState, Needs, check_transition
 
 SCHEMA_VERSION = 1
 
@@ -241,6 +241,17 @@ class JobStore:
                 (job_id, str(old), str(to), at, reason, follower),
             )
         return self.get(job_id)
+
+    def record_result(self, job_id: str, result_path: str) -> None:
+        """Note that a running job's result is on the leader's disk, before it is marked
+        done: a leader killed in between finds it in `recover` and does not run it again."""
+        with self._write() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            if row[0] != JobState.RUNNING:
+                raise IllegalTransition(f"job {job_id}: {row[0]}, not running; no result to record")
+            db.execute("UPDATE jobs SET result_path = ? WHERE id = ?", (result_path, job_id))
 
     def history(self, job_id: str) -> list[Transition]:
         """The job's transitions, oldest first (its submission included); KeyError if
