@@ -230,15 +230,16 @@ def _cost_line(c: Candidate) -> str:
 
 
 def _latency_line(c: Candidate, percentile: float) -> str:
-    loop = " (closed loop)" if c.option.closed_loop else ""
+    source = f"{c.max_rate_kind}{' (closed loop)' if c.option.closed_loop else ''}"
+    source += f", trial {c.max_rate_trial}"
     if c.highest_measured:
-        loop += ", the highest rate measured: the SLO may hold above it"
+        source += "; the highest rate measured: the SLO may hold above it"
     usable = (
         f", {c.usable_rate:,.4g} req/s usable after headroom" if c.usable_rate != c.max_rate else ""
     )
     return (
-        f"max {c.max_rate:,.4g} req/s per replica within the SLO ({c.max_rate_kind}{loop}, "
-        f"trial {c.max_rate_trial}){usable}; at {c.per_replica_rate:,.4g} req/s each "
-        f"p{percentile:g} {c.expected_latency_s * 1e3:,.1f} ms ({c.expected_how}), "
+        f"max {c.max_rate:,.4g} req/s per replica within the SLO ({source}){usable}; "
+        f"at {c.per_replica_rate:,.4g} req/s each p{percentile:g} "
+        f"{c.expected_latency_s * 1e3:,.1f} ms ({c.expected_how}), "
         f"{c.margin_s * 1e3:,.1f} ms under the SLO"
     )
