@@ -9,8 +9,9 @@ the image), the scratch folder bind-mounted read-write at the same path, the hos
 OpenBLAS/OpenMP settings (a container does not inherit them, and OpenBLAS picks a
 different kernel without them: ENVIRONMENT.md, "Containers"), and the CPUs this process
 may use. `init=True` puts a real init at PID 1 so the container stops on a signal. It is
-labelled with this process's pid and removed when the side closes, also after Ctrl-C or
-a failure.
+labelled with its owner (servers.docker_owner) and removed when the side closes, also
+after Ctrl-C or a failure, at interpreter exit if nothing closed it, and by the next
+servebench docker start if its owner was killed.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from servebench.overhead.measure import Measurement, Side
 from servebench.overhead.probe_main import UNAVAILABLE_EXIT
 from servebench.overhead.probes import ProbeUnavailable
 from servebench.servers.docker_engine import (
-    OWNER_LABEL,
     DockerUnavailableError,
     connect_docker,
     engine_address,
 )
+from servebench.servers.docker_owner import owner_labels, reap_stale_containers, track, untrack
 from servebench.wellknown import SERVEBENCH_IMAGE
 
 PROJECT_ROOT = Path(servebench.__file__).resolve().parents[1]
@@ -188,34 +189,47 @@ class ContainerSide(ProbeSide):
             raise
 
     def _start(self) -> Any:
+        """Create, then start, the container (so one whose start fails is still known and
+        removed); containers that killed servebench processes left go first."""
         from docker.errors import DockerException
         from docker.types import DeviceRequest, Mount
 
+        reap_stale_containers(self._client, local_engine=engine_address().startswith("unix://"))
         mounts = [Mount(str(p), str(p), type="bind", read_only=True) for p in read_only_folders()]
         mounts.append(Mount(str(self.scratch), str(self.scratch), type="bind", read_only=False))
         kwargs: dict[str, Any] = {
             "image": self.image,
             "command": ["sleep", "infinity"],
-            "detach": True,
             "init": True,
             "mounts": mounts,
             "environment": passed_environment(),
             "cpuset_cpus": ",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
-            "labels": {OWNER_LABEL: str(os.getpid()), KIND_LABEL: KIND},
+            "labels": {**owner_labels(), KIND_LABEL: KIND},
         }
         if Path("/dev/nvidiactl").exists():
             gpus = DeviceRequest(count=-1, capabilities=[["gpu"]])
             try:
-                return self._client.containers.run(**kwargs, device_requests=[gpus])
+                return self._create_and_start({**kwargs, "device_requests": [gpus]})
             except DockerException as err:
                 # The GPU probe then says inside the container that it sees no GPU.
                 self.notes.append(f"the container got no GPU ({_first_line(err)})")
         try:
-            return self._client.containers.run(**kwargs)
+            return self._create_and_start(kwargs)
         except DockerException as err:
             raise ContainerUnavailable(
                 f"the container of {self.image} did not start ({_first_line(err)})."
             ) from None
+
+    def _create_and_start(self, kwargs: dict[str, Any]) -> Any:
+        container = self._client.containers.create(**kwargs)
+        track(container.id, lambda: _remove(container))
+        try:
+            container.start()
+        except BaseException:
+            _remove(container)
+            untrack(container.id)
+            raise
+        return container
 
     def _exec(self, command: list[str]) -> tuple[int, str, str]:
         result = self._container.exec_run(
@@ -236,12 +250,18 @@ class ContainerSide(ProbeSide):
         """Remove the container (killing a probe still running in it)."""
         container, self._container = self._container, None
         if container is not None:
-            with contextlib.suppress(Exception):
-                container.remove(force=True)
+            _remove(container)
+            untrack(container.id)
         client, self._client = getattr(self, "_client", None), None
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _remove(container: Any) -> None:
+    """Remove `container`, running or not, quietly: it may be gone already."""
+    with contextlib.suppress(Exception):
+        container.remove(force=True)
 
 
 def _first_line(err: BaseException) -> str:
