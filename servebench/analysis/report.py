@@ -202,8 +202,7 @@ def _header(data: RunData) -> str:
     machine = run.get("machine") or {}
     versions = run.get("versions") or {}
     meta = {
-        "status": f"{status} — {run_counts(data.trials)}"
-        + (f" ({run['trials_planned']} planned)" if run.get("trials_planned") else ""),
+        "status": f"{status} — {_counts(data)}",
         "scenario": run.get("scenario"),
         "started": run.get("started_at"),
         "ended": run.get("ended_at"),
@@ -216,6 +215,15 @@ def _header(data: RunData) -> str:
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta.items() if v)
     parts.append(f'<dl class="meta">{items}</dl></header>')
     return "\n".join(parts)
+
+
+def _counts(data: RunData) -> str:
+    """How much of the run was done: its trials, or an overhead run's probe runs."""
+    overhead = data.run.get("overhead")
+    if data.trials.empty and isinstance(overhead, dict):
+        return f"{overhead.get('steps_done', 0)} of {overhead.get('steps_planned')} probe runs measured"
+    planned = data.run.get("trials_planned")
+    return run_counts(data.trials) + (f" ({planned} planned)" if planned else "")
 
 
 def _elapsed(start: object, end: object) -> str | None:
