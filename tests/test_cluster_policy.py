@@ -76,9 +76,12 @@ def test_two_tier_places_on_the_least_queued_estimated_work():
     pool.start("c", "j4", 0)
     assert pool["c"].load(20) == pytest.approx(50)
     assert policy.place(job(6, 1), pool, 20) == "c"
-    # a job running past its estimate has nothing left to count: c is idle-equivalent
-    assert pool["c"].load(80) == 0
+    # a job past its estimate is not "almost done": it is expected to run on for half
+    # the time it has run (heavy tails), 40 s at t=80, 65 s at t=130 (more than b's 60)
+    assert pool["c"].load(80) == pytest.approx(40)
     assert policy.place(job(7, 1), pool, 80) == "c"
+    assert pool["c"].load(130) == pytest.approx(65)
+    assert policy.place(job(8, 1), pool, 130) == "b"
 
 
 def test_two_tier_counts_the_learned_estimate_of_each_follower():

@@ -44,13 +44,26 @@ from servebench.cluster.job import FollowerInfo, Job, Needs
 _ClassKey = tuple[int, frozenset[tuple[str, str]]]
 
 
+#: A running job past this share of its estimate is assumed to need at least this share
+#: of the time it has run so far again: job durations are heavy-tailed, so one that has
+#: overrun its estimate tends to run on, not to be "almost done". Without it a follower
+#: stuck in a long overrun looks idle to tier 1 and collects new jobs.
+OVERRUN_SHARE = 0.5
+
+
+def remaining_s(estimate_s: float, elapsed_s: float) -> float:
+    """Expected seconds left of a running job: its estimate minus what has run, but never
+    less than OVERRUN_SHARE of what has run (see OVERRUN_SHARE)."""
+    return max(estimate_s - elapsed_s, OVERRUN_SHARE * elapsed_s)
+
+
 @dataclass
 class FollowerState:
     """One follower's queue and running jobs, as the scheduler sees them.
 
     `queued_work` is the sum of the corrected estimates of `queue`; `busy_until_estimate`
-    is when its running jobs should end, spread over its slots (the time of the last
-    change when nothing runs). Change it only through `FollowerPool`.
+    is when its running jobs should end, spread over its slots, as of the last change.
+    Change it only through `FollowerPool`.
     """
 
     info: FollowerInfo
@@ -61,7 +74,7 @@ class FollowerState:
     order: int = 0  # when it joined the pool: the tie-break between equal followers
     version: int = 0  # bumped on each change; index entries of older versions are stale
     estimates: dict[str, float] = field(default_factory=dict)  # job id → counted estimate
-    ends: dict[str, float] = field(default_factory=dict)  # running job id → estimated end
+    starts: dict[str, float] = field(default_factory=dict)  # running job id → start time
 
     @property
     def name(self) -> str:
@@ -72,8 +85,13 @@ class FollowerState:
         return self.info.slots - len(self.running)
 
     def load(self, now: float) -> float:
-        """Estimated seconds of work ahead of a job placed here now, per slot."""
-        return self.queued_work / self.info.slots + max(0.0, self.busy_until_estimate - now)
+        """Estimated seconds of work ahead of a job placed here now, per slot: its queue
+        plus what remains of its running jobs (`remaining_s`)."""
+        running = sum(
+            remaining_s(self.estimates[job_id], now - start)
+            for job_id, start in self.starts.items()
+        )
+        return (self.queued_work + running) / self.info.slots
 
     def jobs_per_slot(self) -> float:
         return (len(self.queue) + len(self.running)) / self.info.slots
@@ -82,28 +100,27 @@ class FollowerState:
 class _ClassIndex:
     """The followers of one resource class (same GPUs and labels), indexed two ways.
 
-    By work: followers whose running jobs should have ended (`free`, keyed by queued work
-    per slot) and those still busy (`busy`, keyed by the absolute time they should be
-    through their queue); `expiry` moves a busy follower to `free` once `now` passes its
-    end. By jobs: (queued + running) per slot. Entries are never updated in place: a
-    change pushes new ones, and older ones (lower version) are dropped when met.
+    By work: followers running nothing (`idle`, keyed by their queued work per slot, which
+    stays put) and the others (`busy`, keyed by `now + load(now)` as of their last
+    change: when they should be through their work). A busy follower's key only grows
+    with time (an overrun adds to it), so a stored key is a lower bound: the top is
+    re-keyed until its stored key is its true one. By jobs: (queued + running) per slot.
+    Entries are never updated in place: a change pushes new ones, and older ones (lower
+    version) are dropped when met.
     """
 
     def __init__(self) -> None:
         self.members: dict[str, FollowerState] = {}
-        self.free: list[tuple[float, int, int, str]] = []
+        self.idle: list[tuple[float, int, int, str]] = []
         self.busy: list[tuple[float, int, int, str]] = []
-        self.expiry: list[tuple[float, int, str]] = []
         self.jobs: list[tuple[float, int, int, str]] = []
 
     def push(self, state: FollowerState, now: float) -> None:
-        per_slot = state.queued_work / state.info.slots
         entry = (state.order, state.version, state.name)
-        if state.busy_until_estimate <= now:
-            heapq.heappush(self.free, (per_slot, *entry))
+        if state.running:
+            heapq.heappush(self.busy, (now + state.load(now), *entry))
         else:
-            heapq.heappush(self.busy, (state.busy_until_estimate + per_slot, *entry))
-            heapq.heappush(self.expiry, (state.busy_until_estimate, state.version, state.name))
+            heapq.heappush(self.idle, (state.queued_work / state.info.slots, *entry))
         heapq.heappush(self.jobs, (state.jobs_per_slot(), *entry))
         if len(self.jobs) > 4 * len(self.members) + 64:
             self._compact(now)
@@ -116,33 +133,31 @@ class _ClassIndex:
         """Rebuild the heaps from the members (stale entries would otherwise pile up in a
         leader that runs for weeks)."""
         members = list(self.members.values())
-        self.free, self.busy, self.expiry, self.jobs = [], [], [], []
+        self.idle, self.busy, self.jobs = [], [], []
         for state in members:
             self.push(state, now)
 
     def least_work(self, now: float) -> tuple[float, int, str] | None:
         """(load, order, name) of the member with the least work ahead, or None."""
-        while self.expiry and self.expiry[0][0] <= now:
-            _, version, name = heapq.heappop(self.expiry)
-            state = self._current(version, name)
-            if state is not None:
-                per_slot = state.queued_work / state.info.slots
-                heapq.heappush(self.free, (per_slot, state.order, version, name))
-        while self.free and self._current(self.free[0][2], self.free[0][3]) is None:
-            heapq.heappop(self.free)
+        while self.idle and self._current(self.idle[0][2], self.idle[0][3]) is None:
+            heapq.heappop(self.idle)
         while self.busy:
-            _, _, version, name = self.busy[0]
+            key, order, version, name = self.busy[0]
             state = self._current(version, name)
-            if state is not None and state.busy_until_estimate > now:
+            if state is None:
+                heapq.heappop(self.busy)
+                continue
+            true = now + state.load(now)
+            if true <= key * (1 + 1e-12) + 1e-9:
                 break
-            heapq.heappop(self.busy)
+            heapq.heapreplace(self.busy, (true, order, version, name))
         best = None
-        if self.free:
-            best = (self.free[0][0], self.free[0][1], self.free[0][3])
+        if self.idle:
+            best = (self.idle[0][0], self.idle[0][1], self.idle[0][3])
         if self.busy:
             key, order, _, name = self.busy[0]
             candidate = (key - now, order, name)
-            if best is None or candidate < best:
+            if best is None or candidate[0] < best[0]:  # equal work: the idle one
                 best = candidate
         return best
 
@@ -249,7 +264,7 @@ class FollowerPool:
         estimate = state.estimates[job_id]
         state.queued_work = max(0.0, state.queued_work - estimate)
         state.running.append(job)
-        state.ends[job_id] = now + estimate
+        state.starts[job_id] = now
         self._changed(state, now)
         return job
 
@@ -257,7 +272,7 @@ class FollowerPool:
         """A running job ended (done, failed, cancelled or lost): free its slot."""
         state = self._states[name]
         job = self._take(state.running, job_id)
-        del state.ends[job_id], state.estimates[job_id]
+        del state.starts[job_id], state.estimates[job_id]
         del self._holder[job_id]
         self._changed(state, now)
         return job
@@ -270,8 +285,7 @@ class FollowerPool:
         raise KeyError(job_id)
 
     def _changed(self, state: FollowerState, now: float) -> None:
-        remaining = sum(max(0.0, end - now) for end in state.ends.values())
-        state.busy_until_estimate = now + remaining / state.info.slots
+        state.busy_until_estimate = now + state.load(now) - state.queued_work / state.info.slots
         if not state.queue and not state.running:
             state.queued_work = 0.0  # no float crumbs from many += and -=
         state.version += 1
