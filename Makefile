@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean engine images host-tools
 
 install: $(VENV)/.installed
 
@@ -20,6 +20,18 @@ demo: install
 
 test: install
 	$(BIN)/pytest -q
+
+# Containers (docker/README.md): a Docker Engine API (Docker, else rootful podman provisioned
+# by engine.sh), servebench's images built locally (the Triton image takes the venv's
+# versions), and the overhead probes' native tools on the host.
+engine:
+	docker/engine.sh up
+
+images: install engine
+	docker/images.sh
+
+host-tools:
+	docker/host-tools.sh
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
