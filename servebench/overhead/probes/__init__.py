@@ -43,6 +43,7 @@ PROBES: dict[str, str] = {
     "ioping": "servebench.overhead.probes.ioping",
     "fio": "servebench.overhead.probes.fio",
     "gpu": "servebench.overhead.probes.gpu",
+    "cpu_gemm": "servebench.overhead.probes.cpu_gemm",
     "training": "servebench.overhead.probes.training",
 }
 
