@@ -1,0 +1,251 @@
+"""What a follower runs for one job: `servebench scenario run` in a child process, its
+result directory packed and handed back through Dask.
+
+The child is the ordinary command, not a re-implementation: Triton subprocesses, the
+run's signal handling (a first SIGINT/SIGTERM finishes the current trial's records and
+marks the run interrupted, a second SIGINT ends it at once), exit codes and report.html
+stay exactly as a local run has them. The child shares the follower's process group, so
+Ctrl-C in a follower's terminal reaches it as it would reach a local run; it is also
+told to receive SIGTERM if the follower dies (Linux's parent-death signal), so killing a
+follower never leaves a run and its Triton serving on with nobody to read the result.
+
+The scenario travels as text and is written to a fresh working folder; paths in it
+resolve against that folder, so a scenario that names files (models.repository, a trace,
+a link profile file) must name them absolutely, on a path every follower has.
+
+This module imports only the standard library at import time: the child wrapper
+(`python -m servebench.cluster.execute`) runs it before exec'ing the real command.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from servebench.cluster.archive import pack
+
+SCENARIO_FILE = "scenario.yaml"
+LOG_FILE = "job.log"
+OUTPUT_DIR = "results"
+# How long a stopped run may take to finish its current trial before a second interrupt
+# ends it at once (the runner's "second Ctrl-C").
+STOP_GRACE_S = 30.0
+_TAIL_CHARS = 2000
+_PR_SET_PDEATHSIG = 1
+# run.json's status when the child wrote no run directory (bad input, a crash at start).
+NO_RUN = "error"
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """What one attempt of a job produced; it travels back to the leader through Dask.
+
+    `status` is the run's own (run.json: complete, partial, failed, interrupted), or
+    `NO_RUN` when the child left no run directory; `archive` is the packed run directory
+    (`archive.pack`), present whenever a run directory exists, whatever its status."""
+
+    job_id: str
+    attempt: int
+    follower: str
+    exit_code: int
+    status: str
+    reason: str | None
+    run_id: str | None
+    archive: bytes | None
+    measured_s: float
+    output_tail: str
+
+
+@dataclass
+class _Child:
+    process: subprocess.Popen[bytes] | None = None
+    stop_reason: str | None = None
+    stop_at: float | None = None
+    escalated: bool = False
+
+
+_RUNNING: dict[str, _Child] = {}
+_STOPPED_EARLY: dict[str, str] = {}  # job id → why: stopped before its run started
+_LOCK = threading.Lock()
+
+
+def execute(
+    job_id: str, scenario_text: str, attempt: int, *, grace_s: float = STOP_GRACE_S
+) -> JobRun:
+    """Run one attempt of a job here and return its result (never raises for a failed
+    run: a failure is a result with its status and reason)."""
+    follower, base = _where()
+    with _LOCK:
+        early = _STOPPED_EARLY.pop(job_id, None)
+        if early is None:
+            child = _RUNNING[job_id] = _Child()
+    if early is not None:  # stopped before it started: nothing ran, nothing to send
+        return JobRun(job_id, attempt, follower, 128 + signal.SIGTERM, "interrupted", early,
+                      None, None, 0.0, "")  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix=f"servebench-job-{job_id}-{attempt}-", dir=base))
+    try:
+        scenario = workdir / SCENARIO_FILE
+        scenario.write_text(scenario_text, encoding="utf-8")
+        output = workdir / OUTPUT_DIR
+        command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(scenario)]
+        command += ["--output", str(output)]
+        started = time.monotonic()
+        code = _run_child(child, command, workdir / LOG_FILE, grace_s)
+        measured = time.monotonic() - started
+        tail = _tail(workdir / LOG_FILE)
+        run_dir = _run_dir(output)
+        if run_dir is None:
+            reason = _last_line(tail) or f"the run exited with status {code} and wrote nothing"
+            return JobRun(
+                job_id, attempt, follower, code, NO_RUN, reason, None, None, measured, tail
+            )
+        meta = _read_run_json(run_dir)
+        status = str(meta.get("status") or NO_RUN)
+        reason = meta.get("reason")
+        if child.stop_reason and status == "interrupted":
+            reason = child.stop_reason
+        return JobRun(
+            job_id, attempt, follower, code, status, reason, run_dir.name, pack(run_dir),
+            measured, tail,
+        )  # fmt: skip
+    finally:
+        with _LOCK:
+            _RUNNING.pop(job_id, None)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stop(job_id: str, reason: str) -> bool:
+    """Interrupt the job's run in this process (the leader calls this on the job's
+    follower through `Client.run`): the run finishes its current trial's records and
+    returns as `interrupted`. A job not started yet is remembered, so it returns at once
+    when it starts. Whether the job's run was here."""
+    with _LOCK:
+        child = _RUNNING.get(job_id)
+        if child is None:
+            _STOPPED_EARLY[job_id] = reason
+            return False
+        if child.stop_at is not None:
+            return True
+        child.stop_reason, child.stop_at = reason, time.monotonic()
+        process = child.process
+    if process is not None:
+        process.send_signal(signal.SIGTERM)
+    return True
+
+
+def stop_all(reason: str) -> list[str]:
+    """Interrupt every run in this process: a restarted leader's first call, for runs
+    the previous leader started and can no longer collect. The ids interrupted."""
+    with _LOCK:
+        ids = list(_RUNNING)
+    for job_id in ids:
+        stop(job_id, reason)
+    return ids
+
+
+def running() -> list[str]:
+    """The ids of the jobs whose runs are in this process now."""
+    with _LOCK:
+        return list(_RUNNING)
+
+
+def _run_child(child: _Child, command: list[str], log: Path, grace_s: float) -> int:
+    """Start the run, wait for it, escalate a stop that outlasts `grace_s`."""
+    wrapper = [sys.executable, "-m", __name__, str(os.getpid()), "--", *command]
+    with log.open("wb") as out:
+        # cwd is the work folder so that nothing the run writes lands in the follower's
+        # own working directory.
+        process = subprocess.Popen(
+            wrapper, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent
+        )
+    with _LOCK:
+        child.process = process
+        stopped = child.stop_at is not None
+    if stopped:  # stop() came while the process was starting
+        process.send_signal(signal.SIGTERM)
+    while True:
+        try:
+            return process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        with _LOCK:
+            late = (
+                child.stop_at is not None
+                and not child.escalated
+                and time.monotonic() - child.stop_at > grace_s
+            )
+            if late:
+                child.escalated = True
+        if late:
+            process.send_signal(signal.SIGINT)  # the runner's "second Ctrl-C": end now
+
+
+def _where() -> tuple[str, str | None]:
+    """This follower's name and the folder for job work: the Dask worker's own local
+    directory when called in a worker, else the system's temp folder."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return socket.gethostname(), None
+    return str(worker.name), worker.local_directory
+
+
+def _run_dir(output: Path) -> Path | None:
+    if not output.is_dir():
+        return None
+    runs = sorted(p for p in output.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return runs[0] if runs else None
+
+
+def _read_run_json(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-_TAIL_CHARS:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _child_main(argv: list[str]) -> None:
+    """`python -m servebench.cluster.execute PARENT_PID -- COMMAND...`: ask the kernel for
+    SIGTERM when the follower dies, then become COMMAND (the signal setting survives exec).
+
+    Set in the child itself rather than in a `preexec_fn`, which is unsafe in the
+    follower's threaded process."""
+    parent, separator, *command = argv
+    if separator != "--" or not command:
+        raise SystemExit("usage: python -m servebench.cluster.execute PARENT_PID -- COMMAND...")
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(parent):  # the follower died before the setting took hold
+        raise SystemExit(128 + signal.SIGTERM)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])
