@@ -1,0 +1,193 @@
+"""`servebench cluster simulate`: measure scheduling policies on a job trace, simulated.
+
+The `cluster` command group (servebench/cli/cluster.py) mounts `simulate`; `app` runs it
+alone (tests, and `python -m` style use). See servebench.cluster.simulate for the model
+and servebench.cluster.trace for the trace file format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_POLICIES = "two-tier,fifo-roundrobin,fifo-leastloaded"
+DEFAULT_FOLLOWERS = 100
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def simulate(
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="policies to compare, comma-separated (two-tier, fifo-roundrobin, fifo-leastloaded)"
+        ),
+    ] = DEFAULT_POLICIES,
+    synthetic: Annotated[
+        bool, typer.Option("--synthetic", help="a synthetic job mix (see --jobs, --load)")
+    ] = False,
+    trace: Annotated[
+        Path | None, typer.Option(help="a trace file: CSV or JSON lines (docs: cluster trace)")
+    ] = None,
+    store: Annotated[
+        Path | None, typer.Option(help="a leader's job store: replay its finished jobs")
+    ] = None,
+    jobs: Annotated[int, typer.Option(min=1, max=10_000_000, help="synthetic: jobs")] = 5000,
+    followers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1_000_000,
+            help=f"followers (synthetic mix; default {DEFAULT_FOLLOWERS}, or a store's own)",
+        ),
+    ] = None,
+    load: Annotated[
+        float, typer.Option(min=0.01, max=10, help="synthetic: offered work / capacity")
+    ] = 0.9,
+    batch_mean: Annotated[
+        float, typer.Option(min=1, max=1000, help="synthetic: mean jobs per submission")
+    ] = 4.0,
+    estimate_error: Annotated[
+        float,
+        typer.Option(min=0, max=5, help="sigma of the log-normal error of estimates not given"),
+    ] = 0.5,
+    gpu_share: Annotated[
+        float, typer.Option(min=0, max=1, help="share of synthetic followers with GPUs")
+    ] = 0.25,
+    seed: Annotated[int, typer.Option(min=0, help="seed of every random draw")] = 0,
+    max_wait_s: Annotated[
+        float | None, typer.Option(help="two-tier: the aging bound (seconds)")
+    ] = None,
+    aging_rate: Annotated[
+        float | None, typer.Option(help="two-tier: estimate seconds forgiven per second waited")
+    ] = None,
+    save_trace: Annotated[
+        Path | None, typer.Option(help="write the jobs simulated (with estimates) as a CSV trace")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON, not a table")] = False,
+) -> None:
+    """Simulate scheduling policies on a job trace: JCT, queueing, makespan, utilization."""
+    from servebench.cluster.policy import FIFO_REFERENCE, POLICIES, make_policy
+    from servebench.cluster.simulate import compare
+    from servebench.cluster.trace import (
+        SyntheticMix,
+        TraceError,
+        read_trace,
+        store_trace,
+        synthetic_followers,
+        synthetic_jobs,
+        with_estimates,
+    )
+
+    sources = [name for name, given in (("--synthetic", synthetic), ("--trace", trace),
+                                         ("--store", store)) if given]  # fmt: skip
+    if len(sources) != 1:
+        raise _fail(
+            "give one of --synthetic, --trace FILE, --store PATH"
+            + (f" (not {' and '.join(sources)})" if sources else "")
+        )
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        what = f"unknown policy {unknown[0]!r}" if unknown else "none given"
+        raise _fail(f"--policy: {what} (choices: {', '.join(POLICIES)})")
+    two_tier = {
+        k: v for k, v in (("max_wait_s", max_wait_s), ("aging_rate", aging_rate)) if v is not None
+    }
+    try:
+        make_policy("two-tier", **two_tier)
+    except ValueError as err:
+        message = str(err).replace("max_wait_s", "--max-wait-s")
+        raise _fail(message.replace("aging_rate", "--aging-rate")) from None
+
+    def make(name: str):  # the two-tier options go to two-tier only
+        return make_policy(name, **(two_tier if name == "two-tier" else {}))
+
+    try:
+        if synthetic:
+            pool = synthetic_followers(followers or DEFAULT_FOLLOWERS, seed, gpu_share=gpu_share)
+            mix = SyntheticMix(
+                jobs=jobs, load=load, batch_mean=batch_mean, estimate_error=estimate_error
+            )
+            work = synthetic_jobs(mix, pool, seed)
+        elif trace is not None:
+            pool = synthetic_followers(followers or DEFAULT_FOLLOWERS, seed, gpu_share=gpu_share)
+            work = read_trace(trace)
+        else:
+            assert store is not None
+            work, pool = store_trace(store)
+            if followers is not None:
+                pool = synthetic_followers(followers, seed, gpu_share=gpu_share)
+    except TraceError as err:
+        raise _fail(str(err)) from None
+    work = with_estimates(work, estimate_error, seed)
+    if save_trace is not None:
+        from servebench.cluster.trace import write_trace
+
+        try:
+            write_trace(save_trace, work)
+        except OSError as err:
+            raise _fail(f"--save-trace: {save_trace}: {err.strerror or err}") from None
+
+    results = compare(names, make, work, pool)
+    source = sources[0].removeprefix("--")
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "source": source,
+                    "jobs": len(work),
+                    "followers": len(pool),
+                    "fifo_reference": FIFO_REFERENCE,
+                    "policies": [_finite(r.as_dict()) for r in results],
+                },
+                indent=2,
+            )
+        )
+        return
+    _print_table(results, source, len(work), len(pool), FIFO_REFERENCE)
+
+
+def _finite(data: dict[str, object]) -> dict[str, object]:
+    """JSON has no NaN: a figure with nothing to average is null."""
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()
+    }
+
+
+def _print_table(results, source: str, jobs: int, followers: int, reference: str) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        "policy", "avg JCT s", "p95 JCT s", "queueing s", "makespan s", "utilization",
+        "JCT ratio", "sim s",
+        title=f"{jobs:,} jobs ({source}) on {followers:,} followers",
+        caption=f"JCT ratio: {reference}'s average JCT over the policy's (higher is better)",
+    )  # fmt: skip
+    for r in results:
+        table.add_row(
+            r.policy, f"{r.avg_jct_s:,.1f}", f"{r.p95_jct_s:,.1f}", f"{r.mean_queueing_s:,.1f}",
+            f"{r.makespan_s:,.0f}", f"{r.utilization:.1%}",
+            "-" if r.jct_ratio is None else f"{r.jct_ratio:.2f}", f"{r.wall_s:.2f}",
+        )  # fmt: skip
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    unplaced = max((r.unplaced for r in results), default=0)
+    if unplaced:
+        console.print(
+            f"warning: {unplaced:,} jobs fit no follower (GPUs or labels) and were not run",
+            highlight=False,
+        )
+
+
+app = typer.Typer(help="Simulate cluster scheduling policies.", pretty_exceptions_enable=False)
+app.command(name="simulate")(simulate)
