@@ -19,10 +19,10 @@ from servebench.results import OVERHEAD_FILE
 
 # What the seed paper found, per kind of measurement. Its sign convention is ours: an
 # overhead above 0 means the container was worse.
-SEED_CPU = "CPU (HPL, HPCG): < 5 % overhead"
+SEED_CPU = "CPU (HPL, HPCG): < 5 %"
 SEED_SEQUENTIAL_IO = "sequential I/O: equal"
-SEED_RANDOM_IO = "random I/O: differs (container overlay vs bind mount)"
-SEED_FIRST_EPOCH = "MXNet first epoch up to 77 % faster in the container (I/O, caching)"
+SEED_RANDOM_IO = "random I/O: differs (overlay vs bind mount)"
+SEED_FIRST_EPOCH = "first epoch up to 77 % faster in the container (MXNet)"
 
 HEADERS = (
     "probe",
@@ -34,6 +34,8 @@ HEADERS = (
     "CPU time c/h",
     "seed paper",
 )
+# The columns of words (left-aligned); the rest are figures.
+TEXT_COLUMNS = (0, 1, 7)
 OVERHEAD_NOTE = (
     "Overhead is positive when the container is worse, whichever way the metric points "
     "(a lower GFLOP/s, a higher latency): (container − host) / host of the medians, sign "
@@ -56,16 +58,17 @@ def read_overhead(run_dir: Path) -> pd.DataFrame | None:
 
 
 def seed_figure(probe: str, metric: str) -> str:
-    """The seed paper's finding this metric is compared with, or "" where it has none."""
+    """The seed paper's finding this metric is compared with, or "" where it has none
+    (it ran HPL and HPCG, not hpcc's other kernels; no GPU kernels or serving like these)."""
     name = metric.lower()
-    if probe in ("hpcc", "hpcg"):
+    if probe == "hpcg" or (probe == "hpcc" and "hpl" in name):
         return SEED_CPU
     if probe in ("ioping", "fio"):
         if "rand" in name:
             return SEED_RANDOM_IO
         if "seq" in name:
             return SEED_SEQUENTIAL_IO
-    if probe == "training" and "first" in name:
+    if probe == "training" and ("first" in name or "epoch1" in name):
         return SEED_FIRST_EPOCH
     return ""
 
@@ -88,9 +91,14 @@ def _interval(row: dict[str, Any]) -> str:
     low, high = row.get("ci_low_pct"), row.get("ci_high_pct")
     if missing(low) or missing(high) or low == "" or high == "":
         return "–"
-    level = row.get("ci_level")
-    prefix = "" if missing(level) or level == "" else f"{float(level):.0%}: "
-    return f"{prefix}[{float(low):+.1f}, {float(high):+.1f}] %"
+    return f"[{float(low):+.1f}, {float(high):+.1f}] %"
+
+
+def overhead_headers(frame: pd.DataFrame) -> list[str]:
+    """`HEADERS`, the interval's named with its confidence level (one per run)."""
+    levels = frame["ci_level"].dropna() if "ci_level" in frame else pd.Series(dtype=float)
+    interval = f"{float(levels.iloc[0]):.0%} interval" if len(levels) else "interval"
+    return [interval if h == "interval" else h for h in HEADERS]
 
 
 def _ratio(value: Any) -> str:

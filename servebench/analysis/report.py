@@ -24,13 +24,14 @@ from servebench.analysis import figures
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
-from servebench.analysis.overhead import HEADERS as OVERHEAD_HEADERS
 from servebench.analysis.overhead import (
     OVERHEAD_NOTE,
+    overhead_headers,
     overhead_notes,
     overhead_rows,
     read_overhead,
 )
+from servebench.analysis.overhead import TEXT_COLUMNS as OVERHEAD_TEXT_COLUMNS
 from servebench.analysis.roofline import Ceiling, above_roof, host_ceiling, roofline_points
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
@@ -321,7 +322,11 @@ def _overhead_section(data: RunData) -> _Section | None:
         section.body.append('<p class="no-data">No metric was measured.</p>')
     else:
         section.body.append(
-            html_table(OVERHEAD_HEADERS, overhead_rows(frame), text_columns=(0, 1, 7))
+            html_table(
+                overhead_headers(frame),
+                overhead_rows(frame),
+                text_columns=OVERHEAD_TEXT_COLUMNS,
+            )
         )
         section.body.append(f'<p class="caption">{_e(OVERHEAD_NOTE)}</p>')
     if notes:

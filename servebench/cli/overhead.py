@@ -94,14 +94,21 @@ def run(
 def print_overhead(run_dir: Path) -> None:
     """The overhead table of a run (the report's columns), and what was not measured."""
     from servebench.analysis.loader import read_run_json
-    from servebench.analysis.overhead import HEADERS, overhead_notes, overhead_rows, read_overhead
+    from servebench.analysis.overhead import (
+        TEXT_COLUMNS,
+        overhead_headers,
+        overhead_notes,
+        overhead_rows,
+        read_overhead,
+    )
     from servebench.results import RUN_FILE
 
     frame = read_overhead(run_dir)
     if frame is not None and not frame.empty:
         table = Table(title="container vs host (overhead > 0: container worse)")
-        for i, header in enumerate(HEADERS):
-            table.add_column(header, justify="left" if i in (0, 1, 7) else "right")
+        for i, header in enumerate(overhead_headers(frame)):
+            text = i in TEXT_COLUMNS
+            table.add_column(header, justify="left" if text else "right", overflow="fold")
         for row in overhead_rows(frame):
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
