@@ -35,7 +35,7 @@ def simulate(
         bool, typer.Option("--synthetic", help="a synthetic job mix (see --jobs, --load)")
     ] = False,
     trace: Annotated[
-        Path | None, typer.Option(help="a trace file: CSV or JSON lines (docs: cluster trace)")
+        Path | None, typer.Option(help="a trace file: CSV or JSON lines (docs/cluster-simulate.md)")
     ] = None,
     store: Annotated[
         Path | None, typer.Option(help="a leader's job store: replay its finished jobs")
