@@ -15,10 +15,10 @@ simulate in well under a second per policy.
 Policies (`POLICIES`, `make_policy`):
 - `two-tier` (InferBench's): tier 1 places a job, among the followers whose GPUs and
   labels fit, on the one with the least queued estimated work (its queue's corrected
-  estimates plus what remains of its running jobs, per slot); tier 2 runs the shortest
-  job first, with aging: a job's key is its corrected estimate minus `aging_rate` × the
-  time it has waited, and a job that has waited `max_wait_s` goes ahead of every job that
-  has not (oldest first). So no job waits longer than `max_wait_s` behind shorter ones
+  estimates plus what remains of its running jobs, `remaining_s`, per slot); tier 2 runs
+  the shortest job first, with aging: a job's key is its corrected estimate minus
+  `aging_rate` × the time it has waited, and a job that has waited `max_wait_s` goes
+  ahead of every job that has not (oldest first). So no job waits longer than `max_wait_s` behind shorter ones
   that came after it (among jobs of one priority: a higher `priority` always goes first).
 - `fifo-roundrobin`: the next fitting follower in turn; first come, first served.
 - `fifo-leastloaded`: the fitting follower with the fewest jobs (queued and running, per
@@ -27,7 +27,10 @@ Policies (`POLICIES`, `make_policy`):
 Every policy learns: after a job, log(measured / estimate) joins an exponentially
 weighted average per follower and per (follower, scenario name); a later estimate for
 that follower is the plan's estimate times the learned factor (the scenario's own if that
-follower has run it, else the follower's). Only two-tier acts on estimates.
+follower has run it, else the follower's). Only two-tier acts on estimates. The leader
+keeps the samples in its store (`JobStore.record_ratio`) and a restarted one replays them
+(`policy.learner.observe(r.follower, r.key, r.measured_s, r.estimate_s)` for each of
+`store.ratios()`), so what was learned survives a restart.
 """
 
 from __future__ import annotations
