@@ -18,8 +18,9 @@ Policies (`POLICIES`, `make_policy`):
   estimates plus what remains of its running jobs, `remaining_s`, per slot); tier 2 runs
   the shortest job first, with aging: a job's key is its corrected estimate minus
   `aging_rate` × the time it has waited, and a job that has waited `max_wait_s` goes
-  ahead of every job that has not (oldest first). So no job waits longer than `max_wait_s` behind shorter ones
-  that came after it (among jobs of one priority: a higher `priority` always goes first).
+  ahead of every job that has not (oldest first). So no job waits longer than
+  `max_wait_s` behind shorter ones that came after it (among jobs of one priority: a
+  higher `priority` always goes first).
 - `fifo-roundrobin`: the next fitting follower in turn; first come, first served.
 - `fifo-leastloaded`: the fitting follower with the fewest jobs (queued and running, per
   slot); first come, first served.
