@@ -11,9 +11,12 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from servebench.cluster.simulate import SimResult
 
 DEFAULT_POLICIES = "two-tier,fifo-roundrobin,fifo-leastloaded"
 DEFAULT_FOLLOWERS = 100
@@ -28,7 +31,7 @@ def simulate(
     policy: Annotated[
         str,
         typer.Option(
-            help="policies to compare, comma-separated (two-tier, fifo-roundrobin, fifo-leastloaded)"
+            help="policies to compare, comma-separated: two-tier, fifo-roundrobin, fifo-leastloaded"
         ),
     ] = DEFAULT_POLICIES,
     synthetic: Annotated[
@@ -163,7 +166,9 @@ def _finite(data: dict[str, object]) -> dict[str, object]:
     }
 
 
-def _print_table(results, source: str, jobs: int, followers: int, reference: str) -> None:  # type: ignore[no-untyped-def]
+def _print_table(
+    results: list[SimResult], source: str, jobs: int, followers: int, reference: str
+) -> None:
     from rich.console import Console
     from rich.table import Table
 

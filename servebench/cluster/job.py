@@ -8,9 +8,9 @@ running), keeping its attempt count. `LEGAL` lists every allowed move; the store
 the rest, so a bug in the leader cannot, say, finish a job twice.
 
 A job's scenario must be self-contained: files it names by path (link profile files,
-Mahimahi traces in an inline profile, a request trace, an export folder) would be looked up on whichever follower runs it, where
-they need not exist, and resolving them on the leader would let a submitter make the
-leader read its own files. So `new_job` refuses them, naming the field, and the submitter
+Mahimahi traces in an inline profile, a request trace, an export folder) would be looked
+up on whichever follower runs it, where they need not exist, and resolving them on the
+leader would let a submitter make the leader read its own files. So `new_job` refuses them, naming the field, and the submitter
 writes link profiles inline and describes models by grid, specs or mutation instead.
 """
 
