@@ -9,6 +9,7 @@ the figures are known; the real probes have their own tests.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
+from servebench.analysis.overhead import SEED_CPU
 from servebench.analysis.report import write_report
 from servebench.cli import app
 from servebench.overhead.measure import Measurement
@@ -32,7 +34,9 @@ from servebench.overhead.runner import (
     Step,
     schedule,
 )
+from servebench.overhead.serving import SERVING_DIR, measure_serving
 from servebench.overhead.sides import KIND, KIND_LABEL, container_problem
+from servebench.overhead.stats import compare_measurements, to_rows
 from servebench.results import OVERHEAD_FILE, OVERHEAD_RAW_FILE, RUN_FILE
 from servebench.servers.docker_engine import OWNER_LABEL, connect_docker
 
@@ -306,3 +310,38 @@ def test_container_side_runs_a_real_probe_interleaved(tmp_path: Path) -> None:
     assert row["host_n"] == 2 and row["container_n"] == 2
     assert row["container_median"] > 0 and not pd.isna(row["overhead_pct"])
     assert _our_containers() == []
+
+
+# -- serving and the report ----------------------------------------------------------------
+
+
+def test_serving_on_the_host_is_a_scenario_run_read_back(tmp_path: Path) -> None:
+    found = {m.metric: m for m in measure_serving("host", tmp_path, 1, quick=True)}
+    assert set(found) == {"latency_p50", "latency_p99", "throughput", "server_cpu", "server_ready"}
+    assert 0 < found["latency_p50"].value <= found["latency_p99"].value
+    assert found["throughput"].value > 0 and found["throughput"].better == "higher"
+    (run,) = [p for p in (tmp_path / SERVING_DIR).iterdir() if p.is_dir()]
+    assert found["latency_p50"].detail["run"] == run.name
+    assert json.loads((run / RUN_FILE).read_text())["status"] == "complete"
+
+
+def test_report_shows_overhead_beside_the_seed_figures(tmp_path: Path) -> None:
+    host = [Measurement("hpcg", "cg_gflops", v, "GFLOP/s", "higher") for v in (10.0, 10.0, 10.0)]
+    container = [Measurement("hpcg", "cg_gflops", v, "GFLOP/s", "higher") for v in (9.0, 9.0, 9.0)]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pd.DataFrame(to_rows(compare_measurements(host, container))).to_csv(
+        run_dir / OVERHEAD_FILE, index=False
+    )
+    run = {
+        "run_id": "run",
+        "status": "complete",
+        "overhead": {"unavailable": {"gpu": {"host": "no GPU here", "container": "no GPU here"}}},
+    }
+    (run_dir / RUN_FILE).write_text(json.dumps(run))
+    page = write_report(run_dir).path.read_text()
+    row = page[page.index('<td class="text">cg_gflops</td>') :].split("</tr>")[0]
+    assert "10 GFLOP/s" in row and "9 GFLOP/s" in row and "+10.0 %" in row
+    assert html.escape(SEED_CPU) in row
+    assert "95% interval" in page
+    assert "gpu on the host: not measured: no GPU here" in page
