@@ -136,7 +136,6 @@ class OverheadOutcome:
     status: str
     reason: str | None
     container_reason: str | None
-    measured: int = 0
 
 
 @dataclass
@@ -214,13 +213,7 @@ class OverheadRunner:
                 side.close()
             shutil.rmtree(workdir, ignore_errors=True)
             status, reason = self._close(directory, status, reason)
-        return OverheadOutcome(
-            directory,
-            status,
-            reason,
-            overhead["container_not_measured"],
-            len(self.progress.measurements),
-        )
+        return OverheadOutcome(directory, status, reason, overhead["container_not_measured"])
 
     # -- the steps --------------------------------------------------------------------------
 
