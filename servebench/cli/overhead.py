@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servebench.cli.scenario import RUN_EXIT_CODES
+from servebench.overhead.probes import PROBES
 
 app = typer.Typer(
     help="Container vs host: CPU, disk I/O, GPU, training and serving, measured side by side.",
@@ -19,8 +20,8 @@ app = typer.Typer(
 )
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-# Kept here (not imported from the runner) so `--help` does not import numpy and pandas.
-PROBE_NAMES = "hpcc, hpcg, ioping, fio, gpu, training, serving"
+# The registry imports no probe; the runner (numpy, pandas) is imported only to run.
+PROBE_NAMES = ", ".join([*PROBES, "serving"])
 
 
 def _fail(message: str) -> typer.Exit:
