@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import typer
 
-from servebench.cli import load, models, netem, overhead, recommend, report, scenario, ui
+from servebench.cli import (
+    cluster,
+    load,
+    models,
+    netem,
+    overhead,
+    recommend,
+    report,
+    scenario,
+    ui,
+)
 
 app = typer.Typer(
     name="servebench",
@@ -16,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(cluster.app, name="cluster")
 app.add_typer(models.app, name="models")
 app.add_typer(netem.app, name="netem")
 app.add_typer(overhead.app, name="overhead")

@@ -1,0 +1,473 @@
+"""`servebench cluster`: a leader that queues scenario runs and dispatches them to
+followers (Dask workers), the followers, and the commands that talk to the leader.
+
+    up         leader + a Dask LocalCluster of N followers on this machine, one command
+    leader     a leader on an existing Dask scheduler (followers join that scheduler)
+    follower   a follower: a Dask worker that runs one benchmark at a time
+    submit, status, cancel, results   talk to a leader's API
+    simulate   the scheduling policies on a job trace (servebench/cli/cluster_simulate.py)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servebench.cli import cluster_simulate
+
+app = typer.Typer(
+    help="Queue scenario runs on a leader and run them on followers.", no_args_is_help=True
+)
+# The policy simulator is its own module; it belongs to this group.
+app.command(name="simulate")(cluster_simulate.simulate)
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+DEFAULT_STATE_DIR = Path(".servebench-cluster")
+DEFAULT_RESULTS = Path("results")
+
+PolicyOption = Annotated[
+    str,
+    typer.Option(
+        help="two-tier (least queued work + shortest job first), fifo-roundrobin or fifo-leastloaded"
+    ),
+]
+StateDirOption = Annotated[Path, typer.Option(help="the leader's job store (SQLite) lives here")]
+ResultsOption = Annotated[Path, typer.Option(help="where finished jobs' result directories land")]
+HostOption = Annotated[str, typer.Option(help="API address (off loopback only with a token)")]
+PortOption = Annotated[int, typer.Option(help="API port")]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        help="API token (default $SERVEBENCH_CLUSTER_TOKEN)",
+        envvar="SERVEBENCH_CLUSTER_TOKEN",
+        show_envvar=False,
+    ),
+]
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--leader-url",
+        help="the leader's API (default $SERVEBENCH_CLUSTER_URL or http://127.0.0.1:8642)",
+    ),
+]
+MaxWaitOption = Annotated[
+    float,
+    typer.Option(help="two-tier: a job waiting this long goes ahead of shorter ones (seconds)"),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _policy(name: str, max_wait_s: float) -> Any:
+    from servebench.cluster.policy import make_policy
+
+    try:
+        return make_policy(name, max_wait_s=max_wait_s) if name == "two-tier" else make_policy(name)
+    except ValueError as err:
+        raise _fail(f"--policy: {err}") from None
+
+
+def _labels(items: list[str]) -> dict[str, str]:
+    from servebench.cluster.follower import parse_labels
+
+    try:
+        return parse_labels(items)
+    except ValueError as err:
+        raise _fail(f"--label: {err}") from None
+
+
+def _check_bind(host: str, token: str | None) -> None:
+    from servebench.cluster.api import BindError, check_bind
+
+    try:
+        check_bind(host, token)
+    except BindError as err:
+        raise _fail(str(err)) from None
+
+
+def _logging() -> None:
+    """The leader's and followers' events, one line each; Dask's own only when it warns
+    (the environment variable reaches the follower processes a LocalCluster spawns)."""
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    import dask
+
+    dask.config.refresh()
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("distributed").setLevel(
+        logging.getLevelName(os.environ["DASK_LOGGING__DISTRIBUTED"].upper())
+    )
+    logging.getLogger("servebench.cluster").setLevel(logging.INFO)
+
+
+async def _until_signal() -> int:
+    """Wait for SIGINT or SIGTERM; the handlers are removed again afterwards, so a
+    second Ctrl-C while shutting down interrupts as usual."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[int] = loop.create_future()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, lambda s=signum: got.done() or got.set_result(s))
+    try:
+        return await got
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _serve(
+    client: Any, *, policy: Any, state_dir: Path, results: Path, host: str, port: int,
+    token: str | None, scheduler: str,
+) -> None:  # fmt: skip
+    """Run a leader and its API on `client` until SIGINT/SIGTERM, then close it so the
+    store says what a restart should do."""
+    from aiohttp import web
+
+    from servebench.cluster.api import make_app
+    from servebench.cluster.leader import STORE_FILE, Leader, StateLock
+    from servebench.cluster.store import JobStore, StoreError
+
+    lock = StateLock(state_dir)
+    lock.acquire()
+    try:
+        try:
+            store = JobStore(state_dir / STORE_FILE)
+        except StoreError as err:
+            raise _fail(str(err)) from None
+        leader = Leader(store, policy, client, results)
+        try:
+            requeued = await leader.start()
+            runner = web.AppRunner(make_app(leader, token), access_log=None)
+            await runner.setup()
+            try:
+                await web.TCPSite(runner, host, port).start()
+            except OSError as err:
+                await leader.close()
+                raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+            console.print(
+                escape(
+                    f"leader: http://{host}:{port} — scheduler {scheduler}, policy {policy.name}, "
+                    f"{len(leader.followers)} follower(s), store {state_dir / STORE_FILE}, "
+                    f"results in {results}"
+                    + (f"; {len(requeued)} job(s) re-queued" if requeued else "")
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+            signum = await _until_signal()
+            console.print(f"{signal.Signals(signum).name}: stopping the leader …", highlight=False)
+            await leader.close()
+            await runner.cleanup()
+        finally:
+            store.close()
+    finally:
+        lock.release()
+
+
+@app.command()
+def up(
+    followers: Annotated[int, typer.Option(help="followers to start on this machine", min=1)] = 1,
+    policy: PolicyOption = "two-tier",
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    results: ResultsOption = DEFAULT_RESULTS,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8642,
+    token: TokenOption = None,
+    label: Annotated[
+        list[str], typer.Option(help="key=value for every local follower (repeatable)")
+    ] = [],  # noqa: B006
+    max_wait_s: MaxWaitOption = 3600.0,
+) -> None:
+    """A leader and a Dask LocalCluster of FOLLOWERS followers on this machine; Ctrl-C
+    stops all of them and leaves the store consistent."""
+    from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv, resources
+    from servebench.cluster.leader import LeaderError
+
+    chosen = _policy(policy, max_wait_s)
+    labels = _labels(label)
+    _check_bind(host, token)
+    _logging()
+    # The machine's GPUs are shared out: a follower never claims one another also claims.
+    gpus = gpu_count() // followers
+
+    async def main() -> None:
+        from distributed import Client, LocalCluster
+
+        async with (
+            LocalCluster(
+                n_workers=followers, processes=True, threads_per_worker=1,
+                resources=resources(gpus), host="127.0.0.1", dashboard_address=None,
+                preload=[PRELOAD], preload_argv=preload_argv(labels), asynchronous=True,
+            ) as cluster,
+            Client(cluster, asynchronous=True) as client,
+        ):  # fmt: skip
+            await _serve(
+                client, policy=chosen, state_dir=state_dir, results=results, host=host,
+                port=port, token=token, scheduler=cluster.scheduler_address,
+            )  # fmt: skip
+
+    try:
+        asyncio.run(main())
+    except LeaderError as err:
+        raise _fail(str(err)) from None
+
+
+@app.command()
+def leader(
+    scheduler: Annotated[str, typer.Option(help="the Dask scheduler's address, tcp://HOST:PORT")],
+    policy: PolicyOption = "two-tier",
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    results: ResultsOption = DEFAULT_RESULTS,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8642,
+    token: TokenOption = None,
+    max_wait_s: MaxWaitOption = 3600.0,
+) -> None:
+    """A leader on an existing Dask scheduler: followers (`servebench cluster follower`,
+    or `dask worker` with servebench's resources and preload) join that scheduler."""
+    from servebench.cluster.leader import LeaderError
+
+    chosen = _policy(policy, max_wait_s)
+    _check_bind(host, token)
+    _logging()
+
+    async def main() -> None:
+        from distributed import Client
+
+        try:
+            client = await Client(scheduler, asynchronous=True, timeout=30)
+        except (OSError, TimeoutError) as err:
+            raise _fail(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+        async with client:
+            await _serve(
+                client, policy=chosen, state_dir=state_dir, results=results, host=host,
+                port=port, token=token, scheduler=scheduler,
+            )  # fmt: skip
+
+    try:
+        asyncio.run(main())
+    except LeaderError as err:
+        raise _fail(str(err)) from None
+
+
+@app.command()
+def follower(
+    leader: Annotated[
+        str, typer.Option("--leader", help="the Dask scheduler's address, tcp://HOST:PORT")
+    ],
+    gpus: Annotated[
+        int | None, typer.Option(help="GPUs to offer (default: what NVML sees)", min=0)
+    ] = None,
+    label: Annotated[list[str], typer.Option(help="key=value a job can ask for (repeatable)")] = [],  # noqa: B006
+    name: Annotated[str | None, typer.Option(help="follower name (default: the host name)")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="address to listen on (default: Dask's choice)")
+    ] = None,
+) -> None:
+    """A follower: a Dask worker that runs one benchmark at a time; Ctrl-C interrupts its
+    run (what it measured stays) and leaves; the leader re-queues the job."""
+    from servebench.cluster.follower import run_follower
+
+    labels = _labels(label)
+    _logging()
+
+    def started(worker: Any) -> None:
+        console.print(
+            escape(f"follower {worker.name} at {worker.address}, joined {leader}"),
+            highlight=False,
+        )
+
+    try:
+        asyncio.run(
+            run_follower(leader, name=name, gpus=gpus, labels=labels, host=host, on_started=started)
+        )
+    except (OSError, TimeoutError) as err:
+        raise _fail(f"cannot join the Dask scheduler at {leader}: {err}") from None
+
+
+def _api(url: str | None, token: str | None) -> Any:
+    from servebench.cluster.api_client import LeaderApi
+
+    return LeaderApi(url, token)
+
+
+def _api_fail(err: Any) -> typer.Exit:
+    for problem in err.problems:
+        console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+    if err.problems:
+        return typer.Exit(code=2)
+    return _fail(err.message)
+
+
+@app.command()
+def submit(
+    files: Annotated[list[Path], typer.Argument(help="scenario files")],
+    priority: Annotated[int, typer.Option(help="higher runs first")] = 0,
+    gpus: Annotated[
+        int | None, typer.Option(help="GPUs the job needs (default: the scenario's)", min=0)
+    ] = None,
+    label: Annotated[
+        list[str], typer.Option(help="key=value a follower must have (repeatable)")
+    ] = [],  # noqa: B006
+    leader_url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Queue each scenario file as a job; prints one job id per file."""
+    from servebench.cluster.api_client import ApiError
+
+    labels = _labels(label)
+    api = _api(leader_url, token)
+    failed = False
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise _fail(f"{path}: {err}") from None
+        try:
+            job = api.submit(text, name=str(path), priority=priority, gpus=gpus, labels=labels)
+        except ApiError as err:
+            if not err.problems:
+                raise _fail(err.message) from None
+            _api_fail(err)
+            failed = True
+            continue
+        console.print(
+            escape(f"{job['id']}  {path}  queued (estimate {job['estimate_s']:.0f} s)"),
+            highlight=False,
+        )
+    if failed:
+        raise typer.Exit(code=2)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def status_tables(jobs: list[dict[str, Any]], followers: list[dict[str, Any]], now: float) -> Table:
+    """The jobs and followers as one rich table group (what `status` prints)."""
+    from rich.console import Group
+
+    table = Table(
+        "job",
+        "scenario",
+        "state",
+        "follower",
+        "try",
+        "waited",
+        "ran",
+        "est.",
+        "reason",
+        title="jobs",
+    )
+    for job in jobs:
+        end = job.get("finished_at") or now
+        started = job.get("started_at")
+        waited = (started or end) - job["submitted_at"]
+        table.add_row(
+            job["id"], escape(job["scenario_name"]), job["state"], escape(job.get("follower") or ""),
+            str(job["attempts"]), _age(waited), _age(end - started if started else None),
+            _age(job["estimate_s"]), escape((job.get("reason") or "")[:60]),
+        )  # fmt: skip
+    people = Table("follower", "address", "GPUs", "labels", "running", "queued", title="followers")
+    for f in followers:
+        labels = ", ".join(f"{k}={v}" for k, v in f["labels"].items())
+        people.add_row(
+            escape(f["name"]), f["address"], str(f["gpus"]), escape(labels),
+            " ".join(f["running"]), str(len(f["queued"])),
+        )  # fmt: skip
+    return Group(table, people)  # type: ignore[return-value]
+
+
+@app.command()
+def status(
+    once: Annotated[bool, typer.Option(help="print once and exit (for scripts)")] = False,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes", min=0.2)] = 1.0,
+    leader_url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """The jobs and followers, refreshed live until Ctrl-C (--once: print once)."""
+    from rich.live import Live
+
+    from servebench.cluster.api_client import ApiError
+
+    api = _api(leader_url, token)
+
+    def render() -> Table:
+        return status_tables(api.jobs(), api.followers(), time.time())
+
+    try:
+        if once:
+            console.print(render())
+            return
+        with Live(render(), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(), refresh=True)
+    except ApiError as err:
+        raise _fail(err.message) from None
+    except KeyboardInterrupt:
+        return
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    leader_url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cancel a job: a waiting one at once; a running one is interrupted and keeps what
+    it measured (fetch it with `cluster results`)."""
+    from servebench.cluster.api_client import ApiError
+
+    try:
+        job = _api(leader_url, token).cancel(job_id)
+    except ApiError as err:
+        raise _fail(err.message) from None
+    console.print(
+        escape(f"{job['id']}: {job['state']} ({job.get('reason') or ''})"), highlight=False
+    )
+
+
+@app.command()
+def results(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    out: Annotated[Path, typer.Option(help="folder to put the run directory in")] = DEFAULT_RESULTS,
+    leader_url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Fetch a job's result directory into OUT/<job id> (open it with `servebench report`)."""
+    from servebench.cluster.api_client import ApiError
+    from servebench.cluster.archive import ArchiveError, unpack
+
+    target = out / job_id
+    if target.exists():
+        raise _fail(f"{target} exists; remove it or give another --out")
+    try:
+        data = _api(leader_url, token).results(job_id)
+        unpack(data, target)
+    except ApiError as err:
+        raise _fail(err.message) from None
+    except (ArchiveError, OSError) as err:
+        raise _fail(f"{target}: {err}") from None
+    console.print(escape(f"results: {target}  (servebench report {target})"), highlight=False)
