@@ -3,7 +3,10 @@ real containers only where a Docker engine answers (skipped with its one-sentenc
 
 The spec tests lay out a TF Serving base path by hand (`<model>/1/saved_model.pb`): the
 launcher only looks at the layout, and a real SavedModel export would cost a TensorFlow
-import for nothing. The real-container tests export real models.
+import for nothing. The real-container tests export real models. Those on servebench's
+local Triton CPU image (`docker/images.sh` builds it) run wherever an engine answers; those
+on the official nvcr.io / tensorflow/serving images skip, saying why, where the image is
+absent and cannot be pulled (no registry is reachable on the development machines).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,17 +24,68 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from model_zoo.export.tfs_batching import TfsBatching, parse_batching_parameters
+from servebench.servers.base import ServerStartError
 from servebench.servers.docker_engine import (
     ContainerSpec,
     DockerUnavailableError,
     GpuRequest,
+    connect_docker,
     docker_engine_problem,
 )
+from servebench.servers.docker_images import ImageUnavailableError, ensure_image, pull_reason
+from servebench.servers.docker_owner import (
+    OWNER_HOST_LABEL,
+    OWNER_LABEL,
+    owner_labels,
+    reap_stale_containers,
+)
 from servebench.servers.docker_tfs import DEFAULT_TFS_TAG, MONITORING_CONFIG_TEXT, TfsDocker
-from servebench.servers.docker_triton import DEFAULT_TRITON_TAG, TritonDocker
+from servebench.servers.docker_triton import (
+    DEFAULT_TRITON_TAG,
+    TritonDocker,
+    official_image,
+    repository_form,
+)
+from servebench.telemetry import ContainerStatsSampler, SamplerUnavailable
+from servebench.telemetry.container import memory_in_use
+from servebench.wellknown import TRITON_CPU_IMAGE
 
 ENGINE_PROBLEM = docker_engine_problem()
 needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
+MISSING_IMAGE = "localhost/servebench-no-such-image:latest"
+
+
+def image_problem(image: str, who: str) -> str | None:
+    """Why a container of `image` cannot run here (one sentence), or None: no engine, or
+    the image is absent and cannot be pulled (a pull with no registry fails in seconds)."""
+    if ENGINE_PROBLEM is not None:
+        return ENGINE_PROBLEM
+    client = connect_docker()
+    try:
+        ensure_image(client, image, who=who)
+    except ImageUnavailableError as err:
+        return str(err)
+    finally:
+        client.close()
+    return None
+
+
+def needs_image(image: str, who: str = "triton-docker") -> None:
+    """Skip the calling test, with the reason, where `image` cannot run here."""
+    if problem := image_problem(image, who):
+        if image == TRITON_CPU_IMAGE and ENGINE_PROBLEM is None:
+            problem += "; run docker/images.sh"
+        pytest.skip(problem)
+
+
+def owned_containers(pid: int | None = None) -> list:
+    """Containers labelled as started by servebench process `pid` (this one by default)."""
+    client = connect_docker()
+    try:
+        label = f"{OWNER_LABEL}={pid or os.getpid()}"
+        return client.containers.list(all=True, filters={"label": label})
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -88,6 +143,12 @@ def test_triton_container_spec(triton_repo: Path) -> None:
     assert "device_requests" not in kwargs
     assert kwargs["shm_size"] == "1g"
     assert {u["Name"]: u["Soft"] for u in kwargs["ulimits"]} == {"memlock": -1, "stack": 67108864}
+
+    # The local CPU image gets none: it needs no pinned memory, and podman refuses any limit
+    # on hosts without CAP_SYS_RESOURCE.
+    local = TritonDocker(triton_repo, image=TRITON_CPU_IMAGE).container_spec()
+    assert local.image == TRITON_CPU_IMAGE and "ulimits" not in local.run_kwargs()
+    assert official_image("24.08") == "nvcr.io/nvidia/tritonserver:24.08-py3"
 
 
 def test_triton_gpu_request_and_modes(triton_repo: Path) -> None:
@@ -205,6 +266,8 @@ def test_triton_container_serves_and_loads(tmp_path: Path) -> None:
     from model_zoo.torch_builder import build_torch
     from servebench.scenario.runner import client_probe
 
+    needs_image(official_image())
+
     spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
     export = export_triton(build_torch(spec, seed=0), spec, tmp_path, TritonSettings())
     with TritonDocker(tmp_path / STANDARD_REPOSITORY, run_dir=tmp_path / "run") as server:
@@ -224,6 +287,7 @@ def test_tfs_container_serves_reloads_and_exports_metrics(tmp_path: Path) -> Non
     from servebench.servers import control
     from servebench.telemetry import parse_metrics
 
+    needs_image(TfsDocker(tmp_path).image, who="tfs-docker")
     spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
     export_family([spec], tmp_path, formats=("tfs",), check=False)
     with TfsDocker(tmp_path / "tfs", models=[], enable_batching=True) as server:
@@ -264,7 +328,8 @@ def test_compose_serves_both_servers_on_loopback_read_only() -> None:
 
 def test_default_image_tags_live_in_one_place() -> None:
     """compose.yaml's fallbacks are the launchers' defaults, and no shipped scenario pins
-    another tag (a scenario that wants one names it with `image:`, on purpose)."""
+    another tag of an official image (a scenario that wants one names it with `image:`, on
+    purpose); the only image a shipped scenario names is the locally built Triton one."""
     import yaml
 
     text = COMPOSE.read_text()
@@ -272,7 +337,8 @@ def test_default_image_tags_live_in_one_place() -> None:
     assert set(re.findall(r"\$\{TRITON_TAG:-([^}]+)\}", text)) == {DEFAULT_TRITON_TAG}
     for scenario in sorted((COMPOSE.parents[1] / "scenarios").glob("*.yaml")):
         servers = yaml.safe_load(scenario.read_text()).get("servers", [])
-        assert all("image" not in server for server in servers), scenario.name
+        images = {server["image"] for server in servers if "image" in server}
+        assert images <= {TRITON_CPU_IMAGE}, scenario.name
 
 
 @pytest.mark.skipif(
@@ -287,3 +353,158 @@ def test_compose_file_is_valid_for_docker_compose(tmp_path: Path) -> None:
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert check.returncode == 0, check.stderr
+
+
+# -- images, owners and container telemetry as data ------------------------------------------
+
+
+def test_pull_errors_are_cut_to_the_registry_and_its_failure() -> None:
+    refused = (
+        "initializing source docker://localhost/nope:latest: pinging container registry "
+        'localhost: Get "https://localhost/v2/": dial tcp 127.0.0.1:443: connect: connection '
+        "refused"
+    )
+    assert pull_reason(refused) == "registry localhost: connection refused"
+    dns = (
+        "initializing source docker://nvcr.io/nvidia/tritonserver:24.10-py3: pinging "
+        'container registry nvcr.io: Get "https://nvcr.io/v2/": dial tcp: lookup nvcr.io on '
+        "10.255.255.53:53: no such host"
+    )
+    assert pull_reason(dns) == "registry nvcr.io: no such host"
+    assert pull_reason("pull access denied for x\nmore") == "pull access denied for x"
+
+
+def test_container_memory_is_usage_less_inactive_file_cache_where_reported() -> None:
+    # Docker on cgroup v2 breaks the usage out; podman's compatible API gives usage alone.
+    assert memory_in_use({"usage": 500, "stats": {"inactive_file": 200}}) == 300
+    assert memory_in_use({"usage": 500, "stats": {"total_inactive_file": 100}}) == 400
+    assert memory_in_use({"usage": 500, "limit": 10_000}) == 500
+    assert memory_in_use({}) is None
+
+
+# -- real containers of the local Triton CPU image (docker/images.sh) -------------------------
+
+
+@pytest.fixture(scope="module")
+def python_repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A small dense model in the python-backend form the local image serves."""
+    from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
+    from model_zoo.spec import ModelSpec
+    from model_zoo.torch_builder import build_torch
+
+    spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
+    out = tmp_path_factory.mktemp("docker-export")
+    export = export_triton(build_torch(spec, seed=0), spec, out, TritonSettings(max_batch_size=8))
+    return out / PYTHON_REPOSITORY, export.name
+
+
+@needs_engine
+def test_local_image_publishes_loopback_ports_serves_and_is_removed(
+    python_repository: tuple[Path, str], tmp_path: Path
+) -> None:
+    from servebench.scenario.runner import client_probe
+    from servebench.servers import control
+
+    needs_image(TRITON_CPU_IMAGE)
+    repository, model = python_repository
+    assert repository_form(TRITON_CPU_IMAGE) == "python"
+    server = TritonDocker(repository, image=TRITON_CPU_IMAGE, run_dir=tmp_path / "run")
+    try:
+        total = server.start()
+        assert 0 < server.container_start_s < total  # the engine's part of the start
+        (container,) = owned_containers()
+        assert container.id == server.container_id
+        assert container.labels[OWNER_HOST_LABEL] == owner_labels()[OWNER_HOST_LABEL]
+        bindings = [b for ports in container.ports.values() for b in ports or []]
+        assert len(bindings) == 3 and {b["HostIp"] for b in bindings} == {"127.0.0.1"}
+        assert server.endpoints.http_url.startswith("http://127.0.0.1:")
+        assert server.load_model(model) > 0
+        sampler = ContainerStatsSampler(server.container_id, connect_docker)
+        sampler.sample()
+        assert client_probe("triton", "grpc", timeout_s=10.0)(server, model, 20)[0] > 0
+        readings = {r.metric: r for r in sampler.sample()}
+        assert readings["cpu_cores"].value > 0  # the requests ran in the container
+        assert readings["memory_bytes"].value > 0 and readings["processes"].value >= 2
+        assert readings["cpu_cores"].labels == {"container": server.container_id[:12]}
+        _, page, _ = control.request("GET", server.endpoints.metrics_url)
+        assert f'nv_inference_request_success{{model="{model}"'.encode() in page
+    finally:
+        server.stop()
+    assert owned_containers() == []
+    with pytest.raises(SamplerUnavailable, match="is gone"):
+        sampler.sample()
+    sampler.close()
+    assert b"Started GRPCInferenceService" in (tmp_path / "run" / "container.log").read_bytes()
+
+
+@needs_engine
+def test_missing_image_is_refused_in_one_sentence_and_leaves_nothing(tmp_path: Path) -> None:
+    server = TritonDocker(tmp_path, image=MISSING_IMAGE)
+    with pytest.raises(ImageUnavailableError) as err:
+        server.start()
+    message = str(err.value)
+    assert message.startswith(
+        f"triton-docker: image {MISSING_IMAGE} is not present and could not be pulled ("
+    )
+    assert "\n" not in message and message.count(". ") == 0
+    assert owned_containers() == []
+
+
+@needs_engine
+def test_a_server_that_exits_at_start_leaves_nothing_but_its_log(tmp_path: Path) -> None:
+    needs_image(TRITON_CPU_IMAGE)
+    server = TritonDocker(
+        tmp_path, image=TRITON_CPU_IMAGE, extra_args=["--no-such-flag"], run_dir=tmp_path / "run"
+    )
+    with pytest.raises(ServerStartError, match="container exited with code"):
+        server.start()
+    assert owned_containers() == []
+    assert b"no-such-flag" in (tmp_path / "run" / "container.log").read_bytes()
+
+
+KILLED_OWNER = """\
+import sys, time
+from pathlib import Path
+from servebench.servers.docker_triton import TritonDocker
+server = TritonDocker(Path(sys.argv[1]), image=sys.argv[2])
+server.start()
+print(server.container_id, flush=True)
+time.sleep(600)
+"""
+
+
+@needs_engine
+def test_containers_of_a_killed_servebench_are_removed_by_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    needs_image(TRITON_CPU_IMAGE)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, str(tmp_path), TRITON_CPU_IMAGE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    client = connect_docker()
+    elsewhere = None
+    try:
+        container_id = owner.stdout.readline().strip()
+        assert container_id, "the owner process did not start its container"
+        owner.kill()  # SIGKILL: no stop, no atexit
+        owner.wait(30)
+        assert [c.id for c in owned_containers(owner.pid)] == [container_id]
+        # A container another host's servebench left is not this host's to judge.
+        elsewhere = client.containers.create(
+            TRITON_CPU_IMAGE, ["true"],
+            labels={OWNER_LABEL: str(owner.pid), OWNER_HOST_LABEL: "another-host"},
+        )  # fmt: skip
+        server = TritonDocker(tmp_path, image=TRITON_CPU_IMAGE)
+        with caplog.at_level("WARNING", logger="servebench.servers.docker_owner"):
+            server.start()
+        server.stop()
+        assert [c.id for c in owned_containers(owner.pid)] == [elsewhere.id]
+        assert f"left by servebench pid {owner.pid}, which is gone" in caplog.text
+        assert reap_stale_containers(client, local_engine=True) == []
+    finally:
+        owner.kill()
+        if elsewhere is not None:
+            elsewhere.remove(force=True)
+        client.close()

@@ -21,7 +21,9 @@ from model_zoo.export.triton import (
 )
 from model_zoo.spec import ModelSpec
 from servebench.scenario.plan import Plan, ServerSetting
+from servebench.scenario.schema import ServerSection
 from servebench.servers.base import Server
+from servebench.servers.docker_triton import official_image, repository_form
 from servebench.servers.registry import create_server
 
 EXPORT_DIR = "export"
@@ -105,7 +107,9 @@ def build_server(
     workdir.mkdir(parents=True, exist_ok=True)
     if server.kind == "triton":
         settings = triton_settings(setting.values)
-        form = "python" if server.launch == "local" else "onnx"
+        # The local binary serves the python-backend form; an image says which it serves
+        # (asking the engine, so a missing image fails here, before any file is written).
+        form = "python" if server.launch == "local" else repository_form(_triton_image(server))
         repository = workdir / "models"
         for spec in models:
             onnx = sorted((export / STANDARD_REPOSITORY / spec.id).glob(f"*/{ONNX_FILENAME}"))[-1]
@@ -134,6 +138,10 @@ def build_server(
 
 def _image(image: str | None) -> dict[str, str]:
     return {"image": image} if image else {}
+
+
+def _triton_image(server: ServerSection) -> str:
+    return server.image or official_image()
 
 
 def client_target(server: Server, protocol: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ the load's summary, the telemetry aggregates, the model's cost figures and the l
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -41,7 +42,13 @@ from servebench.scenario.plan import Trial
 from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
 from servebench.servers.base import Server
-from servebench.telemetry import TelemetryRecorder, TelemetryRow, client_minus_server_s
+from servebench.servers.docker_engine import DockerServer, connect_docker
+from servebench.telemetry import (
+    ContainerStatsSampler,
+    TelemetryRecorder,
+    TelemetryRow,
+    client_minus_server_s,
+)
 
 DIRECT = "direct"
 
@@ -174,9 +181,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         payload = client.make_payload(trial.batch_size, scenario.seed)
         sink = TrialSink(records_path)
         stack.callback(sink.close)
-        recorder = TelemetryRecorder.for_server(
-            pid=ctx.server.pid, metrics_url=ctx.server.endpoints.metrics_url, trial_id=trial.id
-        ).start()
+        recorder = server_recorder(ctx.server, trial.id).start()
         stack.callback(recorder.stop)
 
         loop = asyncio.get_running_loop()
@@ -213,6 +218,21 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         telemetry = recorder.snapshot()
         row = build_row(trial, ctx, profile, summary, recorder.summary(trial.model.id), sink, extra)
         return TrialOutcome(row, telemetry)
+
+
+def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
+    """Telemetry for one trial on `server`: a server in a container is watched through its
+    engine's stats (its own client, made on the recorder's side), any other through its
+    process tree where servebench knows its pid."""
+    container = None
+    if isinstance(server, DockerServer) and server.container_id is not None:
+        container = functools.partial(ContainerStatsSampler, server.container_id, connect_docker)
+    return TelemetryRecorder.for_server(
+        pid=None if container is not None else server.pid,
+        metrics_url=server.endpoints.metrics_url,
+        container=container,
+        trial_id=trial_id,
+    )
 
 
 async def _search(trial, ctx, measure, sink: TrialSink):

@@ -233,7 +233,9 @@ class DockerServer(Server):
     ) -> None:
         super().__init__()
         self._given_run_dir = Path(run_dir) if run_dir is not None else None
-        self.run_dir: Path | None = None
+        # The caller's folder (the container's log is kept there), else a temporary one
+        # made when a launcher first writes config (`config_dir`).
+        self.run_dir: Path | None = self._given_run_dir
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.pull = pull
@@ -263,9 +265,7 @@ class DockerServer(Server):
     def config_dir(self) -> Path:
         """A folder of servebench-written files mounted into the container (read-only)."""
         if self.run_dir is None:
-            self.run_dir = self._given_run_dir or Path(
-                tempfile.mkdtemp(prefix=f"servebench-{self.kind}-")
-            )
+            self.run_dir = Path(tempfile.mkdtemp(prefix=f"servebench-{self.kind}-"))
         path = self.run_dir / "config"
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -398,6 +398,7 @@ class DockerServer(Server):
         if self.run_dir is None:
             return
         with contextlib.suppress(Exception):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / _LOG_FILE).write_bytes(container.logs())
 
 

@@ -10,8 +10,8 @@ registry is reachable (`wellknown.TRITON_CPU_IMAGE`): the nvidia-pytriton wheel'
 tritonserver with the python backend, which serves the python-backend repository the
 local server runs (`model.py` calling onnxruntime), not the onnxruntime backend. An image
 says which repository it serves with the label `servebench.repository` ("python" or
-"onnx"); an image without it is taken for the official one ("onnx"). See
-`repository_form`.
+"onnx"); without the label, the local CPU image serves the python form and any other is
+taken for the official one ("onnx"). See `repository_form`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ from servebench.servers.docker_engine import (
 )
 from servebench.servers.docker_images import ensure_image, image_labels
 from servebench.servers.ports import LOOPBACK
-from servebench.wellknown import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
+from servebench.wellknown import (
+    TRITON_CPU_IMAGE,
+    TRITON_GRPC_PORT,
+    TRITON_HTTP_PORT,
+    TRITON_METRICS_PORT,
+)
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_TRITON_TAG = "24.10"
@@ -60,7 +65,8 @@ def repository_form(image: str, *, pull: bool = True) -> RepositoryForm:
     client = connect_docker()
     try:
         ensure_image(client, image, who=TritonDocker.kind, pull=pull)
-        form = image_labels(client, image).get(REPOSITORY_LABEL, "onnx")
+        default = "python" if image == TRITON_CPU_IMAGE else "onnx"
+        form = image_labels(client, image).get(REPOSITORY_LABEL, default)
     finally:
         client.close()
     if form not in REPOSITORY_FORMS:

@@ -1,8 +1,8 @@
 """Telemetry sampled beside a trial: GPUs (NVML), the server's process tree and the host
-(psutil), and the server's own Prometheus metrics; written to `telemetry.parquet` and
-reduced to per-trial aggregates; and the host's compute and memory roofs (`host_peak`,
-measured once per machine for the roofline). Imports nothing from other servebench
-packages.
+(psutil) or the server's container (its engine's stats), and the server's own Prometheus
+metrics; written to `telemetry.parquet` and reduced to per-trial aggregates; and the host's
+compute and memory roofs (`host_peak`, measured once per machine for the roofline).
+Imports nothing from other servebench packages.
 """
 
 from servebench.telemetry.aggregate import (
@@ -13,6 +13,7 @@ from servebench.telemetry.aggregate import (
     tfs_stats,
     triton_stats,
 )
+from servebench.telemetry.container import ContainerStatsSampler
 from servebench.telemetry.gpu import NO_GPU, NvmlSampler
 from servebench.telemetry.process import HostSampler, ProcessTreeSampler
 from servebench.telemetry.prometheus import PrometheusSampler, parse_metrics
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_INTERVAL_S",
     "NO_GPU",
     "SUMMARY_KEYS",
+    "ContainerStatsSampler",
     "HostSampler",
     "NvmlSampler",
     "ProcessTreeSampler",

@@ -27,7 +27,7 @@ SERVER_METRIC_KEYS = (
 # Keys every summary has, in this order (None where not measured).
 SUMMARY_KEYS = (
     "gpu_util_mean", "gpu_util_max", "gpu_mem_max", "gpu_power_mean", "gpu_source",
-    "server_cpu_mean", "server_cpu_max", "server_rss_max", "host_cpu_mean",
+    "server_cpu_mean", "server_cpu_max", "server_rss_max", "server_mem_max", "host_cpu_mean",
     *SERVER_METRIC_KEYS,
 )  # fmt: skip
 
@@ -194,6 +194,7 @@ def aggregate(
         server_cpu_mean=_mean(cpu),
         server_cpu_max=_max(cpu),
         server_rss_max=_max(_per_timestamp(rows, "server_process", "rss_bytes", "sum")),
+        server_mem_max=_max(_per_timestamp(rows, "server_process", "memory_bytes", "sum")),
         host_cpu_mean=_mean(_per_timestamp(rows, "host", "cpu_utilization", "mean")),
     )
     metrics = {row.metric for row in rows if row.source == SERVER_METRICS}

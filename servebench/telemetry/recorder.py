@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from servebench.telemetry.aggregate import aggregate
 from servebench.telemetry.gpu import NvmlSampler
@@ -54,19 +54,26 @@ class TelemetryRecorder:
         *,
         pid: int | None = None,
         metrics_url: str | None = None,
+        container: Callable[[], Sampler] | None = None,
         gpu: bool = True,
         host: bool = True,
         trial_id: str = "",
         interval_s: float = DEFAULT_INTERVAL_S,
     ) -> TelemetryRecorder:
         """The usual set: GPUs (NVML), the server's process tree (if its pid is known),
-        the host, and the server's Prometheus page (if it has one)."""
+        the host, and the server's Prometheus page (if it has one).
+
+        `container` makes the sampler of a server in a container (its engine's stats,
+        `ContainerStatsSampler`); it replaces the process tree, which it already counts.
+        """
         samplers: list[Sampler] = []
         notes: list[str] = []
-        factories = []
+        factories: list[Callable[[], Sampler]] = []
         if gpu:
             factories.append(NvmlSampler)
-        if pid is not None:
+        if container is not None:
+            factories.append(container)
+        elif pid is not None:
             factories.append(lambda: ProcessTreeSampler(pid))
         if host:
             factories.append(HostSampler)

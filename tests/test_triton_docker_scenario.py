@@ -1,0 +1,136 @@
+"""`launch: docker` end to end: a scenario runs Triton in a container of the local CPU image
+(`docker/images.sh` builds it) through the Docker Engine API — start, readiness, model load,
+the split cold start, load through an emulated link to the published loopback port,
+telemetry from the engine's stats and Triton's metrics port — and leaves no container
+behind: after a normal run, after a start that fails on a missing image, after Ctrl-C.
+
+Skipped, with the reason, where no engine answers or the image is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_servers_docker import ENGINE_PROBLEM, MISSING_IMAGE, needs_image, owned_containers
+
+from servebench.results import COLD_START_PHASES
+from servebench.scenario.runner import ScenarioRunner
+from servebench.telemetry import read_telemetry
+from servebench.wellknown import TRITON_CPU_IMAGE
+
+pytestmark = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
+
+SCENARIO = """\
+name: tiny-docker
+models:
+  specs:
+    - {{layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}}
+servers:
+  - name: triton
+    kind: triton
+    launch: docker
+    image: {image}
+    settings: {{max_batch_size: 4, dynamic_batching: false}}
+workload:
+  mode: closed
+  concurrency: [2]
+  duration_s: {duration}
+  warmup_s: 0.2
+  timeout_s: 5
+links: [{link}]
+"""
+
+
+def write_scenario(tmp_path: Path, image: str, *, duration: float = 1.5, link: str = "wifi"):
+    path = tmp_path / "tiny-docker.yaml"
+    path.write_text(SCENARIO.format(image=image, duration=duration, link=link))
+    return path
+
+
+def test_one_trial_through_a_link_to_triton_in_a_container(tmp_path: Path) -> None:
+    needs_image(TRITON_CPU_IMAGE)
+    outcome = ScenarioRunner(
+        write_scenario(tmp_path, TRITON_CPU_IMAGE), output=tmp_path / "results"
+    ).run()
+    assert outcome.status == "complete", outcome.reason
+    run = outcome.directory.path
+    (trial,) = pd.read_csv(run / "trials.csv").to_dict("records")
+    assert trial["status"] == "ok" and trial["errors"] == 0 and trial["count"] > 0
+    assert (trial["launch"], trial["link"]) == ("docker", "wifi")
+    assert trial["latency_p50"] >= trial["link_rtt_s"]  # the requests went through the link
+    # The container's CPU and memory from the engine; Triton's counters from its metrics port.
+    assert trial["server_cpu_mean"] > 0 and trial["server_mem_max"] > 0
+    assert trial["server_requests"] >= trial["count"]
+    rows = read_telemetry(run / "telemetry.parquet")
+    container = {r.labels.get("container") for r in rows if r.source == "server_process"}
+    assert len(container) == 1 and None not in container
+    cold = pd.read_csv(run / "cold_start.csv", keep_default_na=False)
+    assert list(cold.phase) == list(COLD_START_PHASES)  # container start first
+    assert (cold.seconds > 0).all()
+    assert (cold[cold.phase.isin(["container_start", "server_ready"])].model == "").all()
+    assert b"Started HTTPService" in (run / "repos" / "00" / "container.log").read_bytes()
+    assert owned_containers() == []
+
+
+def test_a_missing_image_fails_the_setting_in_one_sentence_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    outcome = ScenarioRunner(
+        write_scenario(tmp_path, MISSING_IMAGE), output=tmp_path / "results"
+    ).run()
+    assert outcome.status == "failed"
+    assert outcome.reason.endswith(
+        f"triton-docker: image {MISSING_IMAGE} is not present and could not be pulled "
+        f"({outcome.reason.rsplit('(', 1)[-1]}"
+    )
+    assert "\n" not in outcome.reason
+    assert not (outcome.directory.path / "repos" / "00" / "models").exists()
+    assert owned_containers() == []
+
+
+def test_ctrl_c_mid_trial_ends_the_run_interrupted_and_removes_the_container(
+    tmp_path: Path,
+) -> None:
+    needs_image(TRITON_CPU_IMAGE)
+    path = write_scenario(tmp_path, TRITON_CPU_IMAGE, duration=30.0, link="direct")
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
+    command += ["--output", str(results), "--no-report"]
+    # Its own session stands in for the terminal's foreground group.
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not list(results.glob("*/records/*.parquet")):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the trial never started"
+            time.sleep(0.05)
+        assert len(owned_containers(process.pid)) == 1
+        time.sleep(1.5)  # past the warm-up, well inside the 30 s trial
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, output
+    (run,) = results.iterdir()
+    status = json.loads((run / "run.json").read_text())
+    assert (status["status"], status["reason"]) == ("interrupted", "stopped by SIGINT")
+    (trial,) = pd.read_csv(run / "trials.csv").to_dict("records")
+    assert trial["status"] == "interrupted" and trial["count"] > 0  # its records were kept
+    assert owned_containers(process.pid) == []
