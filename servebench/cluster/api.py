@@ -142,12 +142,14 @@ async def _submit(request: web.Request) -> web.Response:
 
     leader = request.app[_LEADER]
     query = request.query
+    priority = _int_param(query, "priority")
+    gpus = _int_param(query, "gpus")
     try:
-        priority = int(query.get("priority", "0"))
-        gpus = int(query["gpus"]) if "gpus" in query else None
         labels = parse_labels(query.getall("label", []))
     except ValueError as err:
-        raise _error(web.HTTPBadRequest, f"bad query: {err}") from None
+        raise _error(web.HTTPBadRequest, f"query label: {err}") from None
+    if gpus is not None and gpus < 0:
+        raise _error(web.HTTPBadRequest, f"query gpus: {gpus} — must be >= 0")
     needs = None
     if gpus is not None or labels:
         needs = Needs(gpus=gpus or 0, labels=labels)
@@ -160,11 +162,22 @@ async def _submit(request: web.Request) -> web.Response:
     submitter = request.headers.get(SUBMITTER_HEADER) or request.remote or "unknown"
     try:
         job = await leader.submit(
-            text, submitter=submitter, priority=priority, source=name, needs=needs
+            text, submitter=submitter, priority=priority or 0, source=name, needs=needs
         )
     except ScenarioError as err:
         raise _error(web.HTTPBadRequest, f"{name}: invalid scenario", err.problems) from None
     return web.json_response(_job_json(leader, job.id), status=201)
+
+
+def _int_param(query: Any, name: str) -> int | None:
+    if name not in query:
+        return None
+    try:
+        return int(query[name])
+    except ValueError:
+        raise _error(
+            web.HTTPBadRequest, f"query {name}: {query[name]!r} — must be an integer"
+        ) from None
 
 
 async def _list(request: web.Request) -> web.Response:

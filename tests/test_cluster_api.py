@@ -1,0 +1,176 @@
+"""The leader's REST API on a real leader (a Dask scheduler without followers, so jobs
+wait in the queue): token rules, 400 with the validator's `file:line field` lines for a
+bad scenario, 404 for an unknown job, 409 before results exist, the Prometheus figures,
+and the CLI's refusal to listen off loopback without a token."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from cli_checks import assert_one_line_error
+from typer.testing import CliRunner
+
+from servebench.cli import app as cli
+from servebench.cluster.api import make_app
+from servebench.cluster.leader import Leader
+from servebench.cluster.policy import make_policy
+from servebench.cluster.store import JobStore
+
+GOOD = """\
+name: api-test
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
+servers:
+  - {name: triton, kind: triton}
+workload:
+  rates: [10]
+  batch_sizes: [1]
+  duration_s: 1
+"""
+
+BAD = """\
+name: api-test
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
+servers:
+  - {name: triton, kind: triton}
+workload:
+  rates: [10]
+  batch_sizes: [1]
+  duration_s: -1
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def api(
+    tmp_path: Path, *, host: str = "127.0.0.1", token: str | None = None
+) -> AsyncIterator[str]:
+    """A leader with its API listening on `host`; yields the URL to reach it on loopback."""
+    from distributed import Client, Scheduler
+
+    async with (
+        Scheduler(host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0") as scheduler,
+        Client(scheduler.address, asynchronous=True) as client,
+    ):
+        store = JobStore(tmp_path / "jobs.sqlite")
+        leader = Leader(store, make_policy("two-tier"), client, tmp_path / "results")
+        await leader.start()
+        runner = web.AppRunner(make_app(leader, token))
+        await runner.setup()
+        port = _free_port()
+        await web.TCPSite(runner, host, port).start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            await leader.close()
+            await runner.cleanup()
+            store.close()
+
+
+async def test_off_loopback_needs_the_token(tmp_path: Path):
+    async with (
+        api(tmp_path, host="0.0.0.0", token="s3cret") as url,
+        aiohttp.ClientSession() as http,
+    ):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            async with http.get(f"{url}/jobs", headers=headers) as response:
+                assert response.status == 401, headers
+                assert "token" in (await response.json())["error"]
+            async with http.post(f"{url}/jobs", data=GOOD, headers=headers) as response:
+                assert response.status == 401
+        async with http.get(f"{url}/metrics") as response:
+            assert response.status == 401
+        ok = {"Authorization": "Bearer s3cret"}
+        async with http.get(f"{url}/jobs", headers=ok) as response:
+            assert response.status == 200
+            assert (await response.json()) == {"jobs": []}
+
+
+def test_cli_refuses_off_loopback_without_a_token(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SERVEBENCH_CLUSTER_TOKEN", raising=False)
+    for command in (["up"], ["leader", "--scheduler", "tcp://127.0.0.1:1"]):
+        result = CliRunner().invoke(cli, ["cluster", *command, "--host", "0.0.0.0"])
+        assert_one_line_error(result, "0.0.0.0", "token")
+
+
+async def test_bad_scenario_is_400_naming_file_line_and_field(tmp_path: Path):
+    async with api(tmp_path) as url, aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/jobs", params={"name": "bad.yaml"}, data=BAD) as response:
+            assert response.status == 400
+            body = await response.json()
+        assert any(p.startswith("bad.yaml:10 workload.duration_s") for p in body["problems"]), body
+        async with http.post(f"{url}/jobs", data="name: [unclosed") as response:
+            assert response.status == 400
+        async with http.post(f"{url}/jobs", params={"priority": "high"}, data=GOOD) as response:
+            assert response.status == 400
+            assert "priority" in (await response.json())["error"]
+        async with http.get(f"{url}/jobs") as response:
+            assert (await response.json()) == {"jobs": []}  # nothing was queued
+
+
+async def test_unknown_job_is_404(tmp_path: Path):
+    async with api(tmp_path) as url, aiohttp.ClientSession() as http:
+        for method, path in (
+            ("GET", "/jobs/j000000000000"),
+            ("POST", "/jobs/j000000000000/cancel"),
+            ("DELETE", "/jobs/j000000000000"),
+            ("GET", "/jobs/j000000000000/results"),
+        ):
+            async with http.request(method, f"{url}{path}") as response:
+                assert response.status == 404, path
+                assert "unknown job j000000000000" in (await response.json())["error"]
+
+
+async def test_submit_list_cancel_and_metrics(tmp_path: Path):
+    async with api(tmp_path) as url, aiohttp.ClientSession() as http:
+        headers = {"X-Servebench-Submitter": "ada@lab"}
+        async with http.post(
+            f"{url}/jobs", params={"name": "good.yaml", "priority": "3", "label": "zone=a"},
+            data=GOOD, headers=headers,
+        ) as response:  # fmt: skip
+            assert response.status == 201
+            job = await response.json()
+        assert job["state"] == "queued" and job["submitter"] == "ada@lab"
+        assert job["priority"] == 3 and job["needs"] == {"gpus": 0, "labels": {"zone": "a"}}
+        assert job["estimate_s"] > 1
+        async with http.get(f"{url}/jobs/{job['id']}/results") as response:
+            assert response.status == 409  # no follower: it waits, no results yet
+        metrics = await _metrics(http, url)
+        assert metrics['servebench_cluster_jobs{state="queued"}'] == 1
+        assert metrics["servebench_cluster_queue_length"] == 1
+        assert metrics["servebench_cluster_running"] == 0
+        assert metrics["servebench_cluster_followers"] == 0
+        async with http.post(f"{url}/jobs/{job['id']}/cancel") as response:
+            assert (await response.json())["state"] == "cancelled"
+        async with http.get(f"{url}/jobs/{job['id']}") as response:
+            shown = await response.json()
+        assert [t["to"] for t in shown["history"]] == ["queued", "cancelled"]
+        async with http.get(f"{url}/jobs", params={"state": "cancelled"}) as response:
+            assert [j["id"] for j in (await response.json())["jobs"]] == [job["id"]]
+        metrics = await _metrics(http, url)
+        assert metrics['servebench_cluster_jobs{state="cancelled"}'] == 1
+        assert metrics["servebench_cluster_queue_length"] == 0
+        assert metrics["servebench_cluster_job_completion_seconds_count"] == 0  # not finished
+
+
+async def _metrics(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with http.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = await response.text()
+    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {name: float(value) for name, value in pairs}
