@@ -79,7 +79,11 @@ _VERSIONED = (
 
 # One row per measured request, the columns DESIGN.md names. Times are wall-clock seconds
 # (epoch) as float64; latency is seconds, measured from the intended send time in open loop
-# and from the actual send in closed loop.
+# and from the actual send in closed loop. The client-side split (perf_analyzer's "client
+# send" and "client recv"; network+server is what remains of completion − send) is null
+# where the client could not time it (gRPC sends, Locust) and absent from runs written
+# before it existed: `conform_records` adds it as null, so those runs still read.
+CLIENT_SPLIT_COLUMNS = ("client_send_s", "client_recv_s")
 RECORD_SCHEMA = pa.schema(
     [
         pa.field("trial_id", pa.string(), nullable=False),
@@ -93,9 +97,34 @@ RECORD_SCHEMA = pa.schema(
         pa.field("batch_size", pa.int32(), nullable=False),
         pa.field("request_bytes", pa.int64(), nullable=False),
         pa.field("response_bytes", pa.int64(), nullable=False),
+        pa.field(
+            "client_send_s",
+            pa.float64(),
+            metadata={"unit": "s", "doc": "call start to the request's last byte written"},
+        ),
+        pa.field(
+            "client_recv_s",
+            pa.float64(),
+            metadata={"unit": "s", "doc": "answer arrived to answer read, decoded and checked"},
+        ),
     ],
     metadata={"servebench.records": "1", "time_unit": "s"},
 )
+
+
+def conform_records(table: pa.Table, where: object) -> pa.Table:
+    """`table` with exactly `RECORD_SCHEMA`'s columns, in order: a split column an older
+    run lacks is added as null; any other missing column is an error naming `where`."""
+    missing = [n for n in RECORD_SCHEMA.names if n not in table.column_names]
+    lacking = [n for n in missing if n not in CLIENT_SPLIT_COLUMNS]
+    if lacking:
+        raise ValueError(f"{where}: records lack columns {lacking}")
+    for name in missing:
+        table = table.append_column(
+            RECORD_SCHEMA.field(name), pa.nulls(table.num_rows, pa.float64())
+        )
+    return table.select(RECORD_SCHEMA.names)
+
 
 # -- the trial row (trials.csv) -----------------------------------------------------------
 
@@ -189,6 +218,10 @@ _LOAD = (
     _column("stable", _BOOL, "", "stability mode: whether the windows agreed"),
     _column("stop_reason", _TEXT, "", "why the load stopped early, if it did"),
     _column("client_cpu_s", _FLOAT, "CPU s", "Locust: the generator's own CPU time"),
+    # perf_analyzer's client-side split (records' client_send_s / client_recv_s).
+    _column("client_send_s", _FLOAT, "s", "mean: call start to request written (empty: untimed)"),
+    _column("client_recv_s", _FLOAT, "s", "mean: answer arrived to read, decoded and checked"),
+    _column("network_server_s", _FLOAT, "s", "mean: completion − send − client send − recv"),
 )
 # What the server and host said (servebench.telemetry's summary, after the warm-up).
 _TELEMETRY = (

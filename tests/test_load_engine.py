@@ -121,9 +121,14 @@ def test_records_have_the_design_columns_and_open_loop_latency():
             "batch_size",
             "request_bytes",
             "response_bytes",
+            "client_send_s",
+            "client_recv_s",
         ]
     )
     t = table.to_pandas()
+    # A client that times neither end of the split leaves it null: not measured, not 0.
+    assert t.client_send_s.isna().all() and t.client_recv_s.isna().all()
+    assert s.client_send_s != s.client_send_s and s.network_server_s != s.network_server_s
     assert len(t) == s.count == 200
     assert (t.trial_id == "t1").all() and (t.batch_size == 8).all() and t.ok.all()
     assert t.error_kind.isna().all()

@@ -20,7 +20,6 @@ import pyarrow.parquet as pq
 from servebench.results import (
     COLD_START_COLUMNS,
     COLD_START_FILE,
-    RECORD_SCHEMA,
     RECORDS_DIR,
     RECORDS_FILE,
     RUN_FILE,
@@ -29,6 +28,7 @@ from servebench.results import (
     TELEMETRY_FILE,
     TRIAL_SCHEMA,
     TRIALS_FILE,
+    conform_records,
 )
 
 REPORT_FILE = "report.html"
@@ -175,10 +175,11 @@ def read_run_records(path: Path) -> pd.DataFrame | None:
         if not tables:
             return None
     table = pa.concat_tables(tables, promote_options="default")
-    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names]
-    if missing:
-        raise RunDirError(f"{merged}: records lack columns {missing}")
-    frame = table.select(RECORD_SCHEMA.names).to_pandas()
+    try:
+        table = conform_records(table, merged)
+    except ValueError as err:
+        raise RunDirError(str(err)) from None
+    frame = table.to_pandas()
     frame["trial_id"] = frame["trial_id"].astype(object)
     return frame
 

@@ -7,6 +7,7 @@ a protocol therefore never touches the engine (the shape Locust's contrib client
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -81,11 +82,23 @@ class Payload:
 
 @dataclass
 class InferResult:
-    """A successful answer; outputs are already checked for shape and dtype."""
+    """A successful answer; outputs are already checked for shape and dtype.
+
+    `send_s` and `receive_s` split the request's time the way perf_analyzer's client
+    does, so that network+server time is what is left of the latency: `send_s` from the
+    call's start until the request's last byte was handed to the socket (pool wait and
+    headers included), `receive_s` from the answer's arrival (HTTP: its headers were read;
+    gRPC: its message reached the deserializer) until it was read, decoded and checked.
+    NaN where the transport cannot tell (gRPC sends: grpc.aio has no hook for the moment
+    a request leaves; requests are serialized once before the run, so there is no
+    per-request client work to time before the call).
+    """
 
     outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
     request_bytes: int = 0
     response_bytes: int = 0
+    send_s: float = math.nan
+    receive_s: float = math.nan
 
 
 @runtime_checkable

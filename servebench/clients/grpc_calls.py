@@ -3,13 +3,16 @@
 The hot path sends a request serialized once, before the run (`request_serializer=None`
 makes grpc pass the bytes through), and reads the response through a deserializer that
 also returns the message's size: the byte counts in the records are then the protobuf
-message sizes on the wire, without the 5-byte gRPC frame prefix and HTTP/2 framing.
+message sizes on the wire, without the 5-byte gRPC frame prefix and HTTP/2 framing. The
+deserializer also notes when it was called — grpc.aio calls it once the whole message
+has arrived, before the caller resumes — which starts the answer's "client receive" time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from time import perf_counter
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -35,27 +38,37 @@ def method_path(file_descriptor: Any, service: str, method: str) -> str:
     return f"/{service_name}/{method_name}"
 
 
-def sized_parser(message_class: Any) -> Callable[[bytes], tuple[int, Any]]:
-    """A response deserializer that returns `(wire size, message or None if undecodable)`.
+class Answer(NamedTuple):
+    """A decoded response: its wire size, the message (None if undecodable), and the
+    perf_counter time its bytes reached the deserializer."""
+
+    size: int
+    message: Any
+    arrived: float
+
+
+def sized_parser(message_class: Any) -> Callable[[bytes], Answer]:
+    """A response deserializer that returns an `Answer`.
 
     grpc.aio answers None, after logging, when a deserializer raises; returning None here
     keeps the size and lets the client call it a bad response without the log noise.
     """
     parse = message_class.FromString
 
-    def deserialize(data: bytes) -> tuple[int, Any]:
+    def deserialize(data: bytes) -> Answer:
+        arrived = perf_counter()
         try:
-            return len(data), parse(data)
+            return Answer(len(data), parse(data), arrived)
         except Exception:  # protobuf's DecodeError, or anything a corrupt message triggers
-            return len(data), None
+            return Answer(len(data), None, arrived)
 
     return deserialize
 
 
 def raw_unary(channel: grpc.aio.Channel, path: str, response_class: Any) -> Any:
-    """A unary callable taking serialized request bytes and returning `(size, response)`.
+    """A unary callable taking serialized request bytes and returning an `Answer`.
 
-    The response is None when the answer's bytes do not parse as `response_class`.
+    Its message is None when the answer's bytes do not parse as `response_class`.
     """
     return channel.unary_unary(
         path, request_serializer=None, response_deserializer=sized_parser(response_class)

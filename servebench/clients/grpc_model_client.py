@@ -8,6 +8,7 @@ alike, which is what makes their figures comparable.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any, ClassVar
 
 import grpc
@@ -21,7 +22,7 @@ from servebench.clients.base import (
 )
 from servebench.clients.codec import GrpcCall, GrpcCodec, drive_async
 from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import open_channels, raw_unary
+from servebench.clients.grpc_calls import Answer, open_channels, raw_unary
 from servebench.clients.model_client import ModelClient
 
 
@@ -87,21 +88,20 @@ class GrpcModelClient(ModelClient):
     async def _control(self, channel: grpc.aio.Channel, call: GrpcCall) -> Any:
         """A control call, bounded by `connect_timeout`; returns the answer message."""
         unary = raw_unary(channel, call.path, call.response)
-        _, response = await self._send(unary, call.request, self.connect_timeout)
-        return response
+        return (await self._send(unary, call.request, self.connect_timeout)).message
 
-    async def _send(self, unary: Any, request: bytes, timeout: float | None) -> tuple[int, Any]:
-        """One call: (answer size, answer message), or the classified InferenceError."""
+    async def _send(self, unary: Any, request: bytes, timeout: float | None) -> Answer:
+        """One call's decoded answer, or the classified InferenceError."""
         where = self.codec.where
         try:
-            size, response = await unary(request, timeout=timeout)
+            answer: Answer = await unary(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise grpc_failure(exc.code().name, exc.details() or "", where) from exc
         except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
             raise InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}") from exc
-        if response is None:
+        if answer.message is None:
             raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer")
-        return size, response
+        return answer
 
     async def infer(self, payload: Payload) -> InferResult:
         calls = self._calls
@@ -109,11 +109,18 @@ class GrpcModelClient(ModelClient):
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
         call = calls[self._next % len(calls)]
         self._next += 1
-        size, response = await self._send(call, payload.encoded, self.timeout)
+        answer = await self._send(call, payload.encoded, self.timeout)
         outputs = self.codec.outputs(
-            response, self._require_signature().outputs, payload.batch_size
+            answer.message, self._require_signature().outputs, payload.batch_size
         )
-        return InferResult(outputs, request_bytes=len(payload.encoded), response_bytes=size)
+        # No send time: the request is serialized once before the run and grpc.aio does
+        # not say when its bytes leave (InferResult.send_s).
+        return InferResult(
+            outputs,
+            request_bytes=len(payload.encoded),
+            response_bytes=answer.size,
+            receive_s=perf_counter() - answer.arrived,
+        )
 
     async def close(self) -> None:
         channels, self._channels, self._calls = self._channels, [], []

@@ -8,6 +8,7 @@ class only moves bytes.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any, ClassVar
 
 import aiohttp
@@ -23,6 +24,7 @@ from servebench.clients.base import (
 from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec, drive_async
 from servebench.clients.errors import http_failure
 from servebench.clients.model_client import ModelClient
+from servebench.clients.timing import TimedBody
 
 # What a request can fail with below HTTP; `errors.http_failure` classifies them.
 TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
@@ -111,14 +113,21 @@ class HttpModelClient(ModelClient):
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
         request: HttpBody = payload.encoded
         url = self.codec.infer_url
+        body = TimedBody(request.data)
+        start = perf_counter()
         try:
-            async with session.post(url, data=request.data, headers=request.headers) as response:
+            async with session.post(url, data=body, headers=request.headers) as response:
+                arrived = perf_counter()
                 answer = HttpAnswer(response.status, await response.read(), response.headers)
         except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(url)) from exc
         outputs = self.codec.outputs(answer, self._require_signature().outputs, payload.batch_size)
         return InferResult(
-            outputs, request_bytes=len(request.data), response_bytes=len(answer.body)
+            outputs,
+            request_bytes=len(request.data),
+            response_bytes=len(answer.body),
+            send_s=body.sent_at - start,
+            receive_s=perf_counter() - arrived,
         )
 
     async def close(self) -> None:

@@ -296,12 +296,14 @@ class LoadEngine:
         payload = self.payload
         send = perf_counter()
         self._active[seq] = (send + self.settings.timeout, asyncio.current_task())
+        client_send = client_recv = math.nan  # the split of a failed request: not timed
         try:
             result = await self.client.infer(payload)
             done = perf_counter()
             code = OK
             request_bytes = result.request_bytes or payload.request_bytes
             response_bytes = result.response_bytes
+            client_send, client_recv = result.send_s, result.receive_s
         except InferenceError as exc:
             done = perf_counter()
             code = ERROR_CODE.get(exc.kind, CLIENT_ERROR_CODE)
@@ -330,7 +332,17 @@ class LoadEngine:
             self._unreachable_since = None  # an answer, or a timeout: someone is there
         self._release(seq)
         if measured:
-            n = self._buffer.add(seq, intended, send, done, code, request_bytes, response_bytes)
+            n = self._buffer.add(
+                seq,
+                intended,
+                send,
+                done,
+                code,
+                request_bytes,
+                response_bytes,
+                client_send,
+                client_recv,
+            )
             if n >= self.settings.chunk_rows:
                 self._flush()
 

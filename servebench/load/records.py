@@ -10,6 +10,7 @@ that fails keeps every chunk written before it failed.
 
 from __future__ import annotations
 
+import math
 import threading
 from array import array
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.clients.base import ErrorKind
-from servebench.results import RECORD_SCHEMA
+from servebench.results import RECORD_SCHEMA, conform_records
 
 # Error kinds travel through the hot path as small ints; code 0 means success.
 ERROR_KINDS: tuple[ErrorKind, ...] = tuple(ErrorKind)
@@ -58,9 +59,23 @@ class Chunk:
     code: np.ndarray
     request_bytes: np.ndarray
     response_bytes: np.ndarray
+    # The client-side split (clients.base.InferResult), seconds; NaN where not timed.
+    # A chunk built without them (Locust, older callers) has NaN throughout.
+    client_send: np.ndarray | None = None
+    client_recv: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("client_send", "client_recv"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(self.seq.size, np.nan))
 
     def __len__(self) -> int:
         return int(self.seq.size)
+
+
+# RecordBuffer's columns: seq, intended, send, completion, code, request and response
+# bytes, client send and client receive.
+_DTYPES = (np.int64, *(np.float64,) * 3, np.int8, np.int64, np.int64, np.float64, np.float64)
 
 
 class RecordBuffer:
@@ -85,6 +100,8 @@ class RecordBuffer:
             array("b"),
             array("q"),
             array("q"),
+            array("d"),
+            array("d"),
         )
 
     def add(
@@ -96,6 +113,8 @@ class RecordBuffer:
         code: int,
         request_bytes: int,
         response_bytes: int,
+        client_send: float = math.nan,
+        client_recv: float = math.nan,
     ) -> int:
         """Append one record; returns the number buffered so the caller can flush."""
         c = self._cols
@@ -106,6 +125,8 @@ class RecordBuffer:
         c[4].append(code)
         c[5].append(request_bytes)
         c[6].append(response_bytes)
+        c[7].append(client_send)
+        c[8].append(client_recv)
         return len(c[0])
 
     def __len__(self) -> int:
@@ -113,15 +134,15 @@ class RecordBuffer:
 
     def take(self) -> Chunk:
         cols, self._cols = self._cols, self._fresh()
-        seq, intended, send, completion, code, req, resp = (
+        seq, intended, send, completion, code, req, resp, client_send, client_recv = (
             np.frombuffer(col, dtype=dtype) if len(col) else np.empty(0, dtype)
             for col, dtype in zip(
                 cols,
-                (np.int64, np.float64, np.float64, np.float64, np.int8, np.int64, np.int64),
+                _DTYPES,
                 strict=True,
             )
         )
-        return Chunk(seq, intended, send, completion, code, req, resp)
+        return Chunk(seq, intended, send, completion, code, req, resp, client_send, client_recv)
 
 
 @dataclass(frozen=True)
@@ -163,6 +184,9 @@ def chunk_to_batch(
             pa.array(np.full(n, batch_size, dtype=np.int32)),
             pa.array(chunk.request_bytes),
             pa.array(chunk.response_bytes),
+            # NaN (not timed) is written as null: "not measured", not a number.
+            pa.array(chunk.client_send, from_pandas=True),
+            pa.array(chunk.client_recv, from_pandas=True),
         ],
         schema=RECORD_SCHEMA,
     )
@@ -239,7 +263,4 @@ def read_records(path: str | Path, trial_id: str | None = None) -> pa.Table:
     path = Path(path)
     filters = [("trial_id", "==", trial_id)] if trial_id is not None else None
     table = pq.read_table(path, filters=filters)
-    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names]
-    if missing:
-        raise ValueError(f"records file {path}: missing columns {missing}")
-    return table.select(RECORD_SCHEMA.names)
+    return conform_records(table, f"records file {path}")

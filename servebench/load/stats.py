@@ -19,13 +19,34 @@ import pyarrow.compute as pc
 
 from servebench.load.records import OK, Chunk, kind_code, kind_name
 from servebench.load.summary import LATE_THRESHOLD, LoadSummary, WindowStats
+from servebench.results import CLIENT_SPLIT_COLUMNS
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
+_FIELDS = (
+    "latency",
+    "lag",
+    "send",
+    "completion",
+    "code",
+    "batch_size",
+    "client_send",
+    "client_recv",
+    "network_server",
+)
+
+
 @dataclass
 class Columns:
-    """One entry per measured request; times are seconds from any common origin."""
+    """One entry per measured request; times are seconds from any common origin.
+
+    The client-side split (seconds, NaN where not timed; all NaN when not given):
+    `client_send` and `client_recv` as the client timed them, and `network_server`, what
+    is left of completion − actual send once both are taken off (a send the client could
+    not time counts as 0, so for gRPC it holds the send too; NaN where the receive was
+    not timed).
+    """
 
     latency: np.ndarray
     lag: np.ndarray  # actual send - intended send
@@ -33,31 +54,35 @@ class Columns:
     completion: np.ndarray
     code: np.ndarray  # 0 = ok, else records.ERROR_CODE
     batch_size: np.ndarray
+    client_send: np.ndarray | None = None
+    client_recv: np.ndarray | None = None
+    network_server: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("client_send", "client_recv", "network_server"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(self.code.size, np.nan, np.float32))
 
     def __len__(self) -> int:
         return int(self.code.size)
 
     def select(self, mask: np.ndarray) -> Columns:
-        return Columns(
-            self.latency[mask],
-            self.lag[mask],
-            self.send[mask],
-            self.completion[mask],
-            self.code[mask],
-            self.batch_size[mask],
-        )
+        return Columns(*(getattr(self, name)[mask] for name in _FIELDS))
 
     @staticmethod
     def concat(parts: Sequence[Columns]) -> Columns:
         if not parts:
             f = np.empty(0, np.float32)
             return Columns(f, f, f, f, np.empty(0, np.int8), np.empty(0, np.int32))
-        return Columns(
-            *(
-                np.concatenate([getattr(p, name) for p in parts])
-                for name in ("latency", "lag", "send", "completion", "code", "batch_size")
-            )
-        )
+        return Columns(*(np.concatenate([getattr(p, name) for p in parts]) for name in _FIELDS))
+
+
+def network_server(
+    send: np.ndarray, completion: np.ndarray, client_send: np.ndarray, client_recv: np.ndarray
+) -> np.ndarray:
+    """Per request: completion − send − client send − client recv (float64 inputs: epoch
+    or perf_counter times); see `Columns`."""
+    return (completion - send) - np.nan_to_num(client_send, nan=0.0) - client_recv
 
 
 class Measurements:
@@ -84,6 +109,11 @@ class Measurements:
             completion=(chunk.completion - self.origin).astype(np.float32),
             code=chunk.code.copy(),
             batch_size=np.full(len(chunk), self.batch_size, dtype=np.int32),
+            client_send=chunk.client_send.astype(np.float32),
+            client_recv=chunk.client_recv.astype(np.float32),
+            network_server=network_server(
+                chunk.send, chunk.completion, chunk.client_send, chunk.client_recv
+            ).astype(np.float32),
         )
         with self._lock:
             self._parts.append(part)
@@ -122,6 +152,15 @@ def columns_from_table(
     if origin is None:
         origin = float(pc.min(table["intended_time"]).as_py() or 0.0) if table.num_rows else 0.0
     kinds = table["error_kind"].to_pylist()
+    split = {
+        name: (
+            table[name].to_numpy(zero_copy_only=False).astype(np.float64)  # null → NaN
+            if name in table.column_names
+            else np.full(table.num_rows, np.nan)  # a run from before the split
+        )
+        for name in CLIENT_SPLIT_COLUMNS
+    }
+    client_send, client_recv = split["client_send_s"], split["client_recv_s"]
     return Columns(
         latency=latency,
         lag=send - intended,
@@ -129,6 +168,9 @@ def columns_from_table(
         completion=completion - origin,
         code=np.fromiter((kind_code(k) for k in kinds), dtype=np.int8, count=len(kinds)),
         batch_size=table["batch_size"].to_numpy().astype(np.int32),
+        client_send=client_send,
+        client_recv=client_recv,
+        network_server=network_server(send, completion, client_send, client_recv),
     )
 
 
@@ -201,7 +243,16 @@ def summarize(
         late_share=float((lag > late_threshold).mean()) if n else 0.0,
         duration=span,
         error_rate=(n - ok) / n if n else 0.0,
+        client_send_s=_mean(cols.client_send[ok_mask]),
+        client_recv_s=_mean(cols.client_recv[ok_mask]),
+        network_server_s=_mean(cols.network_server[ok_mask]),
     )
+
+
+def _mean(values: np.ndarray) -> float:
+    """The mean of the values that were timed (NaN: not timed); NaN if none was."""
+    timed = values[np.isfinite(values)].astype(np.float64)
+    return float(timed.mean()) if timed.size else float("nan")
 
 
 def window_stats(index: int, cols: Columns, start: float, end: float, q: float) -> WindowStats:

@@ -81,6 +81,12 @@ class LoadSummary:
     warnings: list[str] = field(default_factory=list)
     stop_reason: str | None = None  # why the load stopped early, if it did
     scheduled_rate: float | None = None  # open loop: requests per second the schedule asked for
+    # The client-side split, means over successful requests that the client timed
+    # (stats.Columns; NaN where none was): perf_analyzer's Client Send, Network+Server
+    # Send/Recv (with the server's own time still in it) and Client Recv.
+    client_send_s: float = math.nan
+    client_recv_s: float = math.nan
+    network_server_s: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for JSON/CSV; NaN becomes None so JSON stays valid."""

@@ -164,7 +164,7 @@ class GrpcTransport:
     def _call(self, method: Callable[..., Any], request: bytes) -> tuple[int, Any]:
         where = self.codec.where
         try:
-            size, response = method(request, timeout=self.timeout_s)
+            size, response, _ = method(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             raise rpc_failure(exc, where) from exc
         if response is None:
