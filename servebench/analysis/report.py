@@ -26,6 +26,7 @@ from servebench.analysis.labels import missing, money, ms, number, si, trial_lab
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
 from servebench.analysis.overhead import (
     OVERHEAD_NOTE,
+    SEED_NOTE,
     overhead_headers,
     overhead_notes,
     overhead_rows,
@@ -328,7 +329,7 @@ def _overhead_section(data: RunData) -> _Section | None:
                 text_columns=OVERHEAD_TEXT_COLUMNS,
             )
         )
-        section.body.append(f'<p class="caption">{_e(OVERHEAD_NOTE)}</p>')
+        section.body.append(f'<p class="caption">{_e(OVERHEAD_NOTE)} {_e(SEED_NOTE)}</p>')
     if notes:
         items = "".join(f"<li>{_e(note)}</li>" for note in notes)
         section.body.append(f'<ul class="caption" id="overhead-notes">{items}</ul>')

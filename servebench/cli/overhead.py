@@ -96,6 +96,7 @@ def print_overhead(run_dir: Path) -> None:
     """The overhead table of a run (the report's columns), and what was not measured."""
     from servebench.analysis.loader import read_run_json
     from servebench.analysis.overhead import (
+        SEED_NOTE,
         TEXT_COLUMNS,
         overhead_headers,
         overhead_notes,
@@ -113,5 +114,6 @@ def print_overhead(run_dir: Path) -> None:
         for row in overhead_rows(frame):
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
+        console.print(f"[dim]{escape(SEED_NOTE)}[/dim]", highlight=False)
     for note in overhead_notes(read_run_json(run_dir / RUN_FILE)):
         console.print(f"[yellow]{escape(note)}[/yellow]", highlight=False, soft_wrap=True)
