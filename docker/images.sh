@@ -55,7 +55,7 @@ if [ "$DOCKER_HOST" = "unix://$(dirname "$CONTAINERS_CONF")/podman.sock" ]; then
 else
   unset CONTAINERS_CONF
   command -v docker >/dev/null || die "a Docker engine answers at $DOCKER_HOST but the docker CLI is not installed"
-  export DOCKER_BUILDKIT=1 # RUN --mount (build secret, pip cache) needs BuildKit
+  export DOCKER_BUILDKIT=1 # RUN --mount=type=secret needs BuildKit
   ENGINE_CLI=docker
 fi
 engine() { "$ENGINE_CLI" "$@"; }
@@ -64,15 +64,17 @@ image_id() { engine image inspect --format '{{.Id}}' "$1" 2>/dev/null; }
 recipe_of() { engine image inspect --format "{{ index .Config.Labels \"$RECIPE_LABEL\" }}" "$1" 2>/dev/null || true; }
 sha() { sha256sum | cut -c1-64; }
 
-# Images a rebuild replaced, removed at the end (children before their old base) if nothing
-# else tagged them, so rebuilds leave no litter behind.
-REPLACED=()
-replaced() { [ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] && REPLACED=("$1" "${REPLACED[@]}") || true; }
-drop_replaced() {
-  local id
-  for id in "${REPLACED[@]}"; do
-    [ "$(engine image inspect --format '{{len .RepoTags}}' "$id" 2>/dev/null)" = 0 ] \
-      && { engine rmi "$id" >/dev/null 2>&1 || true; }
+# Earlier builds of these images, untagged by a rebuild, are removed once no container uses
+# them (now or on a later run), so rebuilds leave no litter; an old base goes once the old
+# images built on it have gone, hence the passes.
+sweep_replaced() {
+  local pass id removed
+  for pass in 1 2 3; do
+    removed=false
+    for id in $(engine images -q --filter dangling=true --filter "label=$RECIPE_LABEL"); do
+      engine rmi "$id" >/dev/null 2>&1 && removed=true
+    done
+    $removed || break
   done
 }
 
@@ -129,7 +131,7 @@ EOF
 # Sets BASE_REF: the official image if present or pullable, else ours (built when its recipe
 # changed). A pull is only tried when neither exists, or with --force.
 ensure_base() {
-  local force_base=$1 recipe old
+  local force_base=$1 recipe
   recipe=$({ declare -f build_debian_base; debian_mirror; cat /etc/apt/sources.list.d/debian.sources 2>/dev/null || true; } | sha)
   if ! $force_base && image_id "$OFFICIAL_BASE" >/dev/null; then
     BASE_REF=$OFFICIAL_BASE
@@ -140,9 +142,7 @@ ensure_base() {
     say "pulled $OFFICIAL_BASE"
   else
     say "no registry answers ($OFFICIAL_BASE cannot be pulled): building $LOCAL_BASE"
-    old=$(image_id "$LOCAL_BASE" || true)
     build_debian_base "$recipe"
-    replaced "$old" "$LOCAL_BASE"
     BASE_REF=$LOCAL_BASE
     return
   fi
@@ -152,7 +152,7 @@ ensure_base() {
 # --- images from Dockerfiles -----------------------------------------------------------------
 # build_image REF DOCKERFILE [--build-arg K=V ...]: skipped when REF's recipe label matches.
 build_image() {
-  local ref=$1 dockerfile=$2 recipe old log secret=() cache=()
+  local ref=$1 dockerfile=$2 recipe log secret=() cache=()
   shift 2
   recipe=$({ cat "$dockerfile"; printf '%s\n' "$@"; image_id "$BASE_REF"; } | sha)
   if ! $force && [ "$(recipe_of "$ref")" = "$recipe" ]; then
@@ -161,14 +161,12 @@ build_image() {
   fi
   [ -s "$HOST_CA" ] && secret=(--secret "id=hostca,src=$HOST_CA")
   $force && cache=(--no-cache)
-  old=$(image_id "$ref" || true)
   log=$(mktemp /tmp/servebench-build.XXXXXX.log)
   say "building $ref from $dockerfile on $BASE_REF"
   engine build --network=host "${secret[@]}" "${cache[@]}" -f "$dockerfile" \
     --build-arg "BASE=$BASE_REF" "$@" --label "$RECIPE_LABEL=$recipe" -t "$ref" "$DOCKER_DIR" \
     >"$log" 2>&1 || { tail -n 30 "$log" >&2; die "building $ref failed (whole log: $log)"; }
   rm -f "$log"
-  replaced "$old" "$ref"
 }
 
 # Versions of the host's venv, so the container serves with the same code as `triton-local`.
@@ -205,6 +203,6 @@ case "$target" in
   servebench) ensure_base false && build_servebench ;;
   all) ensure_base "$force" && build_triton && build_servebench ;;
 esac
-drop_replaced
+sweep_replaced
 engine images --format '{{.Repository}}:{{.Tag}} {{.Size}}' \
   | grep -F -e "$TRITON_IMAGE " -e "$SERVEBENCH_IMAGE " -e "$LOCAL_BASE " -e "$OFFICIAL_BASE " >&2 || true

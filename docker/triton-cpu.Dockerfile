@@ -21,14 +21,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # The host's CA bundle arrives as a build secret (never a layer): pip needs it where HTTPS
-# goes through an intercepting proxy. The pip cache mount keeps wheels between rebuilds
-# without putting them into the image.
+# goes through an intercepting proxy.
 RUN --mount=type=secret,id=hostca,target=/host-ca.crt \
-    --mount=type=cache,target=/root/.cache/pip \
     test -n "$PYTRITON_VERSION" -a -n "$ONNXRUNTIME_VERSION" -a -n "$NUMPY_VERSION" \
     && if [ -s /host-ca.crt ]; then export PIP_CERT=/host-ca.crt; fi \
     && python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install -q --disable-pip-version-check \
+    && /opt/venv/bin/pip install -q --no-cache-dir --disable-pip-version-check \
         "nvidia-pytriton==${PYTRITON_VERSION}" \
         "onnxruntime==${ONNXRUNTIME_VERSION}" \
         "numpy==${NUMPY_VERSION}"
@@ -54,4 +52,3 @@ RUN set -e; \
 ENV PATH=/opt/venv/bin:/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_LIBRARY_PATH=/opt/tritonserver/lib:/usr/lib/x86_64-linux-gnu
 WORKDIR /opt/tritonserver
-CMD ["tritonserver", "--help"]
