@@ -10,6 +10,7 @@ import typer
 
 from servebench.cli import (
     cluster,
+    export,
     load,
     models,
     netem,
@@ -32,6 +33,7 @@ app.add_typer(netem.app, name="netem")
 app.add_typer(overhead.app, name="overhead")
 app.add_typer(scenario.app, name="scenario")
 app.add_typer(report.app, name="report")
+app.command(name="export")(export.export)
 app.command(name="load")(load.load)
 app.command(name="recommend")(recommend.recommend)
 app.command(name="ui", context_settings=ui.CONTEXT_SETTINGS)(ui.ui)

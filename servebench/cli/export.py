@@ -1,0 +1,73 @@
+"""`servebench export`: a run's trials as perf_analyzer's CSV files, or as a plain table
+(CSV, Parquet, JSON) with each column's unit (servebench.analysis.export).
+
+Exit status: 0 written, 1 a file could not be written, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+Format = Literal["perf_analyzer", "csv", "parquet", "json"]
+
+
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory, results/<run-id>")],
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="perf_analyzer: its CSV, one file per configuration; csv, parquet, json: "
+            "the trial table with units",
+        ),
+    ] = "perf_analyzer",
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="a folder (default RUN_DIR/export); csv, parquet and json also take a file",
+        ),
+    ] = None,
+) -> None:
+    """Write RUN_DIR's trials in a form other tools read."""
+    from servebench.analysis.export import export as write
+    from servebench.analysis.loader import RunDirError, load_run
+
+    try:
+        data = load_run(run_dir, records=False)
+    except RunDirError as err:
+        raise _fail(str(err)) from None
+    out = output if output is not None else data.path / "export"
+    if out.exists() and not out.is_dir() and fmt == "perf_analyzer":
+        raise _fail(f"--output {out}: perf_analyzer files go in a folder; {out} is a file")
+    try:
+        result = write(data, fmt, out)
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    except OSError as err:
+        target = err.filename or out
+        console.print(
+            f"[red]error:[/red] cannot write {escape(str(target))}: "
+            f"{escape(err.strerror or str(err))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1) from None
+    for path in result.paths:
+        console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+    for note in result.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]", highlight=False, soft_wrap=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
