@@ -151,7 +151,9 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
 def _chosen_rates(trials: pd.DataFrame) -> dict[str, float]:
     """Each search trial's chosen (offered) rate: the one its row's figures belong to."""
     steps = search_steps(trials)
-    picked = steps[steps["chosen"]]
+    if steps.empty:
+        return {}
+    picked = steps[steps["chosen"].astype(bool)]
     return dict(zip(picked["trial_id"], picked["rate"], strict=True))
 
 
@@ -181,15 +183,12 @@ def _cells(row: dict[str, Any], level: str, server_stats: bool) -> tuple[list[st
 
     cells = [level, _double(row.get("throughput_ips") or 0.0), us("client_send_s", "client send")]
     if server_stats:
-        server = [row.get(c) for c in _SERVER_FIGURES]
         wait = row.get("network_server_s")
         if missing(wait):
             missed.add("network+server")
             network = ""
         else:
-            # perf_analyzer: client wait minus the server's accounted time, capped at 0.
-            known = [v for v in server if not missing(v)]
-            network = microseconds(max(float(wait) - sum(known), 0.0))
+            network = microseconds(max(float(wait) - _accounted(row), 0.0))
         cells.append(network)
         cells += [us(c, c.removesuffix("_s").replace("_", " ")) for c in _SERVER_FIGURES]
     cells.append(us("client_recv_s", "client recv"))
@@ -197,9 +196,23 @@ def _cells(row: dict[str, Any], level: str, server_stats: bool) -> tuple[list[st
     return cells, missed
 
 
+def _accounted(row: dict[str, Any]) -> float:
+    """The server's accounted time per request, as perf_analyzer subtracts it from the
+    client's wait to leave network+server: queue plus compute (the total where the run
+    has it, else its parts); what the server did not report counts as 0."""
+    compute = row.get("server_compute_s")
+    if missing(compute):
+        parts = [row.get(c) for c in _SERVER_FIGURES[1:]]
+        compute = sum(float(v) for v in parts if not missing(v))
+    queue = row.get("server_queue_s")
+    return (0.0 if missing(queue) else float(queue)) + float(compute)
+
+
 def microseconds(seconds: float) -> str:
-    """Whole microseconds as perf_analyzer writes them: nanoseconds // 1000."""
-    return str(round(float(seconds) * 1e9) // 1000)
+    """Whole microseconds as perf_analyzer writes them: whole nanoseconds // 1000 (a
+    thousandth of a nanosecond is allowed for the float's error: 0.000123 s × 1e9 is
+    122999.99999999999)."""
+    return str(math.floor(float(seconds) * 1e9 + 1e-3) // 1000)
 
 
 def _double(value: float) -> str:
