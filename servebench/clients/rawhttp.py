@@ -5,10 +5,11 @@ and a response counts as good when its status is the expected one. That is what 
 generator's own tests and the comparison with other load tools (hey, wrk, Locust) need: an
 endpoint whose cost is only HTTP.
 
-Speed matters here because it bounds the generator's measured capacity: the URL is parsed
-once, aiohttp's own per-request timers are off (the engine's sweeper enforces the
-timeout), no default headers are built and cookies are not kept. Each request wraps the
-body in its own `TimedBody` (about 1 µs) so that its send time is known.
+Speed matters here because it bounds the generator's measured capacity. On plain http://
+the transport is `lean_http` (the whole request encoded once, answers parsed by llhttp:
+issue 16); `transport="aiohttp"` (and https://) uses aiohttp, with its per-request timers
+off (the engine's sweeper enforces the timeout), no default headers and no cookies; each
+aiohttp request wraps the body in its own `TimedBody` so that its send time is known.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ from servebench.clients.base import (
     ModelSignature,
     Payload,
 )
+from servebench.clients.lean_http import (
+    LeanHttpPool,
+    choose_transport,
+    encode_request,
+    host_header,
+    pool_for,
+)
 from servebench.clients.timing import TimedBody
 
 DEFAULT_BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0.1,0.2,0.3,0.4]}]}'
@@ -35,7 +43,10 @@ _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
 
 
 class RawHttpClient:
-    """POST (or GET) one fixed body to one URL with a pool of keep-alive connections."""
+    """POST (or GET) one fixed body to one URL with a pool of keep-alive connections.
+
+    `transport`: `auto` (lean on http://, aiohttp on https://), `lean` or `aiohttp`.
+    """
 
     def __init__(
         self,
@@ -50,6 +61,7 @@ class RawHttpClient:
         expect_status: int | None = 200,
         connections: int = 64,
         timeout: float | None = None,
+        transport: str = "auto",
     ):
         parsed = URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
@@ -73,10 +85,29 @@ class RawHttpClient:
         self.expect_status = expect_status
         self.connections = connections
         self.timeout = timeout
+        self.transport = choose_transport(transport, parsed)
         self._session: aiohttp.ClientSession | None = None
+        self._pool: LeanHttpPool | None = None
+        self._where = str(parsed)
+        self._wire = b""
+        if self.transport == "lean":
+            send_headers = dict(self.headers)
+            if self.method != "GET" or self.body:
+                if not any(name.lower() == "content-type" for name in send_headers):
+                    send_headers["Content-Type"] = content_type
+                body_or_none: bytes | None = self.body
+            else:
+                body_or_none = None
+            self._wire = encode_request(
+                self.method, parsed.raw_path_qs, host_header(parsed), body_or_none, send_headers
+            )
 
     async def connect(self) -> None:
-        if self._session is not None:
+        """Ready the pool; connections open on first use, so this asks the server nothing."""
+        if self._session is not None or self._pool is not None:
+            return
+        if self.transport == "lean":
+            self._pool = pool_for(self.url, self.connections)
             return
         connector = aiohttp.TCPConnector(
             limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
@@ -106,6 +137,9 @@ class RawHttpClient:
         )
 
     async def infer(self, payload: Payload) -> InferResult:
+        pool = self._pool
+        if pool is not None:
+            return await self._infer_lean(pool, payload)
         session = self._session
         if session is None:
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
@@ -150,7 +184,29 @@ class RawHttpClient:
             receive_s=perf_counter() - arrived,
         )
 
+    async def _infer_lean(self, pool: LeanHttpPool, payload: Payload) -> InferResult:
+        """The same request on the lean transport: its bytes were encoded at construction."""
+        start = perf_counter()
+        status, body, _, sent_at, arrived = await pool.request(
+            self._wire, self._where, self.timeout
+        )
+        if self.expect_status is not None and status != self.expect_status:
+            raise InferenceError(
+                ErrorKind.HTTP_STATUS,
+                f"HTTP {status} (expected {self.expect_status})",
+                status=status,
+            )
+        return InferResult(
+            request_bytes=payload.request_bytes,
+            response_bytes=len(body),
+            send_s=sent_at - start,
+            receive_s=perf_counter() - arrived,
+        )
+
     async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
