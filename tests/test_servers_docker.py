@@ -20,6 +20,13 @@ from pathlib import Path
 
 import pytest
 from docker.types import DeviceRequest, Mount
+from docker_checks import (
+    ENGINE_PROBLEM,
+    MISSING_IMAGE,
+    needs_engine,
+    needs_image,
+    owned_containers,
+)
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
@@ -30,9 +37,8 @@ from servebench.servers.docker_engine import (
     DockerUnavailableError,
     GpuRequest,
     connect_docker,
-    docker_engine_problem,
 )
-from servebench.servers.docker_images import ImageUnavailableError, ensure_image, pull_reason
+from servebench.servers.docker_images import ImageUnavailableError, pull_reason
 from servebench.servers.docker_owner import (
     OWNER_HOST_LABEL,
     OWNER_LABEL,
@@ -49,43 +55,6 @@ from servebench.servers.docker_triton import (
 from servebench.telemetry import ContainerStatsSampler, SamplerUnavailable
 from servebench.telemetry.container import memory_in_use
 from servebench.wellknown import TRITON_CPU_IMAGE
-
-ENGINE_PROBLEM = docker_engine_problem()
-needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
-MISSING_IMAGE = "localhost/servebench-no-such-image:latest"
-
-
-def image_problem(image: str, who: str) -> str | None:
-    """Why a container of `image` cannot run here (one sentence), or None: no engine, or
-    the image is absent and cannot be pulled (a pull with no registry fails in seconds)."""
-    if ENGINE_PROBLEM is not None:
-        return ENGINE_PROBLEM
-    client = connect_docker()
-    try:
-        ensure_image(client, image, who=who)
-    except ImageUnavailableError as err:
-        return str(err)
-    finally:
-        client.close()
-    return None
-
-
-def needs_image(image: str, who: str = "triton-docker") -> None:
-    """Skip the calling test, with the reason, where `image` cannot run here."""
-    if problem := image_problem(image, who):
-        if image == TRITON_CPU_IMAGE and ENGINE_PROBLEM is None:
-            problem += "; run docker/images.sh"
-        pytest.skip(problem)
-
-
-def owned_containers(pid: int | None = None) -> list:
-    """Containers labelled as started by servebench process `pid` (this one by default)."""
-    client = connect_docker()
-    try:
-        label = f"{OWNER_LABEL}={pid or os.getpid()}"
-        return client.containers.list(all=True, filters={"label": label})
-    finally:
-        client.close()
 
 
 @pytest.fixture

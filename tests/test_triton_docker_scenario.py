@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_servers_docker import ENGINE_PROBLEM, MISSING_IMAGE, needs_image, owned_containers
+from docker_checks import ENGINE_PROBLEM, MISSING_IMAGE, needs_image, owned_containers
 
 from servebench.results import COLD_START_PHASES
 from servebench.scenario.runner import ScenarioRunner
