@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from servebench.clients.registry import names as protocol_names
+from servebench.clients.registry import protocol as find_protocol
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 
 if TYPE_CHECKING:
@@ -159,6 +160,15 @@ def load(
     connections: Annotated[
         int, typer.Option(help="Keep-alive connections per process.", rich_help_panel=_HTTP)
     ] = 64,
+    transport: Annotated[
+        str,
+        typer.Option(
+            help="HTTP transport for every HTTP protocol: auto (default) is the lean HTTP/1.1 "
+            "keep-alive transport (llhttp on uvloop) for http:// and aiohttp for https://; "
+            "lean or aiohttp force one.",
+            rich_help_panel=_HTTP,
+        ),
+    ] = "auto",
     option: Annotated[
         list[str] | None,
         typer.Option(
@@ -220,6 +230,8 @@ def load(
         options = _client_options(
             protocol, method, body, body_file, header, expect_status, connections, option
         )
+        if find_protocol(protocol).transport == "http":
+            options.setdefault("transport", transport)
         factory = functools.partial(
             create_client, protocol, url, model, version=model_version, **options
         )
