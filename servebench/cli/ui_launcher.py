@@ -44,6 +44,7 @@ import yaml
 import servebench.locust as adapter
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import for_server
+from servebench.locust.facts import TrialFacts
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import LinkProfile
@@ -52,6 +53,7 @@ from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
 if TYPE_CHECKING:
     from model_zoo.spec import ModelSpec
+    from servebench.scenario.schema import Scenario
 
 LOCUSTFILE = Path(adapter.__file__).with_name("locustfile.py")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -89,7 +91,9 @@ class UiSetup:
     """What `launch` starts: the users' target, and the local server to start, if any.
 
     One trial's worth of a scenario (`servebench.scenario.plan.Plan` lists them all),
-    plus what `servebench ui` needs around it: where results go, under which name.
+    plus what `servebench ui` needs around it: where results go, under which name, and
+    what the scenario says that the load cannot (`facts`: cost instance, SLO, model FLOP
+    counts, for the trial rows).
     """
 
     target: Target
@@ -99,6 +103,7 @@ class UiSetup:
     results_dir: Path = Path("results")
     server_name: str = ""
     server_launch: str = ""
+    facts: TrialFacts | None = None
 
 
 def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> UiSetup:
@@ -115,7 +120,8 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
             raise LaunchError(f"--server: {path} has no server {server_name!r} (it has: {names})")
     server = servers[0]
     # Validation refuses a batch size no settings combination serves: every server has trials.
-    trial = next(t for t in expand(scenario, path.parent).trials if t.setting.server is server)
+    plan = expand(scenario, path.parent)
+    trial = next(t for t in plan.trials if t.setting.server is server)
     target = Target(
         model=trial.model.id,
         protocol=for_server(server.kind, server.protocol).name,
@@ -136,6 +142,43 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
         results_dir=scenario.output,
         server_name=server.name,
         server_launch=server.launch,
+        facts=scenario_facts(scenario, plan.models),
+    )
+
+
+def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
+    """The scenario's cost instance and price (its own price overrides applied, as the
+    scenario runner prices), its SLO, and each model's size and FLOP counts."""
+    from model_zoo.counting import count
+    from servebench.analysis.cost import load_prices, merge_prices, price_of
+
+    instance, usd_per_hour = "", None
+    if scenario.cost is not None:
+        overrides = {
+            name: price.model_dump(exclude_none=True)
+            for name, price in scenario.cost.prices.items()
+        }
+        price = price_of(merge_prices(load_prices(), overrides), scenario.cost.instance)
+        instance, usd_per_hour = price.instance_type, price.usd_per_hour
+    counted = {}
+    for spec in models:
+        cost = count(spec)
+        counted[spec.id] = {
+            "layer_type": spec.layer_type,
+            "depth": spec.depth,
+            "width": spec.width,
+            "params": cost.params,
+            "flops_per_sample": cost.flops,
+            "weight_bytes": cost.weight_bytes,
+            "activation_bytes": cost.activation_bytes,
+        }
+    slo = scenario.slo
+    return TrialFacts(
+        instance=instance,
+        usd_per_hour=usd_per_hour,
+        slo_percentile=slo.percentile if slo else None,
+        slo_latency_s=slo.latency_ms / 1e3 if slo else None,
+        models=counted,
     )
 
 
@@ -184,6 +227,7 @@ def locust_argv(
     spawn_rate: float,
     run_time: str | None,
     extra: list[str],
+    trial_facts: Path | None = None,
 ) -> list[str]:
     """The `locust` command line for `target` (web UI on 127.0.0.1:port, or headless)."""
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
@@ -203,6 +247,8 @@ def locust_argv(
     ]  # fmt: skip
     if scenario is not None:
         argv += ["--scenario-file", str(scenario)]
+    if trial_facts is not None:
+        argv += ["--trial-facts", str(trial_facts)]
     if headless:
         argv += ["--headless"]
         if run_time:
@@ -381,6 +427,10 @@ def launch(
     if port is not None and not headless:
         check_port_free(port)
     ui_port = None if headless else (port or free_ports(1)[0])
+    facts_file = None
+    if setup.facts is not None:
+        facts_file = workdir / "trial-facts.json"
+        facts_file.write_text(setup.facts.to_json())
     with contextlib.ExitStack() as stack:
         if setup.local is not None:
             http_url, grpc_address = stack.enter_context(local_triton(setup.local, workdir, say))
@@ -396,6 +446,7 @@ def launch(
             spawn_rate=spawn_rate or users,
             run_time=run_time,
             extra=extra,
+            trial_facts=facts_file,
         )
         address = (
             target.grpc_host or target.host

@@ -34,6 +34,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from servebench.locust.facts import read_facts
 from servebench.locust.links import LinkPool
 from servebench.locust.options import recorded_options
 from servebench.locust.records import RecordCollector
@@ -198,12 +199,19 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if _is_worker(environment) or options is None or not getattr(options, "results_dir", ""):
         return  # a worker, or Locust used as a library without servebench's options
     scenario = getattr(options, "scenario_file", "") or None
+    facts_file = getattr(options, "trial_facts", "") or None
+    try:
+        facts = read_facts(facts_file) if facts_file else None
+    except ValueError as exc:
+        logger.error("servebench: %s", exc)
+        raise SystemExit(2) from exc
     try:
         state.run = LocustRun(
             Path(options.results_dir),
             getattr(options, "run_id", "") or None,
             options=recorded_options(options),
             scenario=Path(scenario) if scenario else None,
+            facts=facts,
         )
     except (OSError, ValueError) as exc:  # ValueError: a --run-id that is a path
         # Locust logs and ignores exceptions from listeners; a load test that would record

@@ -95,6 +95,13 @@ def add_arguments(parser: Any, **_: Any) -> None:
         include_in_web_ui=False,
         help="Scenario this run was configured from, copied into the result directory",
     )
+    parser.add_argument(
+        "--trial-facts",
+        default="",
+        include_in_web_ui=False,
+        help="JSON file with the scenario's cost instance and price, SLO and model FLOP "
+        "counts, added to every trial row (servebench ui writes it)",
+    )
 
 
 # The options recorded in run.json (Locust's own plus servebench's), as the run started.

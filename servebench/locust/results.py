@@ -28,6 +28,7 @@ from servebench.clients.registry import PROTOCOLS
 from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
 from servebench.load.stats import columns_from_table, summarize
 from servebench.load.summary import LATE_THRESHOLD, MAX_ERROR_SHARE, judge
+from servebench.locust.facts import TrialFacts
 from servebench.locust.records import Coordinates
 from servebench.netem import NetemError, get_profile
 from servebench.results import RunDirectory, TrialRow, new_run_id
@@ -50,6 +51,7 @@ class LocustRun:
         *,
         options: dict[str, Any] | None = None,
         scenario: Path | None = None,
+        facts: TrialFacts | None = None,
     ):
         run_id = check_run_id(run_id) if run_id else new_run_id(SOURCE)
         text = Path(scenario).read_text() if scenario else _NO_SCENARIO
@@ -61,6 +63,9 @@ class LocustRun:
         self.directory.run.pop("trials_planned", None)  # swarms are not planned ahead
         self.directory.run["source"] = SOURCE
         self.directory.run["locust"] = options or {}
+        self.facts = facts or TrialFacts()
+        if self.facts.instance:
+            self.directory.run["instance"] = self.facts.instance  # what the run stands for
         self.directory.write_run()
         self.swarms = 0
         self.finished = False
@@ -99,7 +104,7 @@ class LocustRun:
                 writer.write(batch)
             earlier = [r for r in self.directory.rows if r.get("trial_id") == trial_id]
             index = earlier[0]["index"] if earlier else len(self.directory.rows) + 1
-            row = trial_row(trial_id, index, swarm, coords, batch, users)
+            row = trial_row(trial_id, index, swarm, coords, batch, users, self.facts)
             if client_cpu_s is not None:
                 row["client_cpu_s"] = client_cpu_s  # the whole swarm's, on every trial of it
             self.directory.add_trial(row)
@@ -143,9 +148,11 @@ def trial_row(
     coords: Coordinates,
     batch: pa.RecordBatch,
     users: int,
+    facts: TrialFacts | None = None,
 ) -> TrialRow:
     """A trials.csv row from a swarm's records, in the scenario runner's columns
-    (`servebench.results.TRIAL_SCHEMA`)."""
+    (`servebench.results.TRIAL_SCHEMA`); `facts` add the scenario's cost, SLO and model
+    columns."""
     table = pa.Table.from_batches([batch])
     summary = summarize(columns_from_table(table), mode="closed", target_rate=None)
     judge(
@@ -184,6 +191,10 @@ def trial_row(
     if batch.num_rows:
         row["request_bytes_mean"] = float(pc.mean(batch.column("request_bytes")).as_py())
         row["response_bytes_mean"] = float(pc.mean(batch.column("response_bytes")).as_py())
+    if facts is not None:
+        ok = batch.column("ok").to_numpy(zero_copy_only=False)
+        latencies = batch.column("latency").to_numpy(zero_copy_only=False)[ok]
+        row.update(facts.columns(coords.model, row.get("throughput_ips"), latencies))
     try:
         profile = get_profile(coords.link)
     except NetemError:
