@@ -11,7 +11,20 @@ come back), plus servebench's ratios to the others. Also runs servebench open lo
 
 Tools that are missing are reported and skipped. A "bare aiohttp + uvloop" row (64 tasks
 in a tight request loop, no scheduling, no records) shows what the HTTP library alone
-allows, so the engine's own cost can be read off.
+allows, so the engine's own cost can be read off; "servebench (aiohttp)" is servebench
+before issue 16 (`--transport aiohttp`), "servebench" its default lean transport.
+
+Issue 16 adds rows per inference protocol: nginx also answers as a Triton model (v2
+metadata, config, ready, and an infer answer in the binary tensor extension: a JSON header
+and a raw FP32 tensor) and as a TF Serving model (status, metadata, a predict answer), so
+`servebench load --protocol triton-http|tfs-rest` runs its real codec (request encoded
+once, every answer decoded and its shape and dtype checked) against a server that costs
+almost nothing; hey POSTs the same request bytes to the same path. And a processes row:
+`--processes 2`, both workers on the client core (two cores cannot show scale-out).
+
+Each tool's CPU time is sampled while it runs (the process and its children); "per core"
+divides its rate by the share of a core it used in the steady middle of its run, which
+keeps ratios meaningful on a machine that other work shares (it also reports `uptime`).
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import socket
@@ -57,9 +71,105 @@ http {{
       default_type application/json;
       return 200 '{answer}';
     }}
+{locations}
   }}
 }}
 """
+
+# The model the protocol rows serve: one FP32 input of 4 and one FP32 output of 4 per row.
+MODEL = "m"
+# The answer tensor's 16 raw bytes: printable ASCII, so that nginx's `return` can hold
+# them, and still a valid FP32 tensor of 4 values (about 12.1, 13.2, 14.3, 15.4 ... no
+# NaN or Inf): Triton's binary answer is a JSON header followed by exactly such bytes.
+TENSOR = b"ABCDEFGHIJKLMNOP"
+TRITON_HEADER = json.dumps(
+    {
+        "model_name": MODEL,
+        "model_version": "1",
+        "outputs": [
+            {
+                "name": "output",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": len(TENSOR)},
+            }
+        ],
+    },
+    separators=(",", ":"),
+)
+TRITON_TENSOR = [{"name": n, "datatype": "FP32", "shape": [-1, 4]} for n in ("input", "output")]
+TRITON_DOCUMENTS = {
+    f"/v2/models/{MODEL}": {
+        "name": MODEL,
+        "versions": ["1"],
+        "platform": "onnxruntime_onnx",
+        "inputs": TRITON_TENSOR[:1],
+        "outputs": TRITON_TENSOR[1:],
+    },
+    f"/v2/models/{MODEL}/config": {"name": MODEL, "max_batch_size": 8},
+    f"/v2/models/{MODEL}/ready": {},
+}
+TFS_TENSOR = {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": "-1"}, {"size": "4"}]}}
+TFS_DOCUMENTS = {
+    f"/v1/models/{MODEL}": {
+        "model_version_status": [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK"}}
+        ]
+    },
+    f"/v1/models/{MODEL}/metadata": {
+        "model_spec": {"name": MODEL, "version": "1"},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {
+                    "serving_default": {
+                        "inputs": {"input": TFS_TENSOR},
+                        "outputs": {"output": TFS_TENSOR},
+                        "method_name": "tensorflow/serving/predict",
+                    }
+                }
+            }
+        },
+    },
+    f"/v1/models/{MODEL}:predict": {"predictions": [[0.5, 0.25, 0.125, 0.0625]]},
+}
+
+
+def protocol_locations() -> str:
+    """nginx locations answering each protocol's real answer bytes for model `m`."""
+    blocks = []
+    for path, document in {**TRITON_DOCUMENTS, **TFS_DOCUMENTS}.items():
+        text = json.dumps(document, separators=(",", ":"))
+        blocks.append(
+            f"    location = \"{path}\" {{ default_type application/json; return 200 '{text}'; }}"
+        )
+    blocks.append(
+        f'    location = "/v2/models/{MODEL}/infer" {{ default_type application/octet-stream; '
+        f"add_header Inference-Header-Content-Length {len(TRITON_HEADER)}; "
+        f"return 200 '{TRITON_HEADER}{TENSOR.decode()}'; }}"
+    )
+    return "\n".join(blocks)
+
+
+def protocol_request(protocol: str) -> tuple[str, bytes, dict[str, str]]:
+    """Path, body and headers servebench's codec sends for one row (hey sends the same)."""
+    from servebench.clients.registry import protocol as find
+
+    codec_class = find(protocol).codec_class()
+    codec = codec_class("http://127.0.0.1:1", MODEL)
+    documents = TRITON_DOCUMENTS if protocol == "triton-http" else TFS_DOCUMENTS
+    from servebench.clients.triton_signature import triton_signature
+
+    if protocol == "triton-http":
+        meta = documents[f"/v2/models/{MODEL}"]
+        signature = triton_signature(meta, documents[f"/v2/models/{MODEL}/config"])
+    else:
+        from servebench.clients.tfs_rest import signature_from_metadata
+
+        meta = documents[f"/v1/models/{MODEL}/metadata"]
+        signature = signature_from_metadata(meta, MODEL, "serving_default", "1", "")
+    payload = codec.make_payload(signature, 1)
+    return codec.infer_url.raw_path, payload.encoded.data, dict(payload.encoded.headers)
+
 
 LOCUSTFILE = """
 from locust import FastHttpUser, constant, task
@@ -102,13 +212,60 @@ def pinned(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
+# The share of a core each tool used in the middle of its last run (see `run_tool`).
+LAST_CPU_SHARE: list[float] = []
+
+
 def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+    """Run a tool, sampling its CPU time (with children's) twice a second.
+
+    The share of a core it used is taken between 40 % and 90 % of its life: past start-up
+    (imports, connecting) and before the summary, where the load runs steadily.
+    """
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})}
+        )
+        samples: list[tuple[float, float]] = []
+        started = time.perf_counter()
+        try:
+            handle = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                if time.perf_counter() - started > timeout:
+                    proc.kill()
+                    raise RuntimeError(f"{argv[3]} ran past {timeout} s")
+                try:
+                    cpu = sum(
+                        sum(p.cpu_times()[:2]) for p in [handle, *handle.children(recursive=True)]
+                    )
+                    samples.append((time.perf_counter(), cpu))
+                except psutil.Error:
+                    pass
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode not in (0, 3):  # servebench exits 3 on an INVALID verdict
-        raise RuntimeError(f"{argv[3]} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    return proc.stdout
+        raise RuntimeError(f"{argv[3]} failed ({proc.returncode}): {stderr[-800:]}")
+    LAST_CPU_SHARE[:] = [cpu_share(samples)]
+    return stdout
+
+
+def cpu_share(samples: list[tuple[float, float]]) -> float:
+    """Cores used between 40 % and 90 % of the sampled life; NaN with too few samples."""
+    if len(samples) < 4:
+        return float("nan")
+    t0, t1 = samples[0][0], samples[-1][0]
+    middle = [s for s in samples if t0 + 0.4 * (t1 - t0) <= s[0] <= t0 + 0.9 * (t1 - t0)]
+    if len(middle) < 2 or middle[-1][0] <= middle[0][0]:
+        return float("nan")
+    return (middle[-1][1] - middle[0][1]) / (middle[-1][0] - middle[0][0])
 
 
 def requests_per_second(output: str) -> float:
@@ -129,11 +286,22 @@ def bench_wrk(url: str, core: int, seconds: int, tmp: Path) -> float:
     return requests_per_second(out)
 
 
-def bench_hey(url: str, core: int, seconds: int, tmp: Path) -> float:
-    body = tmp / "body.json"
-    body.write_bytes(BODY)
+def bench_hey(
+    url: str,
+    core: int,
+    seconds: int,
+    tmp: Path,
+    body: bytes = BODY,
+    headers: dict[str, str] | None = None,
+) -> float:
+    headers = dict(headers or {"Content-Type": "application/json"})
+    body_file = tmp / "hey-body"
+    body_file.write_bytes(body)
     argv = ["hey", "-z", f"{seconds}s", "-c", str(CONNECTIONS), "-cpus", "1", "-m", "POST"]
-    argv += ["-T", "application/json", "-D", str(body), url]
+    argv += ["-T", headers.pop("Content-Type", "application/octet-stream")]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    argv += ["-D", str(body_file), url]
     return requests_per_second(run_tool(pinned(core, argv), seconds + 30, {"GOMAXPROCS": "1"}))
 
 
@@ -181,10 +349,14 @@ def bench_locust(url: str, core: int, seconds: int, tmp: Path) -> float:
 
 
 def servebench_load(
-    url: str, core: int, args: list[str], seconds: float, tmp: Path, realtime: bool = False
+    url: str,
+    core: int,
+    args: list[str],
+    seconds: float,
+    tmp: Path,
+    realtime: bool = False,
+    protocol: str = "http",
 ) -> dict:
-    body = tmp / "body.json"
-    body.write_bytes(BODY)
     out = tmp / "summary.json"
     argv = [
         sys.executable,
@@ -193,14 +365,18 @@ def servebench_load(
         "load",
         "--url",
         url,
-        "--body-file",
-        str(body),
         "--connections",
         str(CONNECTIONS),
         "--json",
         str(out),
         *args,
     ]
+    if protocol == "http":
+        body = tmp / "body.json"
+        body.write_bytes(BODY)
+        argv += ["--body-file", str(body)]
+    else:
+        argv += ["--protocol", protocol, "--model", MODEL, "--metrics-url", ""]
     # SCHED_FIFO priority 1 shields the generator from other processes' time slices (the
     # kernel still reserves 5 % of each second for normal tasks), as on a dedicated host.
     realtime_prefix = ["chrt", "-f", "1"] if realtime else []
@@ -208,12 +384,35 @@ def servebench_load(
     return json.loads(out.read_text())
 
 
-def bench_servebench(url: str, core: int, seconds: int, tmp: Path) -> float:
+def bench_servebench(
+    url: str, core: int, seconds: int, tmp: Path, extra: tuple[str, ...] = (), protocol="http"
+) -> float:
     args = ["--concurrency", str(CONNECTIONS), "--duration", str(seconds), "--warmup", "1"]
-    summary = servebench_load(url, core, args, seconds + 1, tmp)
+    summary = servebench_load(url, core, [*args, *extra], seconds + 1, tmp, protocol=protocol)
     if summary["errors"]:
         raise RuntimeError(f"servebench saw errors: {summary['errors_by_kind']}")
     return float(summary["throughput_rps"])
+
+
+def bench_servebench_aiohttp(url: str, core: int, seconds: int, tmp: Path) -> float:
+    return bench_servebench(url, core, seconds, tmp, ("--transport", "aiohttp"))
+
+
+def bench_servebench_processes(url: str, core: int, seconds: int, tmp: Path) -> float:
+    return bench_servebench(url, core, seconds, tmp, ("--processes", "2"))
+
+
+def protocol_rows(protocol: str) -> dict:
+    """servebench and hey rows for one inference protocol against nginx's fixed answers."""
+
+    def servebench_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        return bench_servebench(url.rstrip("/"), core, seconds, tmp, protocol=protocol)
+
+    def hey_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        path, body, headers = protocol_request(protocol)
+        return bench_hey(url.rstrip("/") + path, core, seconds, tmp, body, headers)
+
+    return {f"{protocol}: servebench": servebench_row, f"{protocol}: hey": hey_row}
 
 
 def bench_bare(url: str, core: int, seconds: int, tmp: Path) -> float:
@@ -346,12 +545,24 @@ def bench_engine(core: int) -> dict:
 
 TOOLS = {
     "servebench": bench_servebench,
+    "servebench (aiohttp)": bench_servebench_aiohttp,
+    "servebench --processes 2": bench_servebench_processes,
     "bare aiohttp+uvloop": bench_bare,
     "Locust FastHttpUser": bench_locust,
     "hey": bench_hey,
     "wrk": bench_wrk,
+    **protocol_rows("triton-http"),
+    **protocol_rows("tfs-rest"),
 }
-NEEDS = {"Locust FastHttpUser": "locust", "hey": "hey", "wrk": "wrk"}
+NEEDS = {
+    "Locust FastHttpUser": "locust",
+    "hey": "hey",
+    "wrk": "wrk",
+    "triton-http: hey": "hey",
+    "tfs-rest: hey": "hey",
+}
+# Which hey row each servebench row is compared with (the same requests and answers).
+PEER = {"triton-http: servebench": "triton-http: hey", "tfs-rest: servebench": "tfs-rest: hey"}
 
 
 def main() -> None:
@@ -360,6 +571,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool (median reported)")
     parser.add_argument("--lag-rate", type=float, default=2000.0, help="open-loop rate for lag")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--only", action="append", choices=list(TOOLS), help="run only these rows (repeatable)"
+    )
+    parser.add_argument("--no-engine", action="store_true", help="skip the engine-alone part")
     args = parser.parse_args()
 
     for tool in ("nginx", "taskset"):
@@ -369,6 +584,8 @@ def main() -> None:
     server_core, client_core = (cores[0], cores[1]) if len(cores) > 1 else (cores[0], cores[0])
     available = {}
     for name, fn in TOOLS.items():
+        if args.only and name not in args.only:
+            continue
         need = NEEDS.get(name)
         exe = (
             Path(sys.executable).with_name("locust")
@@ -385,7 +602,9 @@ def main() -> None:
         tmp = Path(tmpdir)
         port = free_port()
         conf = tmp / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(dir=tmp, port=port, answer=ANSWER))
+        conf.write_text(
+            NGINX_CONF.format(dir=tmp, port=port, answer=ANSWER, locations=protocol_locations())
+        )
         server = subprocess.Popen(
             pinned(server_core, [nginx, "-c", str(conf), "-p", str(tmp)]),
             stdout=subprocess.DEVNULL,
@@ -401,6 +620,7 @@ def main() -> None:
                 flush=True,
             )
             rates: dict[str, list[float]] = {name: [] for name in available}
+            shares: dict[str, list[float]] = {name: [] for name in available}
             lags: dict[str, list[dict]] = {"normal priority": []}
             if shutil.which("chrt") and os.geteuid() == 0:
                 lags["real-time priority"] = []
@@ -409,8 +629,11 @@ def main() -> None:
                 for name, fn in available.items():  # round robin spreads machine noise
                     rate = fn(url, client_core, args.seconds, tmp)
                     rates[name].append(rate)
+                    shares[name].append(LAST_CPU_SHARE[0])
                     print(
-                        f"  {name:<22} {rate:>10,.0f} req/s   (load {load_average()})", flush=True
+                        f"  {name:<26} {rate:>10,.0f} req/s, {LAST_CPU_SHARE[0]:.2f} of a core"
+                        f"   (load {load_average()})",
+                        flush=True,
                     )
                 for priority, runs in lags.items():
                     lag = servebench_load(
@@ -426,8 +649,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
-    engine = bench_engine(client_core)
-    report(rates, lags, engine, args)
+    engine = None if args.no_engine else bench_engine(client_core)
+    report(rates, shares, lags, engine, args)
 
 
 def load_average() -> str:
@@ -444,47 +667,77 @@ def describe_lag(lag: dict) -> str:
 
 def report(
     rates: dict[str, list[float]],
+    shares: dict[str, list[float]],
     lags: dict[str, list[dict]],
-    engine: dict,
+    engine: dict | None,
     args: argparse.Namespace,
 ) -> None:
-    """Medians (what a typical run gives) and bests (noise only ever slows a tool down)."""
+    """Medians (what a typical run gives) and bests (noise only ever slows a tool down).
+
+    "Per core" is each run's rate over the share of a core it used, then the median; the
+    ratio columns compare servebench with each peer (a protocol row with hey on the same
+    requests) by median wall rate and by median per-core rate.
+    """
     median = {name: statistics.median(values) for name, values in rates.items() if values}
     best = {name: max(values) for name, values in rates.items() if values}
+    per_core = {
+        name: statistics.median(
+            r / c if c > 0 else math.nan for r, c in zip(values, shares[name], strict=True)
+        )
+        for name, values in rates.items()
+        if values
+    }
     print()
-    print(f"{'tool':<24}{'median req/s':>14}{'best req/s':>12}{'servebench / tool':>28}")
+    print(
+        f"{'tool':<28}{'median req/s':>13}{'best req/s':>12}{'per core':>10}"
+        f"{'  servebench / tool (median; per core)':<40}"
+    )
     for name in median:
+        ours = next((k for k, v in PEER.items() if v == name), "servebench")
         ratio = ""
-        if name != "servebench" and "servebench" in median:
+        if name not in ("servebench", *PEER) and ours in median:
             ratio = (
-                f"{median['servebench'] / median[name]:.2f}x median, "
-                f"{best['servebench'] / best[name]:.2f}x best"
+                f"  {median[ours] / median[name]:.2f}x; {per_core[ours] / per_core[name]:.2f}x"
+                f"  ({ours})"
             )
-        print(f"{name:<24}{median[name]:>14,.0f}{best[name]:>12,.0f}{ratio:>28}")
+        print(
+            f"{name:<28}{median[name]:>13,.0f}{best[name]:>12,.0f}{per_core[name]:>10,.0f}{ratio}"
+        )
     print()
     for priority, runs in lags.items():
         by_lag = sorted(runs, key=lambda lag: lag["schedule_lag_p99"])
         print(f"servebench open loop at {args.lag_rate:g} req/s, {priority}, {len(runs)} runs:")
         print(f"  median run: {describe_lag(by_lag[len(by_lag) // 2])}")
         print(f"  best run:   {describe_lag(by_lag[0])}")
-    print("engine alone (a client that answers at once, no HTTP):")
-    print(
-        f"  closed loop, {CONNECTIONS} workers: {engine['closed_rps']:,.0f} req/s, "
-        f"{engine['closed_us']:.2f} us CPU per request (a bare asyncio loop doing the same "
-        f"awaits: {engine['bare_us']:.2f} us, {engine['bare_rps']:,.0f} req/s)"
-    )
-    print(
-        f"  open loop at 20,000 req/s: achieved {engine['open_rate']:,.0f} req/s, "
-        f"{engine['open_late']:.2%} > 1 ms late, lag p99 {engine['open_lag_p99'] * 1e3:.3f} ms"
-    )
-    print(
-        f"  RSS while streaming {engine['records']:,} records to Parquet (20,000 req/s, 10 s): "
-        f"{engine['rss_first']:.0f} MiB after 1 s, max {engine['rss_max']:.0f}, "
-        f"last {engine['rss_last']:.0f}"
-    )
+    if engine is not None:
+        print("engine alone (a client that answers at once, no HTTP):")
+        print(
+            f"  closed loop, {CONNECTIONS} workers: {engine['closed_rps']:,.0f} req/s, "
+            f"{engine['closed_us']:.2f} us CPU per request (a bare asyncio loop doing the "
+            f"same awaits: {engine['bare_us']:.2f} us, {engine['bare_rps']:,.0f} req/s)"
+        )
+        print(
+            f"  open loop at 20,000 req/s: achieved {engine['open_rate']:,.0f} req/s, "
+            f"{engine['open_late']:.2%} > 1 ms late, "
+            f"lag p99 {engine['open_lag_p99'] * 1e3:.3f} ms"
+        )
+        print(
+            f"  RSS while streaming {engine['records']:,} records to Parquet (20,000 req/s, "
+            f"10 s): {engine['rss_first']:.0f} MiB after 1 s, max {engine['rss_max']:.0f}, "
+            f"last {engine['rss_last']:.0f}"
+        )
     print(f"load average at the end: {load_average()}")
     if args.json:
-        results = {"rates": rates, "median": median, "best": best, "lag": lags, "engine": engine}
+        results = {
+            "rates": rates,
+            "core_shares": shares,
+            "median": median,
+            "best": best,
+            "per_core": per_core,
+            "lag": lags,
+            "engine": engine,
+            "load_average": os.getloadavg(),
+        }
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
