@@ -2,11 +2,11 @@
 
 The training probe's first epoch is the seed paper's finding (the container's first epoch
 up to 77 % faster, an I/O and caching effect), so its data must really come from disk.
-As root on the host, `/proc/sys/vm/drop_caches` empties the whole page cache; inside a
-container /proc/sys is read-only, and there `posix_fadvise(POSIX_FADV_DONTNEED)` evicts
-the given files' clean pages without any privilege. Which one ran is recorded, because
-they differ (drop_caches also evicts every other file, fadvise only these), and the
-result is checked with mincore, which reads nothing.
+`posix_fadvise(POSIX_FADV_DONTNEED)` evicts the given files' clean pages without any
+privilege, on the host and in a container alike; `/proc/sys/vm/drop_caches` (root on the
+host only: /proc/sys is read-only in a container) empties the whole page cache and is
+only the fallback. Which one ran is recorded, and the result is checked with mincore,
+which reads nothing.
 """
 
 from __future__ import annotations
@@ -37,23 +37,31 @@ class Eviction:
 
 
 def evict(paths: Sequence[Path], drop_caches: Path = DROP_CACHES) -> Eviction:
-    """Evict `paths` from the page cache: drop_caches where this process may write it,
-    else fadvise on each file; never raises for a method that is not allowed here."""
+    """Evict `paths` from the page cache; never raises for a method not allowed here.
+
+    fadvise comes first because it is the one method both sides have (a container cannot
+    write drop_caches), so host and container start their first epoch alike, and because
+    it leaves the rest of the machine's cache (other probes, other users) alone.
+    drop_caches is the fallback where fadvise left pages cached and this process is root.
+    """
     notes = []
     os.sync()  # dirty pages cannot be dropped; write them back first
-    try:
-        drop_caches.write_text("3\n")
-    except OSError as err:
-        notes.append(f"{drop_caches}: {err.strerror or err}")
-    else:
-        return Eviction("drop_caches", "", cached_fraction(paths))
     try:
         for path in paths:
             _fadvise_dontneed(path)
     except OSError as err:
         notes.append(f"posix_fadvise: {err.strerror or err}")
+    else:
+        fraction = cached_fraction(paths)
+        if not fraction > 0:  # 0, or nan where residency cannot be told
+            return Eviction("fadvise", "", fraction)
+        notes.append(f"posix_fadvise left {fraction:.0%} of the pages cached")
+    try:
+        drop_caches.write_text("3\n")
+    except OSError as err:
+        notes.append(f"{drop_caches}: {err.strerror or err}")
         return Eviction("none", "; ".join(notes), cached_fraction(paths))
-    return Eviction("fadvise", "; ".join(notes), cached_fraction(paths))
+    return Eviction("drop_caches", "; ".join(notes), cached_fraction(paths))
 
 
 def _fadvise_dontneed(path: Path) -> None:
