@@ -37,7 +37,7 @@ SLO = 0.050
 def trial(setting: str, rate: float, p99_ms: float, **extra) -> dict:
     """An open-loop rate trial's row: `rate` req/s achieved, p99 in ms."""
     row = {
-        "trial_id": f"t-{setting}-{extra.get('link', 'direct')}-{rate:g}-{extra.get('load_kind', 'rate')}",
+        "trial_id": "t-" + "-".join(str(v) for v in (setting, rate, *extra.values())),
         "status": "ok",
         "verdict": "VALID",
         "server": "triton",
@@ -307,10 +307,12 @@ def test_cli_prints_the_answer_and_json(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["query"]["slo_s"] == SLO and data["query"]["link_model"] == "measured"
-    assert data["ranked"][0]["replicas"] == 2
-    assert data["ranked"][0]["setting"] == "A"
-    assert data["infeasible"][0]["setting"] == "B"
-    assert math.isclose(data["ranked"][0]["usd_per_hour_total"], 0.34)
+    (ranking,) = data["rankings"]
+    assert ranking["model"] == "conv-d2-w32-abcdef" and ranking["headline"].startswith("Run 2")
+    assert ranking["ranked"][0]["replicas"] == 2
+    assert ranking["ranked"][0]["setting"] == "A"
+    assert ranking["infeasible"][0]["setting"] == "B"
+    assert math.isclose(ranking["ranked"][0]["usd_per_hour_total"], 0.34)
 
 
 def test_cli_as_instance_and_no_answer(tmp_path: Path) -> None:
@@ -346,3 +348,28 @@ def test_cli_errors_are_one_line(tmp_path: Path, args: list[str], expected: str)
     )
     args = [a.format(run=run, bare=bare) for a in args]
     assert_one_line_error(run_cli(*args, "--slo-p99-ms", "50"), expected)
+
+
+def test_each_model_and_batch_size_is_its_own_question(tmp_path: Path) -> None:
+    """Serving another model is no deployment choice: each model (and batch size, since a
+    target in requests/s is other work at another batch) gets its own ranking."""
+    rows = (
+        curve("A", A)
+        + curve("B", {100.0: 5.0, 900.0: 10.0}, model="dense-d2-w32-123456")
+        + curve("A", A, batch_size=8)
+    )
+    run = write_run(tmp_path, "a", rows)
+    result = decide([run], qps=600.0)
+    questions = [(r.model, r.batch_size) for r in result.rankings]
+    assert questions == [
+        ("conv-d2-w32-abcdef", 1),
+        ("conv-d2-w32-abcdef", 8),
+        ("dense-d2-w32-123456", 1),
+    ]
+    assert [len(r.ranked) for r in result.rankings] == [1, 1, 1]
+    assert all(c.loses_because == "" for c in result.ranked)  # nobody loses to another model
+    only = decide([run], qps=600.0, model="dense-d2-w32", batch_size=1)
+    assert [(r.model, r.best.replicas) for r in only.rankings] == [("dense-d2-w32-123456", 1)]
+    text = run_cli(str(run), "--qps", "600", "--slo-p99-ms", "50")
+    assert "── conv-d2-w32-abcdef, batch 8 ──" in text.output
+    assert "each model and batch size is ranked on its own" in text.output

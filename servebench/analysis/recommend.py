@@ -50,9 +50,10 @@ _UNUSABLE = ("errors:", "no requests measured")
 MAX_REPLICA_STEPS = 1_000_000
 CLOSED_LOOP_WARNING = (
     "closed-loop measurements only (a fixed number of clients): the max rate is the "
-    "throughput those clients reached and latency is measured from the actual send, so "
-    "p99 at the same fixed arrival rate would be higher; measure an open-loop rate grid "
-    "or `search: max_rate` to be sure"
+    "throughput those clients reached — over an emulated link bounded by clients ÷ round "
+    "trip, not by the server — and latency is measured from the actual send, so p99 at "
+    "the same fixed arrival rate would be higher; measure an open-loop rate grid or "
+    "`search: max_rate` to be sure"
 )
 
 
@@ -96,6 +97,8 @@ class Query:
     headroom: float = 0.0
     link_cost: LinkCost | None = None
     instances: tuple[str, ...] | None = None
+    model: str | None = None  # a model id, or its name without the hash (conv-d2-w32)
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.slo_s) and self.slo_s > 0):
@@ -113,6 +116,13 @@ class Query:
     @property
     def estimate(self) -> bool:
         return self.link_cost is not None
+
+    def wants(self, option: Option) -> bool:
+        """Whether `option` serves the model and batch size asked for (if any)."""
+        model = self.model
+        if model is not None and option.model != model and not option.model.startswith(f"{model}-"):
+            return False
+        return self.batch_size is None or option.batch_size == self.batch_size
 
 
 @dataclass(frozen=True)
@@ -195,16 +205,41 @@ class Infeasible:
 
 
 @dataclass
-class Recommendation:
-    query: Query
-    runs: list[PricedRun]
+class Ranking:
+    """The answer to one question: one model served to requests of one batch size. Other
+    models are other questions (serving dense instead of conv is no deployment choice),
+    and a target in requests/s means other work at another batch size."""
+
+    model: str
+    batch_size: int
     ranked: list[Candidate]
     infeasible: list[Infeasible]
-    warnings: list[str]
 
     @property
     def best(self) -> Candidate | None:
         return self.ranked[0] if self.ranked else None
+
+
+@dataclass
+class Recommendation:
+    query: Query
+    runs: list[PricedRun]
+    rankings: list[Ranking]  # by model, then batch size
+    warnings: list[str]
+
+    @property
+    def ranked(self) -> list[Candidate]:
+        """Every qualifying option, ranking after ranking (each ranked by cost)."""
+        return [c for r in self.rankings for c in r.ranked]
+
+    @property
+    def infeasible(self) -> list[Infeasible]:
+        return [i for r in self.rankings for i in r.infeasible]
+
+    @property
+    def best(self) -> Candidate | None:
+        """The first ranking's best (the only one, when the runs serve one model)."""
+        return self.rankings[0].best if self.rankings else None
 
 
 # -- runs and their instance types ------------------------------------------------------
@@ -284,6 +319,8 @@ def options(runs: Sequence[PricedRun], query: Query) -> tuple[list[Option], list
                 batch_size=1 if missing(batch) else int(batch),
                 link=query.link,
             )
+            if not query.wants(option):
+                continue
             points = [p for row in rows.to_dict("records") for p in _points(row, query)]
             opened = [p for p in points if p.kind != CLOSED]
             option.points = opened or points  # closed loop only where nothing else exists
@@ -406,8 +443,9 @@ class _Curve:
         if match.size:
             return float(self.latencies[match[0]]), f"measured at {rates[match[0]]:,.4g} req/s"
         if rate < rates[0]:
+            which = "the only rate" if rates.size == 1 else "the lowest rate"
             return float(self.latencies[0]), (
-                f"as measured at {rates[0]:,.4g} req/s, the lowest rate measured"
+                f"as measured at {rates[0]:,.4g} req/s, {which} measured"
             )
         above = int(np.searchsorted(rates, rate))
         value = float(np.interp(rate, rates, self.latencies))
@@ -440,15 +478,20 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
         raise RecommendError(
             f"no run measured a trial over link {link} (measured: {', '.join(measured)}){hint}"
         )
-    ranked: list[Candidate] = []
-    infeasible: list[Infeasible] = []
-    for option in found:
-        outcome = evaluate(option, query)
-        (ranked if isinstance(outcome, Candidate) else infeasible).append(outcome)
-    ranked.sort(key=_rank_key)
-    for candidate in ranked[1:]:
-        candidate.loses_because = _why_loses(candidate, ranked[0], query.percentile)
-    closed = sorted({c.option.run_id for c in ranked if c.option.closed_loop})
+    rankings = []
+    questions = sorted({(o.model, o.batch_size) for o in found})
+    for model, batch in questions:
+        ranked: list[Candidate] = []
+        infeasible: list[Infeasible] = []
+        for option in found:
+            if (option.model, option.batch_size) == (model, batch):
+                outcome = evaluate(option, query)
+                (ranked if isinstance(outcome, Candidate) else infeasible).append(outcome)
+        ranked.sort(key=_rank_key)
+        for candidate in ranked[1:]:
+            candidate.loses_because = _why_loses(candidate, ranked[0], query.percentile)
+        rankings.append(Ranking(model, batch, ranked, infeasible))
+    closed = sorted({c.option.run_id for r in rankings for c in r.ranked if c.option.closed_loop})
     if closed:
         warnings.append(f"{', '.join(closed)}: {CLOSED_LOOP_WARNING}")
     if query.estimate:
@@ -456,7 +499,7 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
             f"link {query.link} is an estimate: measured direct latency + the link's RTT and "
             "transfer time (jitter, loss and queueing on the link not modelled)"
         )
-    return Recommendation(query, list(runs), ranked, infeasible, list(dict.fromkeys(warnings)))
+    return Recommendation(query, list(runs), rankings, list(dict.fromkeys(warnings)))
 
 
 def evaluate(option: Option, query: Query) -> Candidate | Infeasible:
@@ -578,12 +621,16 @@ def _why_loses(candidate: Candidate, first: Candidate, percentile: float) -> str
     return f"+${extra:,.4g}{unit} (+{extra / base:.0%}) over #1; {margin}"
 
 
-def headline(rec: Recommendation) -> str:
-    """The answer in one sentence (what the terminal and the report's box open with)."""
-    q, c = rec.query, rec.best
+def headline(ranking: Ranking, query: Query) -> str:
+    """One ranking's answer in one sentence (what the terminal and the report's box
+    open with)."""
+    q, c = query, ranking.best
     over = f"over {q.link}" + (" (estimated from direct trials)" if q.estimate else "")
     if c is None:
-        return f"No measured setting keeps p{q.percentile:g} within {q.slo_s * 1e3:,.4g} ms {over}."
+        return (
+            f"No measured setting serves {ranking.model} (batch {ranking.batch_size}) with "
+            f"p{q.percentile:g} within {q.slo_s * 1e3:,.4g} ms {over}."
+        )
     o = c.option
     what = f"{o.setting} ({o.model}, batch {o.batch_size}) on {o.instance}"
     latency = f"p{q.percentile:g} {c.expected_latency_s * 1e3:,.1f} ms"
@@ -627,6 +674,25 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             ],
         }
 
+    def candidate(n: int, c: Candidate) -> dict[str, Any]:
+        return {
+            "rank": n,
+            **option(c.option),
+            "max_rate": c.max_rate,
+            "max_rate_kind": c.max_rate_kind,
+            "max_rate_trial": c.max_rate_trial,
+            "usable_rate": c.usable_rate,
+            "replicas": c.replicas,
+            "per_replica_rate": c.per_replica_rate,
+            "expected_latency_s": c.expected_latency_s,
+            "expected_how": c.expected_how,
+            "usd_per_hour_total": c.usd_per_hour_total,
+            "usd_per_million": c.usd_per_million,
+            "margin_s": c.margin_s,
+            "highest_measured": c.highest_measured,
+            "loses_because": c.loses_because,
+        }
+
     q = rec.query
     return {
         "query": {
@@ -638,8 +704,9 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             "estimate": q.estimate,
             "headroom": q.headroom,
             "instances": list(q.instances) if q.instances is not None else None,
+            "model": q.model,
+            "batch_size": q.batch_size,
         },
-        "headline": headline(rec),
         "runs": [
             {
                 "run_id": r.run_id,
@@ -650,27 +717,16 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             }
             for r in rec.runs
         ],
-        "ranked": [
+        "rankings": [
             {
-                "rank": n,
-                **option(c.option),
-                "max_rate": c.max_rate,
-                "max_rate_kind": c.max_rate_kind,
-                "max_rate_trial": c.max_rate_trial,
-                "usable_rate": c.usable_rate,
-                "replicas": c.replicas,
-                "per_replica_rate": c.per_replica_rate,
-                "expected_latency_s": c.expected_latency_s,
-                "expected_how": c.expected_how,
-                "usd_per_hour_total": c.usd_per_hour_total,
-                "usd_per_million": c.usd_per_million,
-                "margin_s": c.margin_s,
-                "highest_measured": c.highest_measured,
-                "loses_because": c.loses_because,
+                "model": r.model,
+                "batch_size": r.batch_size,
+                "headline": headline(r, q),
+                "ranked": [candidate(n, c) for n, c in enumerate(r.ranked, start=1)],
+                "infeasible": [{**option(i.option), "reason": i.reason} for i in r.infeasible],
             }
-            for n, c in enumerate(rec.ranked, start=1)
+            for r in rec.rankings
         ],
-        "infeasible": [{**option(i.option), "reason": i.reason} for i in rec.infeasible],
         "warnings": rec.warnings,
     }
 

@@ -61,6 +61,11 @@ def recommend(
         str | None,
         typer.Option(help="only these instance types, comma-separated (g4dn.xlarge,c6i.xlarge)"),
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="only this model (its id, or its name without the hash: conv-d2-w32)"),
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="only requests of this batch size")] = None,
     as_instance: Annotated[
         list[str] | None,
         typer.Option(
@@ -100,6 +105,8 @@ def recommend(
             headroom=headroom,
             link_cost=_link_cost(link) if link_model == "analytic" else None,
             instances=_instance_list(instances),
+            model=model,
+            batch_size=batch_size,
         )
         result = decide(priced, query)
     except (RecommendError, PriceError) as err:
@@ -193,27 +200,33 @@ def _print(result: Recommendation, top: int) -> None:
     for run in result.runs:
         say(f"run {run.run_id}: {run.instance} at {money(run.usd_per_hour)}/h ({run.price_source})")
     several = len({c.option.run_id for c in result.ranked}) > 1
-    say("")
-    console.print(f"[bold]{escape(headline(result))}[/bold]", highlight=False, soft_wrap=True)
-    if result.ranked:
+    for ranking in result.rankings:
         say("")
-    for n, c in enumerate(result.ranked[:top], start=1):
-        say(f"#{n} {c.option.label(run=several)}")
-        say(f"   {_cost_line(c)}")
-        say(f"   {_latency_line(c, q.percentile)}")
-        if c.loses_because:
-            say(f"   loses to #1: {c.loses_because}")
-    if len(result.ranked) > top:
-        say(f"{len(result.ranked) - top} more options meet the SLO (--top shows more)")
-    if result.infeasible:
+        if len(result.rankings) > 1:
+            say(f"── {ranking.model}, batch {ranking.batch_size} ──")
+        bold = escape(headline(ranking, q))
+        console.print(f"[bold]{bold}[/bold]", highlight=False, soft_wrap=True)
+        for n, c in enumerate(ranking.ranked[:top], start=1):
+            say(f"#{n} {c.option.label(run=several)}")
+            say(f"   {_cost_line(c)}")
+            say(f"   {_latency_line(c, q.percentile)}")
+            if c.loses_because:
+                say(f"   loses to #1: {c.loses_because}")
+        if len(ranking.ranked) > top:
+            say(f"{len(ranking.ranked) - top} more options meet the SLO (--top shows more)")
+        if ranking.infeasible:
+            say(f"cannot meet p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms at any replica count:")
+            for item in ranking.infeasible:
+                say(f"  {item.option.label(run=several)}: {item.reason}")
+    if len(result.rankings) > 1:
         say("")
-        say(f"cannot meet p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms at any replica count:")
-        for item in result.infeasible:
-            say(f"  {item.option.label(run=several)}: {item.reason}")
+        say("(each model and batch size is ranked on its own: --model and --batch-size pick one)")
     if not result.ranked:
         console.print("[red]no measured option meets the SLO[/red]", highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        console.print(
+            f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True
+        )
 
 
 def _cost_line(c: Candidate) -> str:
@@ -230,8 +243,7 @@ def _cost_line(c: Candidate) -> str:
 
 
 def _latency_line(c: Candidate, percentile: float) -> str:
-    source = f"{c.max_rate_kind}{' (closed loop)' if c.option.closed_loop else ''}"
-    source += f", trial {c.max_rate_trial}"
+    source = f"{c.max_rate_kind}, trial {c.max_rate_trial}"
     if c.highest_measured:
         source += "; the highest rate measured: the SLO may hold above it"
     usable = (
