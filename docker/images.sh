@@ -131,7 +131,7 @@ EOF
 # Sets BASE_REF: the official image if present or pullable, else ours (built when its recipe
 # changed). A pull is only tried when neither exists, or with --force.
 ensure_base() {
-  local force_base=$1 recipe
+  local force_base=$1 recipe started
   recipe=$({ declare -f build_debian_base; debian_mirror; cat /etc/apt/sources.list.d/debian.sources 2>/dev/null || true; } | sha)
   if ! $force_base && image_id "$OFFICIAL_BASE" >/dev/null; then
     BASE_REF=$OFFICIAL_BASE
@@ -142,7 +142,9 @@ ensure_base() {
     say "pulled $OFFICIAL_BASE"
   else
     say "no registry answers ($OFFICIAL_BASE cannot be pulled): building $LOCAL_BASE"
+    started=$SECONDS
     build_debian_base "$recipe"
+    say "$LOCAL_BASE built in $((SECONDS - started)) s"
     BASE_REF=$LOCAL_BASE
     return
   fi
@@ -152,7 +154,7 @@ ensure_base() {
 # --- images from Dockerfiles -----------------------------------------------------------------
 # build_image REF DOCKERFILE [--build-arg K=V ...]: skipped when REF's recipe label matches.
 build_image() {
-  local ref=$1 dockerfile=$2 recipe log secret=() cache=()
+  local ref=$1 dockerfile=$2 recipe log started secret=() cache=()
   shift 2
   recipe=$({ cat "$dockerfile"; printf '%s\n' "$@"; image_id "$BASE_REF"; } | sha)
   if ! $force && [ "$(recipe_of "$ref")" = "$recipe" ]; then
@@ -162,11 +164,13 @@ build_image() {
   [ -s "$HOST_CA" ] && secret=(--secret "id=hostca,src=$HOST_CA")
   $force && cache=(--no-cache)
   log=$(mktemp /tmp/servebench-build.XXXXXX.log)
+  started=$SECONDS
   say "building $ref from $dockerfile on $BASE_REF"
   engine build --network=host "${secret[@]}" "${cache[@]}" -f "$dockerfile" \
     --build-arg "BASE=$BASE_REF" "$@" --label "$RECIPE_LABEL=$recipe" -t "$ref" "$DOCKER_DIR" \
     >"$log" 2>&1 || { tail -n 30 "$log" >&2; die "building $ref failed (whole log: $log)"; }
   rm -f "$log"
+  say "$ref built in $((SECONDS - started)) s"
 }
 
 # Versions of the host's venv, so the container serves with the same code as `triton-local`.

@@ -21,15 +21,16 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # The host's CA bundle arrives as a build secret (never a layer): pip needs it where HTTPS
-# goes through an intercepting proxy.
+# goes through an intercepting proxy. The wheel comes without its dependencies: they serve
+# pytriton's Python API, while the server and the stub need only numpy and onnxruntime
+# (a third of the download and ~100 MB less).
 RUN --mount=type=secret,id=hostca,target=/host-ca.crt \
     test -n "$PYTRITON_VERSION" -a -n "$ONNXRUNTIME_VERSION" -a -n "$NUMPY_VERSION" \
     && if [ -s /host-ca.crt ]; then export PIP_CERT=/host-ca.crt; fi \
     && python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install -q --no-cache-dir --disable-pip-version-check \
-        "nvidia-pytriton==${PYTRITON_VERSION}" \
-        "onnxruntime==${ONNXRUNTIME_VERSION}" \
-        "numpy==${NUMPY_VERSION}"
+    && pip="/opt/venv/bin/pip install -q --no-cache-dir --disable-pip-version-check" \
+    && $pip --no-deps "nvidia-pytriton==${PYTRITON_VERSION}" \
+    && $pip "onnxruntime==${ONNXRUNTIME_VERSION}" "numpy==${NUMPY_VERSION}"
 
 # The official layout around the wheel's files. The binary is a link: its RPATH finds the
 # bundled libraries relative to where it really lies. The backends folder is a copy with this
