@@ -1,8 +1,10 @@
 """`report.html`: one self-contained page per run.
 
-Everything is inline — CSS in a <style> block, plots as inline SVG, no scripts, no fonts,
-no links to fetch — so the file opens from a copied results folder on a machine with no
-network, and a later change to servebench cannot change how an old run looks.
+Everything is inline — CSS in a <style> block, plots as inline SVG, one short script
+(filtering and sorting the summary table), no fonts, no links to fetch — so the file opens
+from a copied results folder on a machine with no network, and a later change to
+servebench cannot change how an old run looks. It opens with the answer
+(`servebench.analysis.opening`): the Recommendation box and the cost-vs-latency chart.
 
 Each section is independent: a plot with no data prints why; a plot that fails with an
 unexpected error prints the error and is listed in `Report.errors`, and the rest of the
@@ -24,6 +26,14 @@ from servebench.analysis import figures
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
+from servebench.analysis.opening import CSS as OPENING_CSS
+from servebench.analysis.opening import (
+    FILTER_SCRIPT,
+    cost_vs_latency,
+    link_recommendations,
+    recommendation_html,
+    report_order,
+)
 from servebench.analysis.overhead import (
     OVERHEAD_NOTE,
     SEED_NOTE,
@@ -115,13 +125,46 @@ def render_html(data: RunData, report: Report) -> str:
                 ],
             )
         )
-    body = [_header(data), *(_render_section(s) for s in sections)]
+    body = [_header(data), *_opening(data, report), *(_render_section(s) for s in sections)]
     title = f"servebench report — {data.run_id}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{_e(title)}</title>'
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{CSS}{OPENING_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+def _opening(data: RunData, report: Report) -> list[str]:
+    """The answer first: the Recommendation box, then cost against latency per link."""
+    if data.trials.empty:
+        return []
+    try:
+        recommendations, why = link_recommendations(data)
+        box = recommendation_html(data, recommendations, why)
+    except Exception as err:  # the answer failing must not cost the rest of the page
+        report.errors.append(f"recommendation: {type(err).__name__}: {err}")
+        recommendations, box = (
+            [],
+            _render_section(
+                _Section(
+                    "recommendation",
+                    "Recommendation",
+                    [
+                        f'<p class="plot-error">No recommendation: {_e(type(err).__name__)}: {_e(err)}</p>'
+                    ],
+                )
+            ),
+        )
+    chart = _plot_section(
+        report,
+        "cost-latency",
+        "Cost against latency",
+        lambda: cost_vs_latency(data.trials, recommendations),
+        "Every trial on each link: its latency at the SLO percentile against its cost per "
+        "million inferences at the throughput it measured. Green met the SLO, red missed it; "
+        "the dashed line is the SLO, the star the recommendation.",
+    )
+    return [box, _render_section(chart)]
 
 
 def _trial_sections(data: RunData, report: Report) -> list[_Section]:
@@ -299,16 +342,23 @@ def _summary_section(data: RunData) -> _Section:
             '<p class="no-data">No trial finished, so there is nothing to summarise.</p>'
         )
         return section
-    headers, rows, states = summary_table(data.trials)
+    headers, rows, states = summary_table(report_order(data.trials))
+    section.body.append(
+        '<input id="summary-filter" type="search" placeholder="filter: e.g. lte b1 met" '
+        'aria-label="filter the trials">'
+    )
     section.body.append(
         html_table(
             headers, rows, text_columns=(1, 2), row_classes=[s if s != "ok" else "" for s in states]
         )
     )
     section.body.append(
-        '<p class="caption">Latency is from the intended send time in open-loop trials and '
+        '<p class="caption">Trials that met the SLO first, cheapest first; then those that '
+        "missed it, then failed ones. Type words to filter the rows, click a header to sort. "
+        "Latency is from the intended send time in open-loop trials and "
         "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
     )
+    section.body.append(f"<script>{FILTER_SCRIPT}</script>")
     return section
 
 

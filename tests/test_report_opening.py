@@ -1,0 +1,126 @@
+"""report.html opens with the answer: the Recommendation box (the cheapest setting per
+link, checked here against trials.csv by other means), what was not measured, the
+cost-against-latency chart, and a summary sorted by cost within the SLO that the browser
+filters and sorts with nothing fetched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_analysis_report import sections
+from test_analysis_rundir import make_run_dir
+from test_report_browser import open_report
+
+from servebench.analysis.loader import load_run
+from servebench.analysis.opening import not_measured, report_order
+from servebench.analysis.report import write_report
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = make_run_dir(tmp_path_factory.mktemp("opening"), duration=20)
+    write_report(path)
+    return path
+
+
+def expected_best(trials: pd.DataFrame, link: str, batch: int) -> str:
+    """The cheapest setting by hand: every setting's highest achieved rate among its VALID
+    trials within the SLO (200 ms p99); one instance type, so the highest rate is the
+    cheapest per inference."""
+    ok = trials[
+        (trials.status == "ok")
+        & (trials.verdict == "VALID")
+        & (trials.link == link)
+        & (trials.batch_size == batch)
+        & (trials.latency_p99 <= trials.slo_bound_s)
+    ]
+    return str(ok.loc[ok.achieved_rate.idxmax(), "setting"])
+
+
+def test_the_box_names_the_cheapest_setting_per_link(run: Path) -> None:
+    page = (run / "report.html").read_text()
+    box = sections(page)["recommendation"]
+    trials = pd.read_csv(run / "trials.csv")
+    rows = re.findall(r"<tr><td class=text>(\w+)</td><td class=text>(.*?)</td>(.*?)</tr>", box)
+    found = {(link, what): cells for link, what, cells in rows}
+    assert len(found) == 4  # direct and wifi × batch 1 and 16, one model
+    for link in ("direct", "wifi"):
+        for batch in (1, 16):
+            cells = found[(link, f"conv-d3-w64-1a9df3 · b{batch}")]
+            assert f"<td class=text>{expected_best(trials, link, batch)}</td>" in cells
+    assert "For p99 ≤ 200 ms, priced as c6i.large ($0.0850/h" in box
+    # The answer comes before the summary table, the chart between them.
+    assert page.index('id="recommendation"') < page.index('id="cost-latency"')
+    assert page.index('id="cost-latency"') < page.index('<section id="summary">')
+    assert "<svg" in sections(page)["cost-latency"]
+
+
+def test_what_was_not_measured_is_said(run: Path, tmp_path: Path) -> None:
+    data = load_run(run, records=False)
+    assert not_measured(data) == ["No GPU telemetry on this machine: GPU utilisation not measured."]
+    remote = make_run_dir(tmp_path, duration=5)
+    trials = pd.read_csv(remote / "trials.csv")
+    trials["launch"] = "remote"
+    trials[["server_queue_s", "server_compute_s", "client_send_s"]] = None
+    trials.to_csv(remote / "trials.csv", index=False)
+    (remote / "cold_start.csv").unlink()
+    lines = not_measured(load_run(remote, records=False))
+    assert "Remote server: cold start not measured." in lines
+    assert "Server queue and compute times not measured (no server metrics read)." in lines
+    assert "Client send time not measured: gRPC does not say when a request leaves." in lines
+    page = write_report(remote).path.read_text()
+    assert "Remote server: cold start not measured." in sections(page)["recommendation"]
+
+
+def test_without_slo_or_instance_the_box_says_why(tmp_path: Path) -> None:
+    for column, why in (
+        ("slo_bound_s", "the scenario set no SLO"),
+        ("instance", "the scenario named no cloud instance"),
+    ):
+        path = make_run_dir(tmp_path / column, duration=5)
+        trials = pd.read_csv(path / "trials.csv")
+        trials[column] = None
+        if column == "instance":
+            trials[["usd_per_hour", "cost_per_million"]] = None
+        trials.to_csv(path / "trials.csv", index=False)
+        report = write_report(path)
+        box = sections(report.path.read_text())["recommendation"]
+        assert f"No recommendation: {why}" in box
+        assert "cost-latency" in report.empty
+
+
+def test_summary_lists_met_and_cheapest_first_failed_last(run: Path) -> None:
+    ordered = report_order(load_run(run, records=False).trials)
+    met = ordered["slo_met"].tolist()
+    assert met[: met.count(True)] == [True] * met.count(True)
+    costs = ordered.loc[ordered["slo_met"] == True, "cost_per_million"].tolist()  # noqa: E712
+    assert costs == sorted(costs)
+    assert ordered["status"].iloc[-1] == "failed"
+
+
+def test_first_screen_filter_and_sort_in_chromium(browser, run: Path) -> None:
+    page, problems, fetched = open_report(browser, run / "report.html")
+    try:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        box = page.locator("#recommendation").bounding_box()
+        assert box is not None and box["y"] < 900  # on the first screen
+        rows = page.locator("section#summary tbody tr")
+        assert rows.count() == 17
+        page.fill("#summary-filter", "wifi b16")
+        visible = [r for r in range(rows.count()) if rows.nth(r).is_visible()]
+        assert len(visible) == 4  # 2 settings × 2 rates on wifi at batch 16
+        page.fill("#summary-filter", "")
+        headers = page.locator("section#summary thead th")
+        p99 = [headers.nth(i).inner_text() for i in range(headers.count())].index("p99 ms")
+        headers.nth(p99).click()
+        cells = page.locator(f"section#summary tbody tr td:nth-child({p99 + 1})")
+        values = [float(cells.nth(i).inner_text().replace(",", "")) for i in range(16)]
+        assert values == sorted(values)  # the failed trial's "–" sorts last
+        assert cells.nth(16).inner_text() == "–"
+        assert problems == [] and fetched == []
+    finally:
+        page.close()
