@@ -116,10 +116,12 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
             "SLO-search trials: one row at the chosen rate; their server times cover every "
             "search step"
         )
-    notes.append(
-        "latency percentiles are servebench's: from the intended send time in open loop "
-        "(perf_analyzer times from the actual send)"
-    )
+    opened = ~(usable["load_kind"].isin(["concurrency", "users"]) | (usable["mode"] == "closed"))
+    if opened.any():
+        notes.append(
+            "latency percentiles are servebench's: from the intended send time in open loop "
+            "(perf_analyzer times from the actual send)"
+        )
     files: dict[tuple[Any, ...], PerfAnalyzerFile] = {}
     sort_keys: dict[tuple[Any, ...], list[float]] = {}
     untimed: set[str] = set()
