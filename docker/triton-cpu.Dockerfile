@@ -53,3 +53,7 @@ RUN set -e; \
 ENV PATH=/opt/venv/bin:/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_LIBRARY_PATH=/opt/tritonserver/lib:/usr/lib/x86_64-linux-gnu
 WORKDIR /opt/tritonserver
+# Which model repository this image serves (servebench.servers.docker_triton reads it): the
+# python-backend form servebench exports for triton-local, not the onnxruntime one that
+# NVIDIA's image serves.
+LABEL servebench.repository=python
