@@ -13,13 +13,13 @@ The scenario travels as text and is written to a fresh working folder; paths in 
 resolve against that folder, so a scenario that names files (models.repository, a trace,
 a link profile file) must name them absolutely, on a path every follower has.
 
-This module imports only the standard library at import time: the child wrapper
-(`python -m servebench.cluster.execute`) runs it before exec'ing the real command.
+This module imports only the standard library and `servebench.linux` at import time: the
+child wrapper (`python -m servebench.cluster.execute`) runs it before exec'ing the real
+command.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebench.cluster.archive import pack
+from servebench.linux import set_parent_death_signal
 
 SCENARIO_FILE = "scenario.yaml"
 LOG_FILE = "job.log"
@@ -42,7 +43,6 @@ OUTPUT_DIR = "results"
 # ends it at once (the runner's "second Ctrl-C").
 STOP_GRACE_S = 30.0
 _TAIL_CHARS = 2000
-_PR_SET_PDEATHSIG = 1
 # run.json's status when the child wrote no run directory (bad input, a crash at start).
 NO_RUN = "error"
 
@@ -232,16 +232,15 @@ def _last_line(text: str) -> str:
 
 def _child_main(argv: list[str]) -> None:
     """`python -m servebench.cluster.execute PARENT_PID -- COMMAND...`: ask the kernel for
-    SIGTERM when the follower dies, then become COMMAND (the signal setting survives exec).
+    SIGTERM when the follower dies, then become COMMAND (the setting survives exec).
 
     Set in the child itself rather than in a `preexec_fn`, which is unsafe in the
-    follower's threaded process."""
+    follower's threaded process. SIGTERM, not SIGKILL: the run then stops its own Triton
+    and closes its result directory as for Ctrl-C."""
     parent, separator, *command = argv
     if separator != "--" or not command:
         raise SystemExit("usage: python -m servebench.cluster.execute PARENT_PID -- COMMAND...")
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != int(parent):  # the follower died before the setting took hold
         raise SystemExit(128 + signal.SIGTERM)
     os.execv(command[0], command)
