@@ -11,6 +11,7 @@ import asyncio
 import math
 import socket
 import struct
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,8 @@ class Misbehaving:
         assert self.server is not None
         self.server.close()
         for task in asyncio.all_tasks():
-            if task.get_coro().__qualname__.startswith("Misbehaving._serve"):  # type: ignore[union-attr]
+            coro = task.get_coro()
+            if getattr(coro, "__qualname__", "").startswith("Misbehaving._serve"):
                 task.cancel()
 
     def url(self, path: str) -> str:
@@ -125,8 +127,8 @@ class Misbehaving:
         return True
 
 
-async def _infer(url: str, transport: str, **kwargs: object):
-    client = RawHttpClient(url, transport=transport, connections=4, **kwargs)  # type: ignore[arg-type]
+async def _infer(url: str, transport: str, **kwargs: Any):
+    client = RawHttpClient(url, transport=transport, connections=4, **kwargs)
     await client.connect()
     try:
         return await client.infer(client.make_payload(1))

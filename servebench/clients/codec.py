@@ -5,8 +5,8 @@ a batch becomes request bytes, how answer bytes become output arrays (checked ag
 signature) and which round trips read a model's signature. It never opens a socket. Two
 edges do the I/O with the same codec (the httpx / h11 shape):
 
-- the async clients (`HttpModelClient`, `GrpcModelClient`: aiohttp and grpc.aio), which
-  `servebench load` and the scenario runner drive;
+- the async clients (`HttpModelClient`: the lean HTTP/1.1 transport or aiohttp;
+  `GrpcModelClient`: grpc.aio), which `servebench load` and the scenario runner drive;
 - the Locust transports (`servebench.locust.transport`: geventhttpclient and blocking
   grpcio under gevent).
 

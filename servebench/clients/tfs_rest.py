@@ -10,8 +10,9 @@ returns one object per row (row) or one object of tensors (columnar).
 parsed with the stdlib `json` (TF Serving writes NaN/Infinity, which it accepts), turned
 into arrays of the signature's dtype (refusing values that do not fit it, e.g. floats for
 an int32 output) and checked; the signature comes from the model status and metadata
-endpoints. `TfsRestClient` is the codec on aiohttp; the Locust users put the same codec on
-geventhttpclient. Byte counts are the HTTP body sizes, without headers.
+endpoints. `TfsRestClient` is the codec on `http_model_client`'s transports (lean HTTP/1.1
+or aiohttp); the Locust users put the same codec on geventhttpclient. Byte counts are the
+HTTP body sizes, without headers.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ answers are decoded here (`decode_answer`, a quarter of tritonclient's parse cos
 checked against the signature, and the signature comes from the v2 model metadata, config
 and ready endpoints. tritonclient's own `infer()` is not used: it re-encodes the request on
 every call and gives no per-request timeout or wire sizes. `TritonHttpClient` is the codec
-on aiohttp; the Locust users put the same codec on geventhttpclient.
+on `http_model_client`'s transports (lean HTTP/1.1 or aiohttp); the Locust users put the
+same codec on geventhttpclient.
 
 Byte counts are HTTP body sizes (JSON header plus binary tensors), without HTTP headers.
 """
