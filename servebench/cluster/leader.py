@@ -267,10 +267,15 @@ class Leader:
             new_job, scenario_text, submitter=submitter, priority=priority, source=source,
             needs=needs,
         )  # fmt: skip
-        self.store.add(job)
-        log.info("job %s: queued (%s from %s)", job.id, job.scenario_name, submitter)
-        self._wake.set()
+        self.add(job)
         return job
+
+    def add(self, job: Job) -> None:
+        """Queue a job `new_job` made (validated). Dispatching happens on the loop's next
+        pass, so jobs added one after another without awaiting arrive together."""
+        self.store.add(job)
+        log.info("job %s: queued (%s from %s)", job.id, job.scenario_name, job.submitter)
+        self._wake.set()
 
     async def cancel(self, job_id: str, by: str = "a user") -> Job:
         """Cancel a job (KeyError if unknown). A queued or placed job is cancelled at once;
