@@ -317,7 +317,12 @@ def test_container_side_runs_a_real_probe_interleaved(tmp_path: Path) -> None:
 
 def test_serving_on_the_host_is_a_scenario_run_read_back(tmp_path: Path) -> None:
     found = {m.metric: m for m in measure_serving("host", tmp_path, 1, quick=True)}
-    assert set(found) == {"latency_p50", "latency_p99", "throughput", "server_cpu", "server_ready"}
+    assert set(found) == {
+        "latency_p50", "latency_p99", "throughput", "server_cpu",
+        "start_to_ready", "model_load", "first_inference", "to_first_answer",
+    }  # fmt: skip
+    parts = ("start_to_ready", "model_load", "first_inference")
+    assert found["to_first_answer"].value == pytest.approx(sum(found[p].value for p in parts))
     assert 0 < found["latency_p50"].value <= found["latency_p99"].value
     assert found["throughput"].value > 0 and found["throughput"].better == "higher"
     (run,) = [p for p in (tmp_path / SERVING_DIR).iterdir() if p.is_dir()]
