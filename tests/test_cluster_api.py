@@ -5,6 +5,7 @@ and the CLI's refusal to listen off loopback without a token."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -174,3 +175,37 @@ async def _metrics(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
         text = await response.text()
     pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     return {name: float(value) for name, value in pairs}
+
+
+async def test_the_commands_talk_to_the_leader(tmp_path: Path):
+    scenario = tmp_path / "good.yaml"
+    scenario.write_text(GOOD)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD)
+    async with api(tmp_path) as url:
+
+        def run(*args: str):  # the commands block on HTTP: run them off the serving loop
+            return asyncio.to_thread(
+                CliRunner().invoke, cli, ["cluster", *args, "--leader-url", url]
+            )
+
+        submitted = await run("submit", str(scenario))
+        assert submitted.exit_code == 0, submitted.output
+        job_id = submitted.output.split()[0]
+        rejected = await run("submit", str(bad))
+        assert rejected.exit_code == 2
+        assert f"{bad}:10 workload.duration_s" in rejected.output
+        status = await run("status", "--once")
+        assert status.exit_code == 0 and job_id in status.output and "queued" in status.output
+        early = await run("results", job_id, "--out", str(tmp_path / "fetched"))
+        assert_one_line_error(early, job_id, "no results yet")
+        cancelled = await run("cancel", job_id)
+        assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+        assert_one_line_error(await run("cancel", "j000000000000"), "unknown job")
+
+
+def test_an_unreachable_leader_is_one_line(closed_port: str):
+    result = CliRunner().invoke(
+        cli, ["cluster", "status", "--once", "--leader-url", f"http://{closed_port}"]
+    )
+    assert_one_line_error(result, "cannot reach the leader", closed_port)
