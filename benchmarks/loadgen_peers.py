@@ -22,6 +22,14 @@ once, every answer decoded and its shape and dtype checked) against a server tha
 almost nothing; hey POSTs the same request bytes to the same path. And a processes row:
 `--processes 2`, both workers on the client core (two cores cannot show scale-out).
 
+And gRPC rows: the same nginx answers Triton's and TF Serving's gRPC methods over HTTP/2
+(`grpc_answers.py`: each answer serialized once, behind the `grpc-status` trailer), so
+`--protocol triton-grpc|tfs-grpc` runs its real codec through grpcio against a server that
+costs little; h2load (nghttp2, C) sends the same framed request bytes on one connection
+with 64 streams, and "bare grpc.aio" is 64 coroutines calling one grpc.aio channel with
+those bytes in a tight loop (no engine, no records, answers parsed but not checked): the
+library's own ceiling. The server's CPU is sampled during every row and reported.
+
 Each tool's CPU time is sampled while it runs (the process and its children); "per core"
 divides its rate by the share of a core it used in the steady middle of its run, which
 keeps ratios meaningful on a machine that other work shares (it also reports `uptime`).
@@ -42,6 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import grpc_answers
 
 BODY = (
     b'{"inputs":[{"name":"input","shape":[1,4],"datatype":"FP32",'
@@ -73,6 +83,7 @@ http {{
     }}
 {locations}
   }}
+{grpc_server}
 }}
 """
 
@@ -212,8 +223,14 @@ def pinned(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
-# The share of a core each tool used in the middle of its last run (see `run_tool`).
+# The share of a core each tool used in the middle of its last run (see `run_tool`), and
+# the server's (nginx's worker) in the same interval.
 LAST_CPU_SHARE: list[float] = []
+LAST_SERVER_SHARE: list[float] = []
+# nginx's master process (its worker is a child), set by `main`.
+SERVER_PID: list[int] = []
+# The gRPC rows' target (host:port of nginx's HTTP/2 server), set by `main`.
+GRPC_TARGET: list[str] = []
 
 
 def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
@@ -229,6 +246,8 @@ def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None)
             argv, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})}
         )
         samples: list[tuple[float, float]] = []
+        server_samples: list[tuple[float, float]] = []
+        server = psutil.Process(SERVER_PID[0]) if SERVER_PID else None
         started = time.perf_counter()
         try:
             handle = psutil.Process(proc.pid)
@@ -241,6 +260,9 @@ def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None)
                         sum(p.cpu_times()[:2]) for p in [handle, *handle.children(recursive=True)]
                     )
                     samples.append((time.perf_counter(), cpu))
+                    if server is not None:
+                        cpu = sum(sum(p.cpu_times()[:2]) for p in [server, *server.children()])
+                        server_samples.append((samples[-1][0], cpu))
                 except psutil.Error:
                     pass
                 time.sleep(0.5)
@@ -254,6 +276,7 @@ def run_tool(argv: list[str], timeout: float, env: dict[str, str] | None = None)
     if proc.returncode not in (0, 3):  # servebench exits 3 on an INVALID verdict
         raise RuntimeError(f"{argv[3]} failed ({proc.returncode}): {stderr[-800:]}")
     LAST_CPU_SHARE[:] = [cpu_share(samples)]
+    LAST_SERVER_SHARE[:] = [cpu_share(server_samples)]
     return stdout
 
 
@@ -415,6 +438,70 @@ def protocol_rows(protocol: str) -> dict:
     return {f"{protocol}: servebench": servebench_row, f"{protocol}: hey": hey_row}
 
 
+def grpc_rows(protocol: str) -> dict:
+    """servebench, h2load and bare grpc.aio rows for one gRPC protocol against nginx."""
+
+    def servebench_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        return bench_servebench(GRPC_TARGET[0], core, seconds, tmp, protocol=protocol)
+
+    def h2load_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        path, body = grpc_answers.infer_request(protocol)
+        body_file = tmp / "grpc-body"
+        body_file.write_bytes(body)
+        argv = ["h2load", "-D", str(seconds), "-c", "1", "-m", str(CONNECTIONS), "-t", "1"]
+        argv += ["-d", str(body_file), "-H", "content-type: application/grpc"]
+        argv += ["-H", "te: trailers", f"http://{GRPC_TARGET[0]}{path}"]
+        out = run_tool(pinned(core, argv), seconds + 30)
+        for line in out.splitlines():  # "finished in 10.00s, 30316.33 req/s, 6.10MB/s"
+            if line.startswith("finished in"):
+                return float(line.split(",")[1].split()[0])
+        raise RuntimeError(f"no rate in h2load's output:\n{out[-800:]}")
+
+    def bare_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        argv = [sys.executable, __file__, "--bare-grpc", protocol, GRPC_TARGET[0], str(seconds)]
+        return float(run_tool(pinned(core, argv), seconds + 30).strip().splitlines()[-1])
+
+    return {
+        f"{protocol}: servebench": servebench_row,
+        f"{protocol}: h2load": h2load_row,
+        f"{protocol}: bare grpc.aio": bare_row,
+    }
+
+
+def bare_grpc(protocol: str, target: str, seconds: float) -> None:
+    """64 coroutines calling one grpc.aio channel in a tight loop: grpcio's own ceiling."""
+    import asyncio
+
+    import grpc
+    import uvloop
+
+    from servebench.clients.registry import protocol as find
+
+    path, framed = grpc_answers.infer_request(protocol)
+    request = framed[5:]
+    parse = find(protocol).codec_class()(target, grpc_answers.MODEL, version=None).infer_response
+
+    async def main() -> None:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.unary_unary(
+                path, request_serializer=None, response_deserializer=parse.FromString
+            )
+            done = 0
+            start = time.perf_counter()
+            end = start + seconds
+
+            async def worker() -> None:
+                nonlocal done
+                while time.perf_counter() < end:
+                    await call(request)
+                    done += 1
+
+            await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+            print(done / (time.perf_counter() - start))
+
+    uvloop.run(main())
+
+
 def bench_bare(url: str, core: int, seconds: int, tmp: Path) -> float:
     out = run_tool(
         pinned(core, [sys.executable, __file__, "--bare", url, str(seconds)]), seconds + 30
@@ -553,6 +640,8 @@ TOOLS = {
     "wrk": bench_wrk,
     **protocol_rows("triton-http"),
     **protocol_rows("tfs-rest"),
+    **grpc_rows("triton-grpc"),
+    **grpc_rows("tfs-grpc"),
 }
 NEEDS = {
     "Locust FastHttpUser": "locust",
@@ -560,9 +649,21 @@ NEEDS = {
     "wrk": "wrk",
     "triton-http: hey": "hey",
     "tfs-rest: hey": "hey",
+    "triton-grpc: h2load": "h2load",
+    "tfs-grpc: h2load": "h2load",
 }
 # Which hey row each servebench row is compared with (the same requests and answers).
-PEER = {"triton-http: servebench": "triton-http: hey", "tfs-rest: servebench": "tfs-rest: hey"}
+PEER = {
+    "triton-http: servebench": "triton-http: hey",
+    "tfs-rest: servebench": "tfs-rest: hey",
+    "triton-grpc: servebench": "triton-grpc: h2load",
+    "tfs-grpc: servebench": "tfs-grpc: h2load",
+}
+# Rows also compared with their protocol's servebench row, besides PEER's.
+ALSO = {
+    "triton-grpc: bare grpc.aio": "triton-grpc: servebench",
+    "tfs-grpc: bare grpc.aio": "tfs-grpc: servebench",
+}
 
 
 def main() -> None:
@@ -600,18 +701,29 @@ def main() -> None:
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     with tempfile.TemporaryDirectory(prefix="loadgen-peers-") as tmpdir:
         tmp = Path(tmpdir)
-        port = free_port()
+        port, grpc_port = free_port(), free_port()
+        tmp.chmod(0o755)  # nginx's worker (not root) reads the gRPC answers from here
+        grpc_answers.write_answers(tmp / "grpc")
+        GRPC_TARGET[:] = [f"127.0.0.1:{grpc_port}"]
         conf = tmp / "nginx.conf"
         conf.write_text(
-            NGINX_CONF.format(dir=tmp, port=port, answer=ANSWER, locations=protocol_locations())
+            NGINX_CONF.format(
+                dir=tmp,
+                port=port,
+                answer=ANSWER,
+                locations=protocol_locations(),
+                grpc_server=grpc_answers.nginx_server(grpc_port, tmp / "grpc"),
+            )
         )
         server = subprocess.Popen(
             pinned(server_core, [nginx, "-c", str(conf), "-p", str(tmp)]),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+        SERVER_PID[:] = [server.pid]
         try:
             wait_for_port(port)
+            wait_for_port(grpc_port)
             url = f"http://127.0.0.1:{port}/"
             print(
                 f"nginx on core {server_core}, clients on core {client_core}, "
@@ -621,6 +733,7 @@ def main() -> None:
             )
             rates: dict[str, list[float]] = {name: [] for name in available}
             shares: dict[str, list[float]] = {name: [] for name in available}
+            server_shares: dict[str, list[float]] = {name: [] for name in available}
             lags: dict[str, list[dict]] = {"normal priority": []}
             if shutil.which("chrt") and os.geteuid() == 0:
                 lags["real-time priority"] = []
@@ -630,9 +743,10 @@ def main() -> None:
                     rate = fn(url, client_core, args.seconds, tmp)
                     rates[name].append(rate)
                     shares[name].append(LAST_CPU_SHARE[0])
+                    server_shares[name].append(LAST_SERVER_SHARE[0])
                     print(
-                        f"  {name:<26} {rate:>10,.0f} req/s, {LAST_CPU_SHARE[0]:.2f} of a core"
-                        f"   (load {load_average()})",
+                        f"  {name:<26} {rate:>10,.0f} req/s, {LAST_CPU_SHARE[0]:.2f} of a core, "
+                        f"server {LAST_SERVER_SHARE[0]:.2f}   (load {load_average()})",
                         flush=True,
                     )
                 for priority, runs in lags.items():
@@ -650,7 +764,7 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=10)
     engine = None if args.no_engine else bench_engine(client_core)
-    report(rates, shares, lags, engine, args)
+    report(rates, shares, server_shares, lags, engine, args)
 
 
 def load_average() -> str:
@@ -668,6 +782,7 @@ def describe_lag(lag: dict) -> str:
 def report(
     rates: dict[str, list[float]],
     shares: dict[str, list[float]],
+    server_shares: dict[str, list[float]],
     lags: dict[str, list[dict]],
     engine: dict | None,
     args: argparse.Namespace,
@@ -675,8 +790,9 @@ def report(
     """Medians (what a typical run gives) and bests (noise only ever slows a tool down).
 
     "Per core" is each run's rate over the share of a core it used, then the median; the
-    ratio columns compare servebench with each peer (a protocol row with hey on the same
-    requests) by median wall rate and by median per-core rate.
+    ratio columns compare servebench with each peer (a protocol row with hey or h2load on
+    the same requests) by median wall rate and by median per-core rate; "server" is the
+    median share of a core nginx used meanwhile (near 1.0, the server was the limit).
     """
     median = {name: statistics.median(values) for name, values in rates.items() if values}
     best = {name: max(values) for name, values in rates.items() if values}
@@ -689,19 +805,21 @@ def report(
     }
     print()
     print(
-        f"{'tool':<28}{'median req/s':>13}{'best req/s':>12}{'per core':>10}"
+        f"{'tool':<28}{'median req/s':>13}{'best req/s':>12}{'per core':>10}{'server':>8}"
         f"{'  servebench / tool (median; per core)':<40}"
     )
     for name in median:
-        ours = next((k for k, v in PEER.items() if v == name), "servebench")
+        ours = ALSO.get(name) or next((k for k, v in PEER.items() if v == name), "servebench")
         ratio = ""
         if name not in ("servebench", *PEER) and ours in median:
             ratio = (
                 f"  {median[ours] / median[name]:.2f}x; {per_core[ours] / per_core[name]:.2f}x"
                 f"  ({ours})"
             )
+        server = statistics.median(server_shares[name])
         print(
-            f"{name:<28}{median[name]:>13,.0f}{best[name]:>12,.0f}{per_core[name]:>10,.0f}{ratio}"
+            f"{name:<28}{median[name]:>13,.0f}{best[name]:>12,.0f}{per_core[name]:>10,.0f}"
+            f"{server:>8.2f}{ratio}"
         )
     print()
     for priority, runs in lags.items():
@@ -731,6 +849,7 @@ def report(
         results = {
             "rates": rates,
             "core_shares": shares,
+            "server_core_shares": server_shares,
             "median": median,
             "best": best,
             "per_core": per_core,
@@ -744,6 +863,8 @@ def report(
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--bare":
         bare_aiohttp(sys.argv[2], float(sys.argv[3]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "--bare-grpc":
+        bare_grpc(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif sys.argv[1:] == ["--engine"]:
         engine_alone()
     else:
