@@ -108,11 +108,13 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
     api = LeaderApi(f"http://127.0.0.1:{port}")
     with child(up, tmp_path / "first.log") as first:
         until(lambda: _followers(api) == 2, 120, "the first leader and its two followers")
+        # One long job keeps a follower busy while the short ones pass through the other,
+        # so "one done, one running, one waiting" lasts seconds, not a race's instant.
         ids = [
             api.submit(
-                remote_scenario(f"j{i}", triton_dense_model, duration=1.0), name=f"j{i}.yaml"
+                remote_scenario(f"j{i}", triton_dense_model, duration=duration), name=f"j{i}.yaml"
             )["id"]
-            for i in range(4)
+            for i, duration in enumerate((0.5, 8.0, 0.5, 0.5))
         ]
         until(lambda: _mix(api, ids), 300, "one job done, one running and one waiting")
         first.send_signal(signal.SIGKILL)

@@ -11,6 +11,7 @@ import tarfile
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
 
+import psutil
 import pytest
 from cluster_checks import local_scenario, remote_scenario
 from conftest import until_async
@@ -187,3 +188,51 @@ def test_a_stop_before_the_run_starts_means_it_never_starts(tmp_path: Path):
     assert run.status == "interrupted" and run.reason == "cancelled by ada"
     assert run.archive is None and run.measured_s == 0.0
     assert execute.running() == []
+
+
+async def test_cancel_interrupts_a_running_job_keeps_its_records_and_skips_a_waiting_one(
+    tmp_path: Path, triton_dense_model
+):
+    from distributed import Client, LocalCluster
+
+    results = tmp_path / "results"
+    async with (
+        LocalCluster(
+            n_workers=1, processes=True, threads_per_worker=1, resources=resources(0),
+            host="127.0.0.1", dashboard_address=None, preload=[PRELOAD], asynchronous=True,
+        ) as cluster,
+        Client(cluster, asynchronous=True) as client,
+    ):  # fmt: skip
+        store = JobStore(tmp_path / "jobs.sqlite")
+        leader = Leader(store, make_policy("two-tier"), client, results, tick_s=0.1)
+        await leader.start()
+        long = await leader.submit(
+            remote_scenario("long", triton_dense_model, duration=120), submitter="test"
+        )
+        waiting = await leader.submit(remote_scenario("waiting", triton_dense_model), submitter="t")
+        last = await leader.submit(remote_scenario("last", triton_dense_model), submitter="t")
+        await until_async(lambda: _records_written(long.id), 120, "the long job's trial to run")
+        assert store.get(waiting.id).state is JobState.PLACED  # one run at a time
+        await leader.cancel(waiting.id, by="ada")
+        await leader.cancel(long.id, by="ada")
+        assert store.get(long.id).state is JobState.CANCELLED  # at once, before the run ends
+        await until_async(lambda: store.get(last.id).state in TERMINAL, 120, "the last job")
+        await leader.close()
+    assert store.get(last.id).state is JobState.DONE
+    assert [t.to_state for t in store.history(waiting.id)][-1] is JobState.CANCELLED
+    assert JobState.RUNNING not in [t.to_state for t in store.history(waiting.id)]
+    run = json.loads((results / long.id / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    assert store.get(long.id).reason == "cancelled by ada"
+    assert (results / long.id / "records.parquet").is_file()  # what it measured stayed
+    assert not (results / waiting.id).exists()
+
+
+def _records_written(job_id: str) -> bool:
+    """Whether the job's run has started streaming records (its work folder, on the
+    follower, is named after the job and is on the run's command line)."""
+    for process in psutil.process_iter(["cmdline"]):
+        for part in process.info["cmdline"] or ():
+            if f"servebench-job-{job_id}-" in part and part.endswith("scenario.yaml"):
+                return any(Path(part).parent.glob("results/*/records/*.parquet"))
+    return False

@@ -141,6 +141,9 @@ async def _serve(
     from servebench.cluster.leader import STORE_FILE, Leader, StateLock
     from servebench.cluster.store import JobStore, StoreError
 
+    # Absolute, so the paths the store keeps (result_path) do not depend on where the
+    # next leader is started from.
+    state_dir, results = state_dir.resolve(), results.resolve()
     lock = StateLock(state_dir)
     lock.acquire()
     try:

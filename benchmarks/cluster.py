@@ -1,0 +1,264 @@
+"""Cluster scheduling on a real Dask LocalCluster: FIFO against two-tier, measured.
+
+    .venv/bin/python benchmarks/cluster.py              # 20 jobs, 4 runs: about 15-20 min
+    .venv/bin/python benchmarks/cluster.py --rounds 2   # A B then B A per pattern: twice that
+    .venv/bin/python benchmarks/cluster.py --jobs 8 --long 2 --long-s 6   # a quick look
+
+Every job is a real `servebench scenario run` (one trial of a one-model scenario against a
+local Triton this script serves, `launch: remote`) on a follower of a LocalCluster
+(processes, `slot=1`), dispatched by the leader exactly as `servebench cluster up` does;
+JCT is the store's finished_at − submitted_at. The mix: `--jobs` jobs, `--long` of them
+measuring for `--long-s` seconds (a search's worth), the rest for `--short-s` (a sweep
+point). The same job list, in the same seeded order, goes to every policy, in two arrival
+patterns:
+- at once: all in the queue together (validated first, then queued in one go; the
+  shuffled order is what FIFO runs them in);
+- Poisson: exponential gaps whose mean offers the followers `--load` of their capacity,
+  from the mean job duration the at-once runs measured.
+
+On a shared machine the other load drifts while the runs take turns, so `--rounds 2` runs
+each pattern's policies in order and then in reverse, and the summary averages them.
+
+Prints Markdown tables (quoted in docs/benchmarks.md, "Cluster (real LocalCluster)"): per
+pattern, policy and round, then averaged over the rounds: average and p95 JCT, makespan,
+the mean run time of a job (how loaded the machine was), and FIFO's average JCT over the
+policy's (the paper's two-tier cut average JCT 1.43×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from model_zoo.export import TritonSettings, export_triton
+from model_zoo.spec import ModelSpec
+from model_zoo.torch_builder import build_torch
+from servebench.cluster.follower import PRELOAD, resources
+from servebench.cluster.job import TERMINAL, JobState, new_job
+from servebench.cluster.leader import Leader
+from servebench.cluster.policy import FIFO_REFERENCE, make_policy
+from servebench.cluster.store import JobStore
+from servebench.servers.registry import create_server
+from servebench.telemetry.host_peak import host_peaks
+
+SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
+SCENARIO = """\
+name: {name}
+models:
+  specs:
+    - {{layer_type: dense, depth: 2, width: 16, input_shape: [8], num_outputs: 4}}
+servers:
+  - name: served
+    kind: triton
+    launch: remote
+    url: {url}
+workload:
+  rates: [50]
+  batch_sizes: [1]
+  duration_s: {duration}
+  warmup_s: 0.2
+links: [direct]
+"""
+
+
+@dataclass(frozen=True)
+class Figures:
+    pattern: str
+    policy: str
+    avg_jct_s: float
+    p95_jct_s: float
+    makespan_s: float
+    mean_run_s: float
+    failed: int
+    round: int  # -1: the mean over the rounds
+
+
+def job_list(args: argparse.Namespace, url: str) -> list[str]:
+    """The scenario texts, long and short mixed in a seeded order."""
+    kinds = ["long"] * args.long + ["short"] * (args.jobs - args.long)
+    random.Random(args.seed).shuffle(kinds)
+    return [
+        SCENARIO.format(
+            name=f"{kind}{i}", url=url, duration=args.long_s if kind == "long" else args.short_s
+        )
+        for i, kind in enumerate(kinds)
+    ]
+
+
+async def run_policy(
+    client, policy: str, texts: list[str], gaps: list[float], root: Path, max_wait_s: float
+) -> tuple[list, JobStore]:
+    """Submit `texts` with `gaps` seconds before each, under `policy`; wait for all."""
+    store = JobStore(root / policy / "jobs.sqlite")
+    options = {"max_wait_s": max_wait_s} if policy == "two-tier" else {}
+    leader = Leader(
+        store, make_policy(policy, **options), client, root / policy / "results", tick_s=0.1
+    )
+    await leader.start()
+    if any(gaps):  # a stream: each job validated and queued when it arrives
+        ids = []
+        for gap, text in zip(gaps, texts, strict=True):
+            await asyncio.sleep(gap)
+            ids.append((await leader.submit(text, submitter="benchmark")).id)
+    else:  # at once: all validated, then queued together, submitted at the same instant
+        now = time.time()
+        jobs = [new_job(text, submitter="benchmark", now=now) for text in texts]
+        for job in jobs:
+            leader.add(job)
+        ids = [job.id for job in jobs]
+    while not all(store.get(i).state in TERMINAL for i in ids):
+        await asyncio.sleep(0.2)
+    await leader.close()
+    return [store.get(i) for i in ids], store
+
+
+def figures(pattern: str, policy: str, jobs: list, store: JobStore, round_: int) -> Figures:
+    done = [j for j in jobs if j.state is JobState.DONE]
+    jcts = sorted(j.finished_at - j.submitted_at for j in done)
+    p95 = jcts[min(len(jcts) - 1, round(0.95 * (len(jcts) - 1)))] if jcts else float("nan")
+    first = min(j.submitted_at for j in jobs)
+    runs = [r.measured_s for r in store.ratios()]
+    return Figures(
+        pattern, policy, statistics.fmean(jcts) if jcts else float("nan"), p95,
+        max(j.finished_at for j in done) - first if done else float("nan"),
+        statistics.fmean(runs) if runs else float("nan"), len(jobs) - len(done), round_,
+    )  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> None:
+    from distributed import Client, LocalCluster
+
+    work = Path(tempfile.mkdtemp(prefix="servebench-cluster-bench-"))
+    host_peaks()  # measured once per machine, before any job would measure it
+    export = export_triton(
+        build_torch(SPEC, seed=0), SPEC, work / "export", TritonSettings(max_batch_size=8)
+    )
+    server = create_server(
+        "triton-local", model_repository=work / "export" / "triton-python",
+        load_models=[export.name], run_dir=work / "triton",
+    )  # fmt: skip
+    server.start()
+    try:
+        texts = job_list(args, server.endpoints.http_url)
+        new_job(texts[0], submitter="warm-up")  # the validator's imports, before any clock runs
+        policies = args.policies.split(",")
+        rows: list[Figures] = []
+        async with (
+            LocalCluster(
+                n_workers=args.followers, processes=True, threads_per_worker=1,
+                resources=resources(0), host="127.0.0.1", dashboard_address=None,
+                preload=[PRELOAD], asynchronous=True,
+            ) as cluster,
+            Client(cluster, asynchronous=True) as client,
+        ):  # fmt: skip
+            at_once = [0.0] * len(texts)
+            rows += await pattern(client, "at once", policies, texts, at_once, work, args)
+            mean_run = statistics.fmean(r.mean_run_s for r in rows)
+            mean_gap = mean_run / (args.followers * args.load)
+            rng = random.Random(args.seed + 1)
+            gaps = [0.0] + [rng.expovariate(1 / mean_gap) for _ in texts[1:]]
+            name = f"Poisson, mean gap {mean_gap:.1f} s"
+            rows += await pattern(client, name, policies, texts, gaps, work, args)
+    finally:
+        server.stop()
+    print()
+    print(
+        f"{args.jobs} jobs ({args.long} of {args.long_s:g} s measured, the rest {args.short_s:g} s) "
+        f"on {args.followers} followers, {args.rounds} round(s); {platform.node()}, "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
+    )
+    print(_HEADER)
+    for row in rows:
+        print(_row(row, rows))
+    print("\nMeans over the rounds:\n")
+    print(_HEADER)
+    for row in _means(rows):
+        print(_row(row, _means(rows)))
+
+
+async def pattern(
+    client, name: str, policies: list[str], texts: list[str], gaps: list[float], work: Path,
+    args: argparse.Namespace,
+) -> list[Figures]:  # fmt: skip
+    """Every policy on one arrival pattern, `--rounds` times, the order reversed each
+    round (A B, B A, ...) so a drift in the machine's other load favours no policy."""
+    rows: list[Figures] = []
+    for round_ in range(args.rounds):
+        order = policies if round_ % 2 == 0 else policies[::-1]
+        for policy in order:
+            root = work / name.split(",")[0] / f"{policy}-{round_}"
+            jobs, store = await run_policy(client, policy, texts, gaps, root, args.max_wait_s)
+            rows.append(figures(name, policy, jobs, store, round_))
+            print(_row(rows[-1], rows), flush=True)
+    return rows
+
+
+def _means(rows: list[Figures]) -> list[Figures]:
+    out = []
+    for key in dict.fromkeys((r.pattern, r.policy) for r in rows):
+        group = [r for r in rows if (r.pattern, r.policy) == key]
+        out.append(
+            Figures(
+                *key, *(statistics.fmean(getattr(r, f) for r in group)
+                        for f in ("avg_jct_s", "p95_jct_s", "makespan_s", "mean_run_s")),
+                sum(r.failed for r in group), -1,
+            )
+        )  # fmt: skip
+    return out
+
+
+_HEADER = (
+    f"| arrivals | policy | round | avg JCT s | p95 JCT s | makespan s | mean run s | failed "
+    f"| avg JCT ratio ({FIFO_REFERENCE} / policy) |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _row(row: Figures, rows: list[Figures]) -> str:
+    fifo = next(
+        (r for r in rows
+         if (r.pattern, r.round, r.policy) == (row.pattern, row.round, FIFO_REFERENCE)),
+        None,
+    )  # fmt: skip
+    ratio = f"{fifo.avg_jct_s / row.avg_jct_s:.2f}" if fifo else "—"
+    round_ = "mean" if row.round < 0 else str(row.round + 1)
+    return (
+        f"| {row.pattern} | {row.policy} | {round_} | {row.avg_jct_s:.1f} | {row.p95_jct_s:.1f} "
+        f"| {row.makespan_s:.1f} | {row.mean_run_s:.1f} | {row.failed} | {ratio} |"
+    )
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--followers", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--long", type=int, default=5, help="how many of the jobs are long")
+    parser.add_argument("--short-s", type=float, default=0.5, help="a short job's measuring time")
+    parser.add_argument("--long-s", type=float, default=45.0, help="a long job's measuring time")
+    parser.add_argument("--load", type=float, default=0.9, help="Poisson: offered load")
+    parser.add_argument("--policies", default=f"{FIFO_REFERENCE},two-tier")
+    parser.add_argument("--max-wait-s", type=float, default=3600.0, help="two-tier's aging bound")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat each pattern, policy order reversed each time"
+    )
+    args = parser.parse_args()
+    if not 0 <= args.long <= args.jobs:
+        parser.error("--long must be between 0 and --jobs")
+    return args
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    asyncio.run(main(parse()))
+    print(f"\n(took {time.perf_counter() - started:.0f} s)")
