@@ -153,9 +153,18 @@ def passed_environment() -> dict[str, str]:
     return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def read_only_folders() -> list[Path]:
-    """The interpreter prefix, the venv and the project, without folders nested in others."""
-    folders = sorted({Path(p).resolve() for p in (sys.base_prefix, sys.prefix, PROJECT_ROOT)})
+# Prefixes that hold the whole distribution: mounted, they would hide the image's own tools
+# and libraries. A Debian python3.11 lives in /usr; the image installs the same package.
+SYSTEM_PREFIXES = frozenset({Path("/"), Path("/usr")})
+
+
+def read_only_folders(base_prefix: str = sys.base_prefix) -> list[Path]:
+    """The interpreter prefix (unless it is the system's), the venv and the project, without
+    folders nested in others."""
+    candidates = {Path(p).resolve() for p in (sys.prefix, PROJECT_ROOT)}
+    if Path(base_prefix).resolve() not in SYSTEM_PREFIXES:
+        candidates.add(Path(base_prefix).resolve())
+    folders = sorted(candidates)
     kept: list[Path] = []
     for folder in folders:
         if not any(folder.is_relative_to(outer) for outer in kept):
