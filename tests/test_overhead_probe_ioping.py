@@ -37,10 +37,10 @@ def test_latency_measurements_are_percentiles_in_microseconds() -> None:
         m.metric: m
         for m in ioping.latency_measurements("scratch_random_direct", times, {"iops": 19801.98})
     }
-    assert found["scratch_random_direct_p50_us"].value == pytest.approx(50.5)
-    assert found["scratch_random_direct_p90_us"].value == pytest.approx(90.1)
-    assert found["scratch_random_direct_p99_us"].value == pytest.approx(99.01)
-    assert found["scratch_random_direct_p50_us"].better == "lower"
+    assert found["scratch_random_direct_p50_s"].value == pytest.approx(50.5e-6)
+    assert found["scratch_random_direct_p90_s"].value == pytest.approx(90.1e-6)
+    assert found["scratch_random_direct_p99_s"].value == pytest.approx(99.01e-6)
+    assert found["scratch_random_direct_p50_s"].better == "lower"
     assert found["scratch_random_direct_iops"].value == 19801.98
     assert found["scratch_random_direct_iops"].better == "higher"
 
@@ -57,13 +57,13 @@ def test_quick_run_direct_reads_are_slower_than_cached(tmp_path: Path) -> None:
     for folder in ("scratch", "overlay"):
         for pattern in ("sequential", "random"):
             at = f"{folder}_{pattern}"
-            direct, cached = found[f"{at}_direct_p50_us"], found[f"{at}_cached_p50_us"]
+            direct, cached = found[f"{at}_direct_p50_s"], found[f"{at}_cached_p50_s"]
             assert direct.value > cached.value > 0, at
             assert found[f"{at}_direct_iops"].value < found[f"{at}_cached_iops"].value, at
             for mode in ("direct", "cached"):
-                p50, p90, p99 = (found[f"{at}_{mode}_p{q}_us"].value for q in (50, 90, 99))
+                p50, p90, p99 = (found[f"{at}_{mode}_p{q}_s"].value for q in (50, 90, 99))
                 assert p50 <= p90 <= p99
             assert direct.detail["requests"] == ioping.QUICK_REQUESTS - 1  # warm-up left out
             assert direct.cpu_s is not None and direct.wall_s is not None
-    assert found["overlay_random_direct_p50_us"].detail["filesystem"] == filesystem_type(tmp_path)
+    assert found["overlay_random_direct_p50_s"].detail["filesystem"] == filesystem_type(tmp_path)
     assert list(context.scratch.iterdir()) == list(context.overlay.iterdir()) == []

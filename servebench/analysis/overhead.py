@@ -82,10 +82,13 @@ def seed_figure(probe: str, metric: str) -> str:
 
 
 def value_text(value: Any, unit: str) -> str:
-    """A figure with its unit; seconds below one are shown in milliseconds."""
+    """A figure with its unit; seconds below one are shown in milliseconds, below a
+    millisecond in microseconds (ioping's cached reads take about one)."""
     if missing(value) or value == "":
         return "–"
     value = float(value)
+    if unit == "s" and abs(value) < 1e-3:
+        return f"{value * 1e6:.4g} µs"
     if unit == "s" and abs(value) < 1:
         return f"{value * 1e3:.4g} ms"
     return f"{value:.4g} {unit}".rstrip()

@@ -17,7 +17,7 @@ warm-up ioping itself marks "ignored") and a final statistics entry; the percent
 come from the per-request times, the IOPS from the statistics (requests per second of
 I/O time, i.e. 1 / mean latency, not counting ioping's own time between requests).
 
-Metric names say where and how: `scratch_random_direct_p50_us`, `overlay_sequential_cached_iops`.
+Metric names say where and how: `scratch_random_direct_p50_s`, `overlay_sequential_cached_iops`.
 """
 
 from __future__ import annotations
@@ -86,12 +86,13 @@ def latency_measurements(
     wall_s: float | None = None,
     detail: dict[str, str | float | int] | None = None,
 ) -> list[Measurement]:
-    """Latency percentiles (µs, lower is better) and IOPS (higher is better) of one run."""
+    """Latency percentiles (seconds, as every file here; lower is better) and IOPS (higher
+    is better) of one run."""
     extra = {**(detail or {}), "requests": len(times_ns)}
     common: dict[str, Any] = {"probe": PROBE, "cpu_s": cpu_s, "wall_s": wall_s, "detail": extra}
-    values = np.percentile(np.asarray(times_ns, dtype=float) / 1000.0, PERCENTILES)
+    values = np.percentile(np.asarray(times_ns, dtype=float) / 1e9, PERCENTILES)
     found = [
-        Measurement(metric=f"{prefix}_p{q}_us", value=float(v), unit="us", better="lower", **common)
+        Measurement(metric=f"{prefix}_p{q}_s", value=float(v), unit="s", better="lower", **common)
         for q, v in zip(PERCENTILES, values, strict=True)
     ]
     found.append(
