@@ -98,20 +98,21 @@ async def run_policy(
     client, policy: str, texts: list[str], gaps: list[float], root: Path, max_wait_s: float
 ) -> tuple[list, JobStore]:
     """Submit `texts` with `gaps` seconds before each, under `policy`; wait for all."""
-    store = JobStore(root / policy / "jobs.sqlite")
+    store = JobStore(root / "jobs.sqlite")
     options = {"max_wait_s": max_wait_s} if policy == "two-tier" else {}
-    leader = Leader(
-        store, make_policy(policy, **options), client, root / policy / "results", tick_s=0.1
-    )
+    leader = Leader(store, make_policy(policy, **options), client, root / "results", tick_s=0.1)
     await leader.start()
     if any(gaps):  # a stream: each job validated and queued when it arrives
         ids = []
         for gap, text in zip(gaps, texts, strict=True):
             await asyncio.sleep(gap)
             ids.append((await leader.submit(text, submitter="benchmark")).id)
-    else:  # at once: all validated, then queued together, submitted at the same instant
+    else:  # at once: all validated, then queued together
+        # A microsecond apart, so that first come, first served keeps the list's order.
         now = time.time()
-        jobs = [new_job(text, submitter="benchmark", now=now) for text in texts]
+        jobs = [
+            new_job(text, submitter="benchmark", now=now + i * 1e-6) for i, text in enumerate(texts)
+        ]
         for job in jobs:
             leader.add(job)
         ids = [job.id for job in jobs]
@@ -155,7 +156,7 @@ async def main(args: argparse.Namespace) -> None:
         async with (
             LocalCluster(
                 n_workers=args.followers, processes=True, threads_per_worker=1,
-                resources=resources(0), host="127.0.0.1", dashboard_address=None,
+                resources=resources(0), host="127.0.0.1", dashboard_address="127.0.0.1:0",
                 preload=[PRELOAD], asynchronous=True,
             ) as cluster,
             Client(cluster, asynchronous=True) as client,
@@ -195,7 +196,7 @@ async def pattern(
     for round_ in range(args.rounds):
         order = policies if round_ % 2 == 0 else policies[::-1]
         for policy in order:
-            root = work / name.split(",")[0] / f"{policy}-{round_}"
+            root = work / f"{name.split(',')[0].replace(' ', '-')}-{policy}-{round_ + 1}"
             jobs, store = await run_policy(client, policy, texts, gaps, root, args.max_wait_s)
             rows.append(figures(name, policy, jobs, store, round_))
             print(_row(rows[-1], rows), flush=True)

@@ -6,6 +6,7 @@ and the CLI's refusal to listen off loopback without a token."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -209,3 +210,15 @@ def test_an_unreachable_leader_is_one_line(closed_port: str):
         cli, ["cluster", "status", "--once", "--leader-url", f"http://{closed_port}"]
     )
     assert_one_line_error(result, "cannot reach the leader", closed_port)
+
+
+def test_a_second_leader_on_one_state_dir_is_refused(tmp_path: Path):
+    from servebench.cluster.leader import StateLock
+
+    lock = StateLock(tmp_path / "state")
+    lock.acquire()
+    try:
+        result = CliRunner().invoke(cli, ["cluster", "up", "--state-dir", str(tmp_path / "state")])
+        assert_one_line_error(result, "in use by a running leader", f"pid {os.getpid()}")
+    finally:
+        lock.release()

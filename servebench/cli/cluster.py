@@ -16,6 +16,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -129,6 +131,23 @@ async def _until_signal() -> int:
             loop.remove_signal_handler(signum)
 
 
+@contextmanager
+def _state(state_dir: Path) -> Iterator[None]:
+    """Hold the state directory's lock (before any cluster starts: a second leader on one
+    store is refused in one line)."""
+    from servebench.cluster.leader import LeaderError, StateLock
+
+    lock = StateLock(state_dir)
+    try:
+        lock.acquire()
+    except LeaderError as err:
+        raise _fail(str(err)) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 async def _serve(
     client: Any, *, policy: Any, state_dir: Path, results: Path, host: str, port: int,
     token: str | None, scheduler: str,
@@ -138,47 +157,45 @@ async def _serve(
     from aiohttp import web
 
     from servebench.cluster.api import make_app
-    from servebench.cluster.leader import STORE_FILE, Leader, StateLock
+    from servebench.cluster.leader import STORE_FILE, Leader
     from servebench.cluster.store import JobStore, StoreError
 
-    # Absolute, so the paths the store keeps (result_path) do not depend on where the
-    # next leader is started from.
-    state_dir, results = state_dir.resolve(), results.resolve()
-    lock = StateLock(state_dir)
-    lock.acquire()
     try:
+        store = JobStore(state_dir / STORE_FILE)
+    except StoreError as err:
+        raise _fail(str(err)) from None
+    leader = Leader(store, policy, client, results)
+    try:
+        requeued = await leader.start()
+        runner = web.AppRunner(make_app(leader, token), access_log=None)
+        await runner.setup()
         try:
-            store = JobStore(state_dir / STORE_FILE)
-        except StoreError as err:
-            raise _fail(str(err)) from None
-        leader = Leader(store, policy, client, results)
-        try:
-            requeued = await leader.start()
-            runner = web.AppRunner(make_app(leader, token), access_log=None)
-            await runner.setup()
-            try:
-                await web.TCPSite(runner, host, port).start()
-            except OSError as err:
-                await leader.close()
-                raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-            console.print(
-                escape(
-                    f"leader: http://{host}:{port} — scheduler {scheduler}, policy {policy.name}, "
-                    f"{len(leader.followers)} follower(s), store {state_dir / STORE_FILE}, "
-                    f"results in {results}"
-                    + (f"; {len(requeued)} job(s) re-queued" if requeued else "")
-                ),
-                highlight=False,
-                soft_wrap=True,
-            )
-            signum = await _until_signal()
-            console.print(f"{signal.Signals(signum).name}: stopping the leader …", highlight=False)
+            await web.TCPSite(runner, host, port).start()
+        except OSError as err:
             await leader.close()
-            await runner.cleanup()
-        finally:
-            store.close()
+            raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        console.print(
+            escape(
+                f"leader: http://{host}:{port} — scheduler {scheduler}, policy {policy.name}, "
+                f"{len(leader.followers)} follower(s), store {state_dir / STORE_FILE}, "
+                f"results in {results}"
+                + (f"; {len(requeued)} job(s) re-queued" if requeued else "")
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+        signum = await _until_signal()
+        console.print(f"{signal.Signals(signum).name}: stopping the leader …", highlight=False)
+        await leader.close()
+        await runner.cleanup()
     finally:
-        lock.release()
+        store.close()
+
+
+def _paths(state_dir: Path, results: Path) -> tuple[Path, Path]:
+    """Absolute, so the paths the store keeps (result_path) do not depend on where the
+    next leader is started from."""
+    return state_dir.resolve(), results.resolve()
 
 
 @app.command()
@@ -198,9 +215,9 @@ def up(
     """A leader and a Dask LocalCluster of FOLLOWERS followers on this machine; Ctrl-C
     stops all of them and leaves the store consistent."""
     from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv, resources
-    from servebench.cluster.leader import LeaderError
 
     chosen = _policy(policy, max_wait_s)
+    state_dir, results = _paths(state_dir, results)
     labels = _labels(label)
     _check_bind(host, token)
     _logging()
@@ -213,7 +230,7 @@ def up(
         async with (
             LocalCluster(
                 n_workers=followers, processes=True, threads_per_worker=1,
-                resources=resources(gpus), host="127.0.0.1", dashboard_address=None,
+                resources=resources(gpus), host="127.0.0.1", dashboard_address="127.0.0.1:0",
                 preload=[PRELOAD], preload_argv=preload_argv(labels), asynchronous=True,
             ) as cluster,
             Client(cluster, asynchronous=True) as client,
@@ -223,10 +240,8 @@ def up(
                 port=port, token=token, scheduler=cluster.scheduler_address,
             )  # fmt: skip
 
-    try:
+    with _state(state_dir):
         asyncio.run(main())
-    except LeaderError as err:
-        raise _fail(str(err)) from None
 
 
 @app.command()
@@ -242,9 +257,8 @@ def leader(
 ) -> None:
     """A leader on an existing Dask scheduler: followers (`servebench cluster follower`,
     or `dask worker` with servebench's resources and preload) join that scheduler."""
-    from servebench.cluster.leader import LeaderError
-
     chosen = _policy(policy, max_wait_s)
+    state_dir, results = _paths(state_dir, results)
     _check_bind(host, token)
     _logging()
 
@@ -261,10 +275,8 @@ def leader(
                 port=port, token=token, scheduler=scheduler,
             )  # fmt: skip
 
-    try:
+    with _state(state_dir):
         asyncio.run(main())
-    except LeaderError as err:
-        raise _fail(str(err)) from None
 
 
 @app.command()

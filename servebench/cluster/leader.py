@@ -241,12 +241,8 @@ class Leader:
                     )  # fmt: skip
             if run.task is not None:
                 run.task.cancel()
-        by_address: dict[str, list[str]] = {}
         for run in runs:
-            by_address.setdefault(run.address, []).append(run.job_id)
-        for address, ids in by_address.items():
-            for job_id in ids:
-                await self._stop_on([address], execute.stop, job_id, "the leader stopped")
+            await self._stop_on([run.address], execute.stop, run.job_id, "the leader stopped")
         with contextlib.suppress(Exception):
             await self.client.cancel([run.future for run in runs])
 
