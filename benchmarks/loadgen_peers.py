@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc_answers
@@ -438,11 +439,19 @@ def protocol_rows(protocol: str) -> dict:
     return {f"{protocol}: servebench": servebench_row, f"{protocol}: hey": hey_row}
 
 
-def grpc_rows(protocol: str) -> dict:
-    """servebench, h2load and bare grpc.aio rows for one gRPC protocol against nginx."""
+def grpc_rows(protocol: str, options: bool = False) -> dict:
+    """servebench, h2load and bare grpc.aio rows for one gRPC protocol against nginx.
 
-    def servebench_row(url: str, core: int, seconds: int, tmp: Path) -> float:
-        return bench_servebench(GRPC_TARGET[0], core, seconds, tmp, protocol=protocol)
+    `options` adds the other ways to drive grpcio that were measured before choosing:
+    servebench on 4 channels, and bare loops on the sync stub (64 threads blocking, or
+    `.future()` with a done-callback that sends the next request, 64 in flight).
+    """
+
+    def servebench_row(url: str, core: int, seconds: int, tmp: Path, extra=()) -> float:
+        return bench_servebench(GRPC_TARGET[0], core, seconds, tmp, extra, protocol=protocol)
+
+    def channels_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        return servebench_row(url, core, seconds, tmp, ("--option", "channels=4"))
 
     def h2load_row(url: str, core: int, seconds: int, tmp: Path) -> float:
         path, body = grpc_answers.infer_request(protocol)
@@ -457,20 +466,36 @@ def grpc_rows(protocol: str) -> dict:
                 return float(line.split(",")[1].split()[0])
         raise RuntimeError(f"no rate in h2load's output:\n{out[-800:]}")
 
-    def bare_row(url: str, core: int, seconds: int, tmp: Path) -> float:
-        argv = [sys.executable, __file__, "--bare-grpc", protocol, GRPC_TARGET[0], str(seconds)]
-        return float(run_tool(pinned(core, argv), seconds + 30).strip().splitlines()[-1])
+    def bare(variant: str) -> Callable[[str, int, int, Path], float]:
+        def row(url: str, core: int, seconds: int, tmp: Path) -> float:
+            target = GRPC_TARGET[0]
+            argv = [sys.executable, __file__, "--bare-grpc", variant, protocol, target]
+            out = run_tool(pinned(core, [*argv, str(seconds)]), seconds + 30)
+            return float(out.strip().splitlines()[-1])
 
-    return {
+        return row
+
+    rows = {
         f"{protocol}: servebench": servebench_row,
         f"{protocol}: h2load": h2load_row,
-        f"{protocol}: bare grpc.aio": bare_row,
+        f"{protocol}: bare grpc.aio": bare("aio"),
     }
+    if options:
+        rows[f"{protocol}: servebench, 4 channels"] = channels_row
+        rows[f"{protocol}: bare sync, 64 threads"] = bare("threads")
+        rows[f"{protocol}: bare sync .future()"] = bare("future")
+    return rows
 
 
-def bare_grpc(protocol: str, target: str, seconds: float) -> None:
-    """64 coroutines calling one grpc.aio channel in a tight loop: grpcio's own ceiling."""
+def bare_grpc(variant: str, protocol: str, target: str, seconds: float) -> None:
+    """64 requests in flight on one channel in a tight loop: grpcio's own ceiling.
+
+    `aio`: 64 coroutines on a grpc.aio channel (uvloop); `threads`: 64 threads blocking on
+    the sync stub; `future`: the sync stub's `.future()`, each answer's callback (on
+    grpcio's thread) sending the next. Prints requests per second.
+    """
     import asyncio
+    import threading
 
     import grpc
     import uvloop
@@ -480,6 +505,43 @@ def bare_grpc(protocol: str, target: str, seconds: float) -> None:
     path, framed = grpc_answers.infer_request(protocol)
     request = framed[5:]
     parse = find(protocol).codec_class()(target, grpc_answers.MODEL, version=None).infer_response
+    if variant != "aio":
+        channel = grpc.insecure_channel(target)
+        call = channel.unary_unary(
+            path, request_serializer=None, response_deserializer=parse.FromString
+        )
+        done, lock, finished = [0], threading.Lock(), threading.Semaphore(0)
+        start = time.perf_counter()
+        end = start + seconds
+
+        def blocking() -> None:
+            n = 0
+            while time.perf_counter() < end:
+                call(request)
+                n += 1
+            with lock:
+                done[0] += n
+            finished.release()
+
+        def answered(future: grpc.Future) -> None:
+            future.result()
+            with lock:
+                done[0] += 1
+            if time.perf_counter() < end:
+                call.future(request).add_done_callback(answered)
+            else:
+                finished.release()
+
+        for _ in range(CONNECTIONS):
+            if variant == "threads":
+                threading.Thread(target=blocking).start()
+            else:
+                call.future(request).add_done_callback(answered)
+        for _ in range(CONNECTIONS):
+            finished.acquire()
+        print(done[0] / (time.perf_counter() - start))
+        channel.close()
+        return
 
     async def main() -> None:
         async with grpc.aio.insecure_channel(target) as channel:
@@ -640,7 +702,7 @@ TOOLS = {
     "wrk": bench_wrk,
     **protocol_rows("triton-http"),
     **protocol_rows("tfs-rest"),
-    **grpc_rows("triton-grpc"),
+    **grpc_rows("triton-grpc", options=True),
     **grpc_rows("tfs-grpc"),
 }
 NEEDS = {
@@ -651,18 +713,6 @@ NEEDS = {
     "tfs-rest: hey": "hey",
     "triton-grpc: h2load": "h2load",
     "tfs-grpc: h2load": "h2load",
-}
-# Which hey row each servebench row is compared with (the same requests and answers).
-PEER = {
-    "triton-http: servebench": "triton-http: hey",
-    "tfs-rest: servebench": "tfs-rest: hey",
-    "triton-grpc: servebench": "triton-grpc: h2load",
-    "tfs-grpc: servebench": "tfs-grpc: h2load",
-}
-# Rows also compared with their protocol's servebench row, besides PEER's.
-ALSO = {
-    "triton-grpc: bare grpc.aio": "triton-grpc: servebench",
-    "tfs-grpc: bare grpc.aio": "tfs-grpc: servebench",
 }
 
 
@@ -809,9 +859,10 @@ def report(
         f"{'  servebench / tool (median; per core)':<40}"
     )
     for name in median:
-        ours = ALSO.get(name) or next((k for k, v in PEER.items() if v == name), "servebench")
+        # A protocol's rows ("triton-grpc: h2load") are compared with its servebench row.
+        ours = f"{name.split(': ')[0]}: servebench" if ": " in name else "servebench"
         ratio = ""
-        if name not in ("servebench", *PEER) and ours in median:
+        if name != ours and ours in median:
             ratio = (
                 f"  {median[ours] / median[name]:.2f}x; {per_core[ours] / per_core[name]:.2f}x"
                 f"  ({ours})"
@@ -863,8 +914,8 @@ def report(
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--bare":
         bare_aiohttp(sys.argv[2], float(sys.argv[3]))
-    elif len(sys.argv) == 5 and sys.argv[1] == "--bare-grpc":
-        bare_grpc(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "--bare-grpc":
+        bare_grpc(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
     elif sys.argv[1:] == ["--engine"]:
         engine_alone()
     else:
