@@ -813,6 +813,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
+            SERVER_PID.clear()  # the engine-alone part runs without it
     engine = None if args.no_engine else bench_engine(client_core)
     report(rates, shares, server_shares, lags, engine, args)
 
