@@ -61,8 +61,8 @@ async def test_a_follower_killed_mid_job_gives_it_to_the_other(tmp_path: Path, t
         with ExitStack() as stack:
             followers = {
                 name: stack.enter_context(
-                    child([*CLI, "follower", "--leader", scheduler.address, "--name", name],
-                          tmp_path / f"follower-{name}.log")
+                    child([*CLI, "follower", "--leader", scheduler.address, "--name", name,
+                           "--label", f"rack={name}"], tmp_path / f"follower-{name}.log")
                 )
                 for name in ("a", "b")
             }  # fmt: skip
@@ -72,6 +72,9 @@ async def test_a_follower_killed_mid_job_gives_it_to_the_other(tmp_path: Path, t
             await leader.start()
             try:
                 await until_async(lambda: set(leader.followers) == {"a", "b"}, 60, "two followers")
+                assert {n: dict(f.info.labels) for n, f in leader.followers.items()} == {
+                    "a": {"rack": "a"}, "b": {"rack": "b"},
+                }  # fmt: skip
                 job = await leader.submit(local_scenario("victim", duration=3.0), submitter="test")
                 await until_async(
                     lambda: any(p.name() == "tritonserver" for p in job_processes(job.id)), 120,

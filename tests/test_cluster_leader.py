@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
 
@@ -20,33 +22,50 @@ from typer.testing import CliRunner
 from servebench.cli import app as cli
 from servebench.cluster import execute
 from servebench.cluster.archive import ArchiveError, pack, travels, unpack
-from servebench.cluster.follower import PRELOAD, resources
+from servebench.cluster.follower import PRELOAD, preload_argv, resources
 from servebench.cluster.job import TERMINAL, JobState, new_job
 from servebench.cluster.leader import Leader, adopt_results, judge
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
 
 
-async def test_six_jobs_on_two_followers_land_in_results_and_open_with_report(
-    tmp_path: Path, triton_dense_model
-):
+@asynccontextmanager
+async def running_leader(
+    tmp_path: Path, followers: int, labels: dict[str, str] | None = None
+) -> AsyncIterator[Leader]:
+    """A two-tier leader on a LocalCluster of `followers` follower processes; closed (and
+    its jobs settled in the store) on the way out, whatever the test did."""
     from distributed import Client, LocalCluster
 
-    from servebench.telemetry.host_peak import host_peaks
-
-    host_peaks()  # the machine's roofs, measured once here rather than by two runs at once
-    results = tmp_path / "results"
     async with (
         LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, resources=resources(0),
-            host="127.0.0.1", dashboard_address=None, preload=[PRELOAD], asynchronous=True,
+            n_workers=followers, processes=True, threads_per_worker=1, resources=resources(0),
+            host="127.0.0.1", dashboard_address="127.0.0.1:0", preload=[PRELOAD],
+            preload_argv=preload_argv(labels or {}), asynchronous=True,
         ) as cluster,
         Client(cluster, asynchronous=True) as client,
     ):  # fmt: skip
         store = JobStore(tmp_path / "state" / "jobs.sqlite")
-        leader = Leader(store, make_policy("two-tier"), client, results, tick_s=0.1)
+        leader = Leader(store, make_policy("two-tier"), client, tmp_path / "results", tick_s=0.1)
         await leader.start()
+        try:
+            yield leader
+        finally:
+            await leader.close()
+
+
+async def test_six_jobs_on_two_followers_land_in_results_and_open_with_report(
+    tmp_path: Path, triton_dense_model
+):
+    from servebench.telemetry.host_peak import host_peaks
+
+    host_peaks()  # the machine's roofs, measured once here rather than by two runs at once
+    results = tmp_path / "results"
+    async with running_leader(tmp_path, 2, {"site": "lab"}) as leader:
+        store = leader.store
         assert sorted(leader.followers) == ["0", "1"]
+        for follower in leader.followers.values():  # the preload published the labels
+            assert follower.info.labels == {"site": "lab"} and follower.info.gpus == 0
         jobs = [  # mixed lengths, as a team's sweeps are
             await leader.submit(
                 remote_scenario(f"tiny{i}", triton_dense_model, duration=0.3 + 0.2 * (i % 3)),
@@ -58,7 +77,6 @@ async def test_six_jobs_on_two_followers_land_in_results_and_open_with_report(
             lambda: all(store.get(j.id).state in TERMINAL for j in jobs),
             timeout_s=600, what="six jobs to finish",
         )  # fmt: skip
-        await leader.close()
     finished = [store.get(j.id) for j in jobs]
     assert [j.state for j in finished] == [JobState.DONE] * 6, [j.reason for j in finished]
     assert {j.follower for j in finished} == {"0", "1"}
@@ -190,35 +208,25 @@ def test_a_stop_before_the_run_starts_means_it_never_starts(tmp_path: Path):
     assert execute.running() == []
 
 
+@pytest.mark.slow  # ~15-30 s; not an acceptance point of issue 14
 async def test_cancel_interrupts_a_running_job_keeps_its_records_and_skips_a_waiting_one(
     tmp_path: Path, triton_dense_model
 ):
-    from distributed import Client, LocalCluster
-
     results = tmp_path / "results"
-    async with (
-        LocalCluster(
-            n_workers=1, processes=True, threads_per_worker=1, resources=resources(0),
-            host="127.0.0.1", dashboard_address=None, preload=[PRELOAD], asynchronous=True,
-        ) as cluster,
-        Client(cluster, asynchronous=True) as client,
-    ):  # fmt: skip
-        store = JobStore(tmp_path / "jobs.sqlite")
-        leader = Leader(store, make_policy("two-tier"), client, results, tick_s=0.1)
-        await leader.start()
+    async with running_leader(tmp_path, 1) as leader:
+        store = leader.store
         long = await leader.submit(
             remote_scenario("long", triton_dense_model, duration=120), submitter="test"
         )
+        await until_async(lambda: _records_written(long.id), 120, "the long job's trial to run")
         waiting = await leader.submit(remote_scenario("waiting", triton_dense_model), submitter="t")
         last = await leader.submit(remote_scenario("last", triton_dense_model), submitter="t")
-        await until_async(lambda: _records_written(long.id), 120, "the long job's trial to run")
-        assert store.get(waiting.id).state is JobState.PLACED  # one run at a time
+        await until_async(lambda: store.get(last.id).state is JobState.PLACED, 30, "placement")
         await leader.cancel(waiting.id, by="ada")
         await leader.cancel(long.id, by="ada")
         assert store.get(long.id).state is JobState.CANCELLED  # at once, before the run ends
         await until_async(lambda: store.get(last.id).state in TERMINAL, 120, "the last job")
-        await leader.close()
-    assert store.get(last.id).state is JobState.DONE
+    assert store.get(last.id).state is JobState.DONE  # the slot came free
     assert [t.to_state for t in store.history(waiting.id)][-1] is JobState.CANCELLED
     assert JobState.RUNNING not in [t.to_state for t in store.history(waiting.id)]
     run = json.loads((results / long.id / "run.json").read_text())
