@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servebench.cli.scenario import RUN_EXIT_CODES
+from servebench.cli.scenario import end_run
 from servebench.overhead.probes import PROBES
 
 app = typer.Typer(
@@ -77,19 +77,7 @@ def run(
     if report:
         written = write_report(outcome.directory.path)
         console.print(f"report: {escape(str(written.path))}", highlight=False)
-    code = RUN_EXIT_CODES.get(outcome.status, RUN_EXIT_CODES["failed"])
-    console.print(
-        escape(
-            f"run {outcome.status}"
-            + (f": {outcome.reason}" if outcome.reason else "")
-            + f" — results in {outcome.directory.path}"
-            + (f" (exit {code})" if code else "")
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
-    if code:
-        raise typer.Exit(code=code)
+    end_run(console, outcome.status, outcome.reason, outcome.directory.path)
 
 
 def print_overhead(run_dir: Path) -> None:

@@ -45,6 +45,24 @@ def _plan(path: Path):
 RUN_EXIT_CODES = {"complete": 0, "partial": 1, "failed": 3, "interrupted": 130}
 
 
+def end_run(console: Console, status: str, reason: str | None, path: Path) -> None:
+    """The last line of every run command (scenario, overhead): how it ended, where its
+    results are, and the exit code a script can test."""
+    code = RUN_EXIT_CODES.get(status, RUN_EXIT_CODES["failed"])
+    console.print(
+        escape(
+            f"run {status}"
+            + (f": {reason}" if reason else "")
+            + f" — results in {path}"
+            + (f" (exit {code})" if code else "")
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    if code:
+        raise typer.Exit(code=code)
+
+
 def _warn(path: Path, plan) -> None:
     """Say what makes a valid plan unusually big, so a slip is seen before a long run."""
     for warning in plan.warnings():
@@ -141,16 +159,4 @@ def run(
         console.print(f"report: {written.path}", highlight=False)
         for problem in written.errors:
             console.print(f"[red]report plot failed:[/red] {problem}", highlight=False)
-    code = RUN_EXIT_CODES.get(outcome.status, RUN_EXIT_CODES["failed"])
-    console.print(
-        escape(
-            f"run {outcome.status}"
-            + (f": {outcome.reason}" if outcome.reason else "")
-            + f" — results in {outcome.directory.path}"
-            + (f" (exit {code})" if code else "")
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
-    if code:
-        raise typer.Exit(code=code)
+    end_run(console, outcome.status, outcome.reason, outcome.directory.path)

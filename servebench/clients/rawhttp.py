@@ -170,13 +170,7 @@ class RawHttpClient:
             raise InferenceError(ErrorKind.BAD_RESPONSE, str(exc)) from exc
         except aiohttp.ClientError as exc:
             raise InferenceError(ErrorKind.CLIENT_ERROR, f"{type(exc).__name__}: {exc}") from exc
-        status = response.status
-        if self.expect_status is not None and status != self.expect_status:
-            raise InferenceError(
-                ErrorKind.HTTP_STATUS,
-                f"HTTP {status} (expected {self.expect_status})",
-                status=status,
-            )
+        self._check_status(response.status)
         return InferResult(
             request_bytes=payload.request_bytes,
             response_bytes=len(body),
@@ -184,18 +178,21 @@ class RawHttpClient:
             receive_s=perf_counter() - arrived,
         )
 
-    async def _infer_lean(self, pool: LeanHttpPool, payload: Payload) -> InferResult:
-        """The same request on the lean transport: its bytes were encoded at construction."""
-        start = perf_counter()
-        status, body, _, sent_at, arrived = await pool.request(
-            self._wire, self._where, self.timeout
-        )
+    def _check_status(self, status: int) -> None:
         if self.expect_status is not None and status != self.expect_status:
             raise InferenceError(
                 ErrorKind.HTTP_STATUS,
                 f"HTTP {status} (expected {self.expect_status})",
                 status=status,
             )
+
+    async def _infer_lean(self, pool: LeanHttpPool, payload: Payload) -> InferResult:
+        """The same request on the lean transport: its bytes were encoded at construction."""
+        start = perf_counter()
+        status, body, _, sent_at, arrived = await pool.request(
+            self._wire, self._where, self.timeout
+        )
+        self._check_status(status)
         return InferResult(
             request_bytes=payload.request_bytes,
             response_bytes=len(body),
