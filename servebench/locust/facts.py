@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from servebench.analysis.cost import cost_per_million
+from servebench.locust.settings import read_json_object
 
 MODEL_COLUMNS = (
     "layer_type",
@@ -80,14 +81,7 @@ class TrialFacts:
 def read_facts(path: str | Path) -> TrialFacts:
     """The facts in `path`; ValueError naming the file and the field that is wrong."""
     where = f"--trial-facts {path}"
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read it ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise ValueError(f"{where}: expected a JSON object")
+    document = read_json_object(where, path)
     try:
         cost = document.get("cost") or {}
         slo = document.get("slo") or {}

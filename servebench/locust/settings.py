@@ -58,6 +58,19 @@ class UserSettings:
         return f"{self.model}{version} b{self.batch_size} {self.protocol}"
 
 
+def read_json_object(where: str, path: str | Path) -> dict[str, Any]:
+    """A JSON object from the file an option names; ValueError starting with `where`."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{where}: expected a JSON object")
+    return document
+
+
 def _text(options: Any, name: str) -> str:
     value = getattr(options, name, None)
     return "" if value is None else str(value).strip()
@@ -133,14 +146,7 @@ def read_signature_file(path: str) -> ModelSignature:
     Raises ValueError naming the file and the field.
     """
     where = f"--signature {path}"
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read it ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise ValueError(f"{where}: expected a JSON object")
+    document = read_json_object(where, path)
 
     def tensors(key: str) -> tuple[TensorSpec, ...]:
         entries = document.get(key)
