@@ -132,15 +132,19 @@ async def test_records_and_summary_carry_the_split(holding_server: str, tmp_path
     assert again.client_recv_s == pytest.approx(summary.client_recv_s, abs=1e-6)
 
 
-@pytest.mark.parametrize("variant", ["http", "grpc"])
+@pytest.mark.parametrize("variant", ["http", "grpc-lean", "grpcio"])
 async def test_triton_clients_time_what_their_transport_shows(triton_dense_model, variant):
-    """HTTP times both ends; gRPC only the receive (grpc.aio does not say when a request
-    leaves, and requests are serialized once before the run)."""
+    """HTTP and the lean gRPC transport time both ends; grpcio only the receive (grpc.aio
+    does not say when a request leaves, and requests are serialized once before the run)."""
     endpoints = triton_dense_model.server.endpoints
     client = (
         TritonHttpClient(endpoints.http_address, triton_dense_model.name)
         if variant == "http"
-        else TritonGrpcClient(endpoints.grpc_address, triton_dense_model.name)
+        else TritonGrpcClient(
+            endpoints.grpc_address,
+            triton_dense_model.name,
+            transport="lean" if variant == "grpc-lean" else "grpcio",
+        )
     )
     await client.connect()
     try:
@@ -151,10 +155,10 @@ async def test_triton_clients_time_what_their_transport_shows(triton_dense_model
     finally:
         await client.close()
     assert 0 <= result.receive_s <= total
-    if variant == "http":
-        assert result.send_s >= 0 and result.send_s + result.receive_s <= total
-    else:
+    if variant == "grpcio":
         assert math.isnan(result.send_s)
+    else:
+        assert result.send_s >= 0 and result.send_s + result.receive_s <= total
 
 
 # -- runs written before the split ---------------------------------------------------------

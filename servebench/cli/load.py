@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from servebench.clients.registry import names as protocol_names
-from servebench.clients.registry import protocol as find_protocol
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 
 if TYPE_CHECKING:
@@ -163,9 +162,9 @@ def load(
     transport: Annotated[
         str,
         typer.Option(
-            help="HTTP transport for every HTTP protocol: auto (default) is the lean HTTP/1.1 "
-            "keep-alive transport (llhttp on uvloop) for http:// and aiohttp for https://; "
-            "lean or aiohttp force one.",
+            help="Transport: auto (default) is the lean one — HTTP/1.1 keep-alive (llhttp on "
+            "uvloop) for http://, cleartext HTTP/2 for the gRPC protocols — and aiohttp for "
+            "https://; lean, aiohttp (HTTP) or grpcio (gRPC, the reference) force one.",
             rich_help_panel=_HTTP,
         ),
     ] = "auto",
@@ -230,8 +229,7 @@ def load(
         options = _client_options(
             protocol, method, body, body_file, header, expect_status, connections, option
         )
-        if find_protocol(protocol).transport == "http":
-            options.setdefault("transport", transport)
+        options.setdefault("transport", transport)
         factory = functools.partial(
             create_client, protocol, url, model, version=model_version, **options
         )

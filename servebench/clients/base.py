@@ -88,10 +88,9 @@ class InferResult:
     does, so that network+server time is what is left of the latency: `send_s` from the
     call's start until the request's last byte was handed to the socket (pool wait and
     headers included), `receive_s` from the answer's arrival (HTTP: its headers were read;
-    gRPC: its message reached the deserializer) until it was read, decoded and checked.
-    NaN where the transport cannot tell (gRPC sends: grpc.aio has no hook for the moment
-    a request leaves; requests are serialized once before the run, so there is no
-    per-request client work to time before the call).
+    gRPC: its whole message was read) until it was read, decoded and checked. NaN where
+    the transport cannot tell (sends on grpcio: grpc.aio has no hook for the moment a
+    request leaves; the lean gRPC transport times them).
     """
 
     outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
