@@ -24,11 +24,13 @@ almost nothing; hey POSTs the same request bytes to the same path. And a process
 
 And gRPC rows: the same nginx answers Triton's and TF Serving's gRPC methods over HTTP/2
 (`grpc_answers.py`: each answer serialized once, behind the `grpc-status` trailer), so
-`--protocol triton-grpc|tfs-grpc` runs its real codec through grpcio against a server that
-costs little; h2load (nghttp2, C) sends the same framed request bytes on one connection
-with 64 streams, and "bare grpc.aio" is 64 coroutines calling one grpc.aio channel with
-those bytes in a tight loop (no engine, no records, answers parsed but not checked): the
-library's own ceiling. The server's CPU is sampled during every row and reported.
+`--protocol triton-grpc|tfs-grpc` runs its real codec (on the lean HTTP/2 transport, and
+on grpcio with `--transport grpcio`) against a server that costs little; h2load (nghttp2,
+C) sends the same framed request bytes on one connection with 64 streams, and the "bare"
+rows are 64 coroutines calling one connection with those bytes in a tight loop (no
+engine, no records, answers parsed but not checked): each library's own ceiling (lean,
+grpc.aio, and the h2 library's state machine). The server's CPU is sampled during every
+row and reported.
 
 Each tool's CPU time is sampled while it runs (the process and its children); "per core"
 divides its rate by the share of a core it used in the steady middle of its run, which
@@ -38,6 +40,7 @@ keeps ratios meaningful on a machine that other work shares (it also reports `up
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import json
 import math
@@ -440,11 +443,12 @@ def protocol_rows(protocol: str) -> dict:
 
 
 def grpc_rows(protocol: str, options: bool = False) -> dict:
-    """servebench, h2load and bare grpc.aio rows for one gRPC protocol against nginx.
+    """servebench (lean and grpcio), h2load and bare lean / grpc.aio rows for one gRPC
+    protocol against nginx.
 
-    `options` adds the other ways to drive grpcio that were measured before choosing:
-    servebench on 4 channels, and bare loops on the sync stub (64 threads blocking, or
-    `.future()` with a done-callback that sends the next request, 64 in flight).
+    `options` adds the other ways that were measured before choosing: servebench on 4
+    connections, a bare loop on the h2 library, and bare loops on grpcio's sync stub (64
+    threads blocking, or `.future()` with a done-callback that sends the next request).
     """
 
     def servebench_row(url: str, core: int, seconds: int, tmp: Path, extra=()) -> float:
@@ -475,26 +479,33 @@ def grpc_rows(protocol: str, options: bool = False) -> dict:
 
         return row
 
+    def grpcio_row(url: str, core: int, seconds: int, tmp: Path) -> float:
+        return servebench_row(url, core, seconds, tmp, ("--transport", "grpcio"))
+
     rows = {
         f"{protocol}: servebench": servebench_row,
+        f"{protocol}: servebench (grpcio)": grpcio_row,
         f"{protocol}: h2load": h2load_row,
+        f"{protocol}: bare lean": bare("lean"),
         f"{protocol}: bare grpc.aio": bare("aio"),
     }
     if options:
-        rows[f"{protocol}: servebench, 4 channels"] = channels_row
+        rows[f"{protocol}: servebench, 4 connections"] = channels_row
+        rows[f"{protocol}: bare h2 library"] = bare("h2")
         rows[f"{protocol}: bare sync, 64 threads"] = bare("threads")
         rows[f"{protocol}: bare sync .future()"] = bare("future")
     return rows
 
 
 def bare_grpc(variant: str, protocol: str, target: str, seconds: float) -> None:
-    """64 requests in flight on one channel in a tight loop: grpcio's own ceiling.
+    """64 requests in flight on one connection in a tight loop: a library's own ceiling.
 
     `aio`: 64 coroutines on a grpc.aio channel (uvloop); `threads`: 64 threads blocking on
     the sync stub; `future`: the sync stub's `.future()`, each answer's callback (on
-    grpcio's thread) sending the next. Prints requests per second.
+    grpcio's thread) sending the next; `lean`: 64 coroutines on servebench's lean HTTP/2
+    transport; `h2`: 64 coroutines on the h2 library's `H2Connection` (the option measured
+    before writing the lean transport). Prints requests per second.
     """
-    import asyncio
     import threading
 
     import grpc
@@ -505,6 +516,9 @@ def bare_grpc(variant: str, protocol: str, target: str, seconds: float) -> None:
     path, framed = grpc_answers.infer_request(protocol)
     request = framed[5:]
     parse = find(protocol).codec_class()(target, grpc_answers.MODEL, version=None).infer_response
+    if variant in ("lean", "h2"):
+        uvloop.run(_bare_http2(variant, target, path, request, parse.FromString, seconds))
+        return
     if variant != "aio":
         channel = grpc.insecure_channel(target)
         call = channel.unary_unary(
@@ -564,6 +578,108 @@ def bare_grpc(variant: str, protocol: str, target: str, seconds: float) -> None:
     uvloop.run(main())
 
 
+async def _bare_http2(
+    variant: str, target: str, path: str, request: bytes, parse: Callable, seconds: float
+) -> None:
+    """The `lean` and `h2` variants of `bare_grpc`: answers parsed, their status checked."""
+    host, _, port = target.rpartition(":")
+    if variant == "lean":
+        from servebench.clients.lean_grpc import LeanGrpcPool
+
+        pool = LeanGrpcPool(host, int(port))
+        headers = pool.headers(path, None)
+
+        async def call() -> bytes:
+            return (await pool.call(headers, request, target))[0]
+
+    else:
+        protocol = await _H2Client.open(host, int(port), path, request)
+        call = protocol.call
+    done = 0
+    start = time.perf_counter()
+    end = start + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < end:
+            parse(await call())
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+    print(done / (time.perf_counter() - start))
+
+
+class _H2Client:
+    """gRPC unary calls on the h2 library's connection state machine (`bare_grpc` `h2`)."""
+
+    @classmethod
+    async def open(cls, host: str, port: int, path: str, request: bytes) -> _H2Client:
+        client = cls(host, port, path, request)
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: client.protocol, host, port)
+        await asyncio.sleep(0.1)  # the server's SETTINGS
+        return client
+
+    def __init__(self, host: str, port: int, path: str, request: bytes) -> None:
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        self.events = h2.events
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        self.headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", f"{host}:{port}"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+        self.framed = grpc_answers.frame(request)
+        self.waiters: dict[int, asyncio.Future[bytes]] = {}
+        self.bodies: dict[int, list[bytes]] = {}
+        client = self
+
+        class Protocol(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                client.transport = transport
+                client.conn.initiate_connection()
+                client.conn.increment_flow_control_window(2**30)
+                transport.write(client.conn.data_to_send())
+
+            def data_received(self, data: bytes) -> None:
+                client.received(data)
+
+        self.protocol = Protocol()
+
+    def call(self):
+        stream = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream, self.headers)
+        self.conn.send_data(stream, self.framed, end_stream=True)
+        self.transport.write(self.conn.data_to_send())
+        waiter = self.waiters[stream] = asyncio.get_running_loop().create_future()
+        self.bodies[stream] = []
+        return waiter
+
+    def received(self, data: bytes) -> None:
+        events = self.events
+        for event in self.conn.receive_data(data):
+            if isinstance(event, events.DataReceived):
+                self.bodies[event.stream_id].append(event.data)
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, events.TrailersReceived):
+                if dict(event.headers).get(b"grpc-status") != b"0":
+                    raise RuntimeError(f"grpc-status: {event.headers}")
+            elif isinstance(event, events.StreamEnded):
+                body = b"".join(self.bodies.pop(event.stream_id))
+                self.waiters.pop(event.stream_id).set_result(body[5:])
+        out = self.conn.data_to_send()
+        if out:
+            self.transport.write(out)
+
+
 def bench_bare(url: str, core: int, seconds: int, tmp: Path) -> float:
     out = run_tool(
         pinned(core, [sys.executable, __file__, "--bare", url, str(seconds)]), seconds + 30
@@ -573,8 +689,6 @@ def bench_bare(url: str, core: int, seconds: int, tmp: Path) -> float:
 
 def bare_aiohttp(url: str, seconds: float) -> None:
     """64 tasks POSTing in a tight loop with aiohttp on uvloop: the library's own ceiling."""
-    import asyncio
-
     import aiohttp
     import uvloop
     from aiohttp.payload import BytesPayload
@@ -612,7 +726,6 @@ def engine_alone() -> None:
     Prints one JSON line: closed-loop requests/s and CPU per request next to a bare asyncio
     loop doing the same awaits; the open-loop rate it holds; RSS while it streams records.
     """
-    import asyncio
     import resource
 
     import psutil

@@ -6,7 +6,7 @@ signature) and which round trips read a model's signature. It never opens a sock
 edges do the I/O with the same codec (the httpx / h11 shape):
 
 - the async clients (`HttpModelClient`: the lean HTTP/1.1 transport or aiohttp;
-  `GrpcModelClient`: grpc.aio), which `servebench load` and the scenario runner drive;
+  `GrpcModelClient`: the lean HTTP/2 transport or grpc.aio), which `servebench load` and the scenario runner drive;
 - the Locust transports (`servebench.locust.transport`: geventhttpclient and blocking
   grpcio under gevent).
 
