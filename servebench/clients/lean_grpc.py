@@ -17,7 +17,8 @@ in flight did ~11k calls/s per core against the same nginx, grpc.aio ~20k). `h2`
 that are not per call (`hpack`) are used.
 
 What it does, as the HTTP/2 and gRPC specifications ask: the connection preface, SETTINGS
-(acknowledged; the server's initial window, frame size and stream limit obeyed), PING
+(acknowledged; the server's initial window, frame size and stream limit obeyed, from the
+first stream on: a new connection takes calls once the server's SETTINGS came), PING
 answered, flow control both ways (large requests wait for WINDOW_UPDATE and go in frames
 no larger than the server allows; the client opens its receive windows wide and
 replenishes the connection's), GOAWAY (streams the server did not take fail, new calls
@@ -228,6 +229,9 @@ class _Connection(asyncio.Protocol):
         self.received = 0
         self.blocked: deque[int] = deque()  # streams with request bytes held back
         self.room: asyncio.Future[None] | None = None  # set while waiting under max_streams
+        # Done when the server's SETTINGS (its limits) arrived; no stream opens before, so
+        # the first calls obey them too (a server may enforce them at once, as h2 does).
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio callbacks ------------------------------------------------------------
 
@@ -247,6 +251,14 @@ class _Connection(asyncio.Protocol):
         end = len(buffer)
         i = 0
         try:
+            if end >= 9 and not self.ready.done() and buffer[3] != SETTINGS:
+                # An HTTP/2 server's first frame is SETTINGS; an HTTP/1.1 answer's first
+                # bytes read as a frame too long to ever arrive whole.
+                raise _failure(
+                    ErrorKind.BAD_RESPONSE,
+                    "the server does not speak HTTP/2 (its first bytes are not SETTINGS:"
+                    " an HTTP/1.1 port?)",
+                )
             while end - i >= 9:
                 length = int.from_bytes(buffer[i : i + 3], "big")
                 if end - i - 9 < length:
@@ -266,6 +278,9 @@ class _Connection(asyncio.Protocol):
                     return
         except _Failure as failure:  # the connection itself is broken
             self._abort(failure)
+            return
+        except (struct.error, IndexError):  # a frame too short for what its type carries
+            self._abort(_failure(ErrorKind.BAD_RESPONSE, "malformed HTTP/2 frame"))
             return
         self.buffer = buffer[i:] if i < end else b""
 
@@ -430,12 +445,14 @@ class _Connection(asyncio.Protocol):
             elif key == SETTINGS_MAX_CONCURRENT_STREAMS:
                 self.max_streams = value
         self.transport.write(frame(SETTINGS, ACK, 0))  # type: ignore[union-attr]
+        if not self.ready.done():
+            self.ready.set_result(None)
         self._flush()
 
     # -- calls ------------------------------------------------------------------------
 
     def has_room(self) -> bool:
-        return not self.draining and len(self.streams) < self.max_streams
+        return not self.draining and not self.closed and len(self.streams) < self.max_streams
 
     def start(self, headers: bytes, message: bytes, waiter: asyncio.Future[Answer]) -> int:
         """Open a stream for one call and write as much of it as flow control allows."""
@@ -499,6 +516,7 @@ class _Connection(asyncio.Protocol):
             while pending:
                 size = min(len(pending), self.send_window, stream.window, self.max_frame)
                 if size <= 0:
+                    stream.pending = pending  # the rest waits for WINDOW_UPDATE
                     return
                 chunk, pending = pending[:size], pending[size:]
                 self.send_window -= size
@@ -531,6 +549,9 @@ class _Connection(asyncio.Protocol):
             self.room.set_result(None)
 
     def _fail_all(self, failure: _Failure) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(failure)
+            self.ready.exception()  # retrieved: the opening may have been given up
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             if not stream.waiter.done():
@@ -552,6 +573,12 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
 
 
+def _retrieve(opening: asyncio.Task[_Connection]) -> None:
+    """Read an opening's outcome, so that one every waiting call gave up is not logged."""
+    if not opening.cancelled():
+        opening.exception()
+
+
 class LeanGrpcPool:
     """Calls to one `host:port` over `connections` HTTP/2 connections, round-robin.
 
@@ -565,7 +592,7 @@ class LeanGrpcPool:
         self.port = port
         self.authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._slots: list[_Connection | None] = [None] * connections
-        self._opening: list[asyncio.Future[_Connection] | None] = [None] * connections
+        self._opening: list[asyncio.Task[_Connection] | None] = [None] * connections
         self._next = 0
         self._closed = False
 
@@ -611,10 +638,18 @@ class LeanGrpcPool:
         """The slot's connection once it has room for a stream, opening one if needed."""
         while True:
             if self._closed:
-                raise InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: the client is closed")
+                raise self._closed_error(where)
             conn = self._slots[slot]
             if conn is None or conn.closed or conn.draining:
                 conn = await self._open(slot, where)
+                if (conn.closed or conn.draining) and not self._closed:
+                    # GOAWAY right with its SETTINGS: opening again and again would spin.
+                    raise InferenceError(
+                        ErrorKind.CONNECTION_RESET,
+                        f"{where}: the server closed a new connection at once",
+                        status="UNAVAILABLE",
+                    )
+                continue
             if conn.has_room():
                 return conn
             if conn.room is None or conn.room.done():
@@ -622,37 +657,58 @@ class LeanGrpcPool:
             await asyncio.shield(conn.room)
 
     async def _open(self, slot: int, where: str) -> _Connection:
+        """A new connection for the slot, its SETTINGS received.
+
+        It opens in a task of its own that every call waiting for it shares: a call that
+        gives up (its deadline passed) leaves the opening to the others instead of
+        cancelling it under them.
+        """
         opening = self._opening[slot]
-        if opening is not None:  # another call is already opening this slot's connection
-            return await asyncio.shield(opening)
-        loop = asyncio.get_running_loop()
-        opening = self._opening[slot] = loop.create_future()
+        if opening is None:
+            opening = self._opening[slot] = asyncio.ensure_future(self._connect(slot))
+            opening.add_done_callback(_retrieve)
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
-        except BaseException as exc:
-            error = self._connect_error(exc, where)
-            opening.set_exception(error)
-            opening.exception()  # read here, so an opening nobody else awaited is not logged
-            raise error from None
+            return await asyncio.shield(opening)
+        except _Failure as failure:  # the connection broke before its SETTINGS came
+            raise failure.error(where) from None
+        except OSError as exc:
+            raise self._connect_error(exc, where) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if opening.cancelled() and task is not None and not task.cancelling():
+                raise self._closed_error(where) from None  # `close()` stopped the opening
+            raise
+
+    async def _connect(self, slot: int) -> _Connection:
+        """Open the slot's connection and wait for the server's SETTINGS (a task of its own)."""
+        try:
+            _, protocol = await asyncio.get_running_loop().create_connection(
+                lambda: _Connection(self), self.host, self.port
+            )
+            conn = cast(_Connection, protocol)
+            try:
+                await conn.ready
+            except BaseException:
+                conn._close()  # given up (the pool closed) or already broken
+                raise
         finally:
             self._opening[slot] = None
-        assert isinstance(conn, _Connection)
-        if self._closed:
-            conn._close()
-        self._slots[slot] = conn
-        opening.set_result(conn)
+        if not (conn.closed or conn.draining):
+            self._slots[slot] = conn
         return conn
 
-    def _connect_error(self, exc: BaseException, where: str) -> BaseException:
+    def _connect_error(self, exc: OSError, where: str) -> InferenceError:
         if isinstance(exc, ConnectionRefusedError):
             return InferenceError(
                 ErrorKind.CONNECTION_REFUSED,
                 f"{where}: connection refused by {self.host}:{self.port}",
                 status="UNAVAILABLE",
             )
-        if isinstance(exc, OSError):
-            return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: cannot connect ({exc})")
-        return exc
+        return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: cannot connect ({exc})")
+
+    @staticmethod
+    def _closed_error(where: str) -> InferenceError:
+        return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: the client is closed")
 
     def _lost(self, conn: _Connection) -> None:
         for slot, held in enumerate(self._slots):
@@ -662,6 +718,9 @@ class LeanGrpcPool:
     async def close(self) -> None:
         """Close every connection; calls still in flight fail as connection resets."""
         self._closed = True
+        for opening in self._opening:
+            if opening is not None:
+                opening.cancel()
         slots, self._slots = self._slots, [None] * len(self._slots)
         for conn in slots:
             if conn is not None:
