@@ -2,19 +2,21 @@
 
 Why it exists: grpcio is the ceiling of a Python gRPC load generator. Against nginx
 answering real Triton and TF Serving answers, 64 coroutines on one grpc.aio channel doing
-nothing else reached ~20k calls/s per core, the sync stub on threads no more, while h2load
-(C) did 73k (docs/benchmarks.md, "gRPC"). A benchmark whose generator is the bottleneck
-reports the generator. Here a call is bytes built once per method and payload: the
-HEADERS block is HPACK-encoded once without touching the dynamic table (every field
-"never indexed", so the same bytes are valid on every stream), the DATA frame is the
-gRPC-framed message, and only the 4-byte stream id is patched in per call. Answers are
-cut into frames straight from `data_received`; header blocks go through `hpack` (the
-library under h2), with a cache for blocks seen before (`hpack_cache`).
+nothing else reached 15-23k calls/s per core, every other way of driving grpcio no more,
+while h2load (C) did 67-90k (docs/benchmarks.md, "gRPC"). A benchmark whose generator is
+the bottleneck reports the generator. Here a call is bytes built once per method and
+payload: the HEADERS block is HPACK-encoded once without touching the dynamic table (every
+field "never indexed", so the same bytes are valid on every stream), the DATA frame is the
+gRPC-framed message, and only the 4-byte stream id is patched in per call. Answers are cut
+into frames straight from `data_received`; header blocks go through `hpack` (the library
+under h2), with a cache for blocks seen before (`hpack_cache`). The same bare loop on this
+transport does ~61k calls/s per core.
 
-Why not the `h2` library's connection: its state machine and event objects cost more per
-call than grpcio (measured before writing this: an h2 `H2Connection` client with 64 calls
-in flight did ~11k calls/s per core against the same nginx, grpc.aio ~20k). `h2`'s pieces
-that are not per call (`hpack`) are used.
+Why not the `h2` library's connection: its state machine and per-frame event objects cost
+more per call than grpcio (measured: an h2 `H2Connection` client with 64 calls in flight
+did 6.0k calls/s per core against the same nginx, grpc.aio 14.9k in the same run;
+`benchmarks/loadgen_peers.py`, row "bare h2 library"). `h2`'s pieces that are not per call
+(`hpack`) are used.
 
 What it does, as the HTTP/2 and gRPC specifications ask: the connection preface, SETTINGS
 (acknowledged; the server's initial window, frame size and stream limit obeyed, from the
