@@ -559,23 +559,26 @@ def bare_grpc(variant: str, protocol: str, target: str, seconds: float) -> None:
 
     async def main() -> None:
         async with grpc.aio.insecure_channel(target) as channel:
-            call = channel.unary_unary(
-                path, request_serializer=None, response_deserializer=parse.FromString
-            )
-            done = 0
-            start = time.perf_counter()
-            end = start + seconds
-
-            async def worker() -> None:
-                nonlocal done
-                while time.perf_counter() < end:
-                    await call(request)
-                    done += 1
-
-            await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-            print(done / (time.perf_counter() - start))
+            call = channel.unary_unary(path, request_serializer=None)
+            await _tight_loop(lambda: call(request), parse.FromString, seconds)
 
     uvloop.run(main())
+
+
+async def _tight_loop(call: Callable, parse: Callable, seconds: float) -> None:
+    """`CONNECTIONS` coroutines calling and parsing answers for `seconds`; prints calls/s."""
+    done = 0
+    start = time.perf_counter()
+    end = start + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < end:
+            parse(await call())
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+    print(done / (time.perf_counter() - start))
 
 
 async def _bare_http2(
@@ -595,18 +598,7 @@ async def _bare_http2(
     else:
         protocol = await _H2Client.open(host, int(port), path, request)
         call = protocol.call
-    done = 0
-    start = time.perf_counter()
-    end = start + seconds
-
-    async def worker() -> None:
-        nonlocal done
-        while time.perf_counter() < end:
-            parse(await call())
-            done += 1
-
-    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-    print(done / (time.perf_counter() - start))
+    await _tight_loop(call, parse, seconds)
 
 
 class _H2Client:
