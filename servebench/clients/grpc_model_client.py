@@ -10,6 +10,7 @@ calls per core) or grpc.aio (`transport="grpcio"`, the reference implementation)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ from servebench.clients.base import (
 )
 from servebench.clients.codec import GrpcCall, GrpcCodec, drive_async
 from servebench.clients.errors import grpc_failure
-from servebench.clients.grpc_calls import Answer, open_channels, raw_unary
+from servebench.clients.grpc_calls import Answer, open_channels, raw_unary, sized_parser
 from servebench.clients.lean_grpc import TRANSPORTS, LeanGrpcPool
 from servebench.clients.model_client import ModelClient
 
@@ -50,6 +51,7 @@ class GrpcModelClient(ModelClient):
 
     codec_class: ClassVar[type[GrpcCodec]]
     codec: GrpcCodec
+    _read_infer: Callable[[bytes], Answer]  # set by connect() on the lean transport
 
     def __init__(
         self,
@@ -117,13 +119,14 @@ class GrpcModelClient(ModelClient):
             raise
         self._pool = pool
         self._infer_headers = pool.headers(self.codec.infer_path, self.timeout)
+        self._read_infer = sized_parser(self.codec.infer_response)
 
     async def _control_lean(self, pool: LeanGrpcPool, call: GrpcCall) -> Any:
         """A control call on the lean transport, bounded by `connect_timeout`."""
         headers = pool.headers(call.path, self.connect_timeout)
         where = self.codec.where
         message, _, _ = await pool.call(headers, call.request, where, self.connect_timeout)
-        return _parse(call.response, message, where)
+        return _message(sized_parser(call.response)(message), where)
 
     async def _control(self, channel: grpc.aio.Channel, call: GrpcCall) -> Any:
         """A control call, bounded by `connect_timeout`; returns the answer message."""
@@ -139,8 +142,7 @@ class GrpcModelClient(ModelClient):
             raise grpc_failure(exc.code().name, exc.details() or "", where) from exc
         except grpc.RpcError as exc:  # raised by grpc.aio outside a call's status (rare)
             raise InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}") from exc
-        if answer.message is None:
-            raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer")
+        _message(answer, where)
         return answer
 
     async def infer(self, payload: Payload) -> InferResult:
@@ -171,7 +173,7 @@ class GrpcModelClient(ModelClient):
         message, sent_at, arrived = await pool.call(
             self._infer_headers, payload.encoded, codec.where, self.timeout
         )
-        answer = _parse(codec.infer_response, message, codec.where)
+        answer = _message(self._read_infer(message), codec.where)
         outputs = codec.outputs(answer, self._require_signature().outputs, payload.batch_size)
         return InferResult(
             outputs,
@@ -190,9 +192,8 @@ class GrpcModelClient(ModelClient):
             await channel.close()
 
 
-def _parse(message_class: Any, data: bytes, where: str) -> Any:
-    """An answer's message; BAD_RESPONSE when its bytes are not one."""
-    try:
-        return message_class.FromString(data)
-    except Exception:  # protobuf's DecodeError, or anything a corrupt message triggers
-        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer") from None
+def _message(answer: Answer, where: str) -> Any:
+    """The answer's decoded message; BAD_RESPONSE when its bytes were not one."""
+    if answer.message is None:
+        raise InferenceError(ErrorKind.BAD_RESPONSE, f"{where}: undecodable answer")
+    return answer.message
