@@ -695,19 +695,12 @@ def bare_aiohttp(url: str, seconds: float) -> None:
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
         ) as session:
-            done = 0
-            start = time.perf_counter()
-            end = start + seconds
 
-            async def worker() -> None:
-                nonlocal done
-                while time.perf_counter() < end:
-                    response = await session.request("POST", target, data=body)
-                    await response.read()
-                    done += 1
+            async def post() -> bytes:
+                response = await session.request("POST", target, data=body)
+                return await response.read()
 
-            await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
-            print(done / (time.perf_counter() - start))
+            await _tight_loop(post, len, seconds)
 
     uvloop.run(main())
 
