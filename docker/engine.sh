@@ -12,7 +12,7 @@
 # runtime crun fails on these cgroup-v1 hybrid hosts, and the default ulimits exceed what a
 # process without CAP_SYS_RESOURCE may set, so runc and lower limits come from a private
 # containers.conf that every podman call here (the API service included) is given.
-# servebench finds the socket by itself (servebench/wellknown.py PODMAN_SOCKET) when
+# servebench finds the socket by itself (servebench/common/wellknown.py PODMAN_SOCKET) when
 # DOCKER_HOST is unset, so `eval "$(docker/engine.sh up)"` is only needed for other tools.
 set -euo pipefail
 

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 DOCKER_DIR=docker
 # The names servebench's code uses, read from where they are defined.
-image_name() { sed -n "s/^$1 = \"\(.*\)\"$/\1/p" servebench/wellknown.py; }
+image_name() { sed -n "s/^$1 = \"\(.*\)\"$/\1/p" servebench/common/wellknown.py; }
 TRITON_IMAGE=$(image_name TRITON_CPU_IMAGE)
 SERVEBENCH_IMAGE=$(image_name SERVEBENCH_IMAGE)
 OFFICIAL_BASE=docker.io/library/debian:bookworm-slim
@@ -45,7 +45,7 @@ for arg in "$@"; do
   esac
 done
 [ -n "$TRITON_IMAGE" ] && [ -n "$SERVEBENCH_IMAGE" ] \
-  || die "image names not found in servebench/wellknown.py"
+  || die "image names not found in servebench/common/wellknown.py"
 
 # --- the engine and the CLI that talks to it -------------------------------------------------
 eval "$("$DOCKER_DIR/engine.sh" up)"

@@ -12,8 +12,8 @@ from torch import nn
 
 from model_zoo.resnet import Bottleneck, ResNet50
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
-from model_zoo.tf_runtime import import_keras
 from model_zoo.torch_builder import AttentionNet, ConvNet, DenseNet, RecurrentNet
+from servebench.common.tf_runtime import import_keras
 
 keras = import_keras()  # its backend set and TensorFlow's start-up chatter dropped
 

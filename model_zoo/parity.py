@@ -13,12 +13,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from model_zoo.errors import ModelZooError
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
 
 RELATIVE_TOLERANCE = 1e-4
 
 
-class ParityError(RuntimeError):
+class ParityError(ModelZooError, RuntimeError):
     """An export computes a different function than the torch model it came from."""
 
 
@@ -60,7 +61,7 @@ def run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 def run_savedmodel(path: Path, x: np.ndarray) -> np.ndarray:
-    from model_zoo.tf_runtime import import_tensorflow
+    from servebench.common.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]

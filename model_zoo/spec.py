@@ -17,8 +17,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
-from model_zoo.textfile import TextFileError, load_yaml
-from model_zoo.validation import OnePassModel, Problem, rule
+from model_zoo.errors import ModelZooError
+from servebench.common.textfile import TextFileError, load_yaml
+from servebench.common.validation import OnePassModel, Problem, rule
 
 LayerType = Literal["dense", "conv", "lstm", "gru", "attention", "resnet50"]
 MUTABLE_LAYER_TYPES: tuple[str, ...] = ("dense", "conv", "lstm", "gru", "attention")
@@ -52,7 +53,7 @@ MAX_KERNEL_SIZE = 31
 MAX_SAMPLE_ELEMENTS = 2**26
 
 
-class SpecError(ValueError):
+class SpecError(ModelZooError, ValueError):
     """A spec that cannot describe a model; the message names the field and the reason."""
 
 
@@ -218,7 +219,7 @@ def load_specs(path: Path) -> list[ModelSpec]:
     """Read one spec or a list of specs from a YAML or JSON file.
 
     JSON is YAML, so one reader takes both: the bounded one every user file goes through
-    (`model_zoo.textfile`), so bad bytes or an alias bomb give one line, not a traceback or
+    (`servebench.common.textfile`), so bad bytes or an alias bomb give one line, not a traceback or
     a runaway parse.
     """
     try:

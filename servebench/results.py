@@ -42,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from servebench.common.errors import ServebenchError
+
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
 RECORDS_FILE = "records.parquet"
@@ -270,7 +272,7 @@ TRIAL_SCHEMA = pa.schema(
 TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)
 
 
-class TrialRowError(ValueError):
+class TrialRowError(ServebenchError, ValueError):
     """A trial row with a column `TRIAL_SCHEMA` lacks: a producer changed without the
     contract, which every reader relies on (a programming error, raised loudly)."""
 
@@ -286,9 +288,10 @@ def check_trial_row(row: TrialRow) -> None:
         )
 
 
-class ResultDirError(Exception):
-    """A results folder or run directory that cannot be used, said in one line for a person
-    (a bad --output or --resume: the command exits 2)."""
+class ResultDirError(ServebenchError, ValueError):
+    """A results folder or run directory that cannot be made, written or read, said in one
+    line that names the path and why (a bad --output or --resume, a report of a folder that
+    is no run: the command exits 2). The one class for it: producers and readers alike."""
 
 
 def no_space(err: BaseException) -> OSError | None:

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
+from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.servers.docker_engine import connect_docker, docker_engine_problem
 from servebench.servers.docker_images import ImageUnavailableError, ensure_image
 from servebench.servers.docker_owner import OWNER_LABEL
-from servebench.wellknown import TRITON_CPU_IMAGE
 
 ENGINE_PROBLEM = docker_engine_problem()
 needs_engine = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")

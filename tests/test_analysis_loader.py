@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from test_analysis_rundir import make_run_dir
 
-from servebench.analysis.loader import RunDirError, load_run
+from servebench.analysis.loader import ResultDirError, load_run
 
 
 def test_reads_every_file(tmp_path: Path) -> None:
@@ -38,32 +38,32 @@ def test_reads_every_file(tmp_path: Path) -> None:
 
 
 def test_missing_directory_names_the_path(tmp_path: Path) -> None:
-    with pytest.raises(RunDirError, match=f"{tmp_path / 'nope'}: no such run directory"):
+    with pytest.raises(ResultDirError, match=f"{tmp_path / 'nope'}: no such run directory"):
         load_run(tmp_path / "nope")
 
 
 def test_folder_without_run_json_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(RunDirError, match=r"run\.json: missing; not a servebench run directory"):
+    with pytest.raises(ResultDirError, match=r"run\.json: missing; not a servebench run directory"):
         load_run(tmp_path)
 
 
 def test_file_instead_of_folder(tmp_path: Path) -> None:
     (tmp_path / "report.html").write_text("x")
-    with pytest.raises(RunDirError, match="not a directory"):
+    with pytest.raises(ResultDirError, match="not a directory"):
         load_run(tmp_path / "report.html")
 
 
 def test_corrupt_run_json(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path, duration=10)
     (run / "run.json").write_text("{not json")
-    with pytest.raises(RunDirError, match=r"run\.json: not valid JSON"):
+    with pytest.raises(ResultDirError, match=r"run\.json: not valid JSON"):
         load_run(run)
 
 
 def test_trials_without_trial_id_column(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path, duration=10)
     pd.read_csv(run / "trials.csv").drop(columns="trial_id").to_csv(run / "trials.csv", index=False)
-    with pytest.raises(RunDirError, match=r"trials\.csv: no trial_id column"):
+    with pytest.raises(ResultDirError, match=r"trials\.csv: no trial_id column"):
         load_run(run)
 
 
@@ -73,7 +73,7 @@ def test_non_numeric_value_names_column(tmp_path: Path) -> None:
     frame["latency_p99"] = frame["latency_p99"].astype(object)
     frame.loc[3, "latency_p99"] = "fast"
     frame.to_csv(run / "trials.csv", index=False)
-    with pytest.raises(RunDirError, match=r"column latency_p99: 'fast' is not a number"):
+    with pytest.raises(ResultDirError, match=r"column latency_p99: 'fast' is not a number"):
         load_run(run)
 
 

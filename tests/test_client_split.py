@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 
-from servebench.analysis.loader import RunDirError, load_run
+from servebench.analysis.loader import ResultDirError, load_run
 from servebench.clients.rawhttp import RawHttpClient
 from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
@@ -209,5 +209,5 @@ def test_records_lacking_another_column_are_refused(tmp_path: Path) -> None:
     run.mkdir()
     (run / "run.json").write_text('{"run_id": "broken"}')
     pq.write_table(table, run / "records.parquet")
-    with pytest.raises(RunDirError, match="latency"):
+    with pytest.raises(ResultDirError, match="latency"):
         load_run(run)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.analysis.cost import (
+from servebench.pricing import (
     InstancePrice,
     OperatingPoint,
     PriceError,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from servebench.common.wellknown import SERVEBENCH_IMAGE, TRITON_CPU_IMAGE
 from servebench.servers.docker_engine import connect_docker, docker_engine_problem
-from servebench.wellknown import SERVEBENCH_IMAGE, TRITON_CPU_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PROBLEM = docker_engine_problem()

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from conftest import until
 
-from servebench import linux
+from servebench.common import linux
 
 pytestmark = pytest.mark.skipif(not linux.TIMERFD_AVAILABLE, reason="needs Linux timerfd")
 
@@ -74,7 +74,7 @@ def test_parent_death_signal_reaches_the_child():
     # The middle process sets PDEATHSIG in its child, prints the child's pid, and is killed.
     middle = (
         "import signal, subprocess, sys, time\n"
-        "from servebench.linux import set_parent_death_signal\n"
+        "from servebench.common.linux import set_parent_death_signal\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
         "    preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))\n"
         "print(child.pid, flush=True)\n"

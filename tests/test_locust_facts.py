@@ -16,7 +16,6 @@ import pytest
 from test_locust import ROOT, _env
 
 from model_zoo.counting import count
-from servebench.analysis.cost import load_prices
 from servebench.analysis.loader import load_run
 from servebench.analysis.recommend import Query, price_run, recommend
 from servebench.analysis.report import write_report
@@ -24,6 +23,7 @@ from servebench.cli.ui_launcher import Target, locust_argv, scenario_facts, setu
 from servebench.locust.facts import TrialFacts, read_facts
 from servebench.locust.records import Coordinates, RecordCollector
 from servebench.locust.results import LocustRun
+from servebench.pricing import load_prices
 from servebench.scenario.plan import expand
 from servebench.scenario.validate import load_scenario
 

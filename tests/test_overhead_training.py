@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.linux import cached_pages
+from servebench.common.linux import cached_pages
 from servebench.overhead.pagecache import Eviction, cached_fraction, evict
 from servebench.overhead.probes import ProbeContext
 from servebench.overhead.probes.training import (

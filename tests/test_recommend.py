@@ -17,7 +17,6 @@ import pytest
 from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
-from servebench.analysis.cost import load_prices
 from servebench.analysis.loader import load_run
 from servebench.analysis.recommend import (
     CLOSED,
@@ -29,6 +28,7 @@ from servebench.analysis.recommend import (
     replicas_needed,
 )
 from servebench.cli import app
+from servebench.pricing import load_prices
 
 C6I, G4DN = "c6i.xlarge", "g4dn.xlarge"  # $0.17/h and $0.526/h in prices.csv
 SLO = 0.050

@@ -31,6 +31,7 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from model_zoo.export.tfs_batching import TfsBatching, parse_batching_parameters
+from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.servers.base import ServerStartError
 from servebench.servers.docker_engine import (
     ContainerSpec,
@@ -54,7 +55,6 @@ from servebench.servers.docker_triton import (
 )
 from servebench.telemetry import ContainerStatsSampler, SamplerUnavailable
 from servebench.telemetry.container import memory_in_use
-from servebench.wellknown import TRITON_CPU_IMAGE
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import sys
 
 QUIET_IMPORT = """
 import os
-from model_zoo.tf_runtime import _stderr_filtered, import_keras, import_tensorflow
+from servebench.common.tf_runtime import _stderr_filtered, import_keras, import_tensorflow
 tf = import_tensorflow()
 keras = import_keras()
 assert int(tf.constant(1) + 1) == 2 and keras.backend.backend() == "tensorflow"

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pytest
 from test_scenario_run import scenario as scenario_file
 
-from servebench.analysis.cost import InstancePrice
 from servebench.analysis.loader import BOOL_COLUMNS, NUMBER_COLUMNS, TEXT_COLUMNS
 from servebench.load import LoadSettings, LoadSummary, columns_from_table, summarize
 from servebench.load.records import TIMEOUT_CODE, Chunk, Clock, chunk_to_batch
@@ -23,6 +22,7 @@ from servebench.load.summary import MAX_ERROR_SHARE, judge
 from servebench.locust.records import Coordinates
 from servebench.locust.results import LocustRun
 from servebench.netem import get_profile
+from servebench.pricing import InstancePrice
 from servebench.results import (
     TRIAL_COLUMNS,
     TRIAL_SCHEMA,

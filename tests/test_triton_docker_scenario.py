@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 from docker_checks import ENGINE_PROBLEM, MISSING_IMAGE, needs_image, owned_containers
 
+from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.results import COLD_START_PHASES
 from servebench.scenario.runner import ScenarioRunner
 from servebench.telemetry import read_telemetry
-from servebench.wellknown import TRITON_CPU_IMAGE
 
 pytestmark = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
 

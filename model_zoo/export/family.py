@@ -23,8 +23,8 @@ from model_zoo.export.tfs_batching import TfsBatching
 from model_zoo.export.triton import STANDARD_REPOSITORY, TritonSettings, export_triton
 from model_zoo.parity import ParityReport, check_parity
 from model_zoo.spec import ModelSpec, SpecError, load_specs, save_specs
-from model_zoo.textfile import read_text
 from model_zoo.torch_builder import build_torch
+from servebench.common.textfile import read_text
 
 FAMILY_FILE = "family.yaml"
 EXPORT_FILE = "export.json"

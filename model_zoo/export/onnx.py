@@ -19,6 +19,7 @@ import onnx
 import torch
 from torch import nn
 
+from model_zoo.errors import ModelZooError
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
 
 # The example batch used for tracing. It must be >= 2: torch.export specialises dimensions
@@ -31,11 +32,11 @@ _TRACE_BATCH = 2
 _REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
 
 
-class OnnxExportError(RuntimeError):
+class OnnxExportError(ModelZooError, RuntimeError):
     """The module could not be exported, or the written graph has the wrong interface."""
 
 
-class ExportExistsError(FileExistsError):
+class ExportExistsError(ModelZooError, FileExistsError):
     """A target path already holds files and `force` was not given."""
 
 

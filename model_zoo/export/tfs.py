@@ -16,7 +16,7 @@ from google.protobuf import text_format
 
 from model_zoo.export.tfs_batching import TfsBatching
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
-from model_zoo.tf_runtime import import_keras, import_tensorflow
+from servebench.common.tf_runtime import import_keras, import_tensorflow
 
 MODELS_CONFIG = "models.config"
 BATCHING_PARAMETERS = "batching_parameters.txt"

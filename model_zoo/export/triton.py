@@ -25,6 +25,7 @@ from google.protobuf import text_format
 from torch import nn
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_zoo.errors import ModelZooError
 from model_zoo.export.onnx import ExportExistsError, export_onnx
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
 
@@ -43,11 +44,11 @@ _TRITON_DTYPES = {"float32": mc.TYPE_FP32}
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class TritonSettingsError(ValueError):
+class TritonSettingsError(ModelZooError, ValueError):
     """A server setting Triton would reject; the message names the field."""
 
 
-class TritonConfigError(ValueError):
+class TritonConfigError(ModelZooError, ValueError):
     """A config text that does not parse into Triton's `ModelConfig`."""
 
 

@@ -28,6 +28,7 @@ from servebench.results import (
     TELEMETRY_FILE,
     TRIAL_SCHEMA,
     TRIALS_FILE,
+    ResultDirError,
     conform_records,
 )
 
@@ -41,10 +42,6 @@ BOOL_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_boolean(f.type)
 NUMBER_COLUMNS = tuple(
     f.name for f in TRIAL_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
 )
-
-
-class RunDirError(ValueError):
-    """A result directory that cannot be read; the message names the path and why."""
 
 
 @dataclass
@@ -77,9 +74,9 @@ def load_run(path: str | Path, *, records: bool = True) -> RunData:
     """Read a run directory; `records=False` skips the per-request file (summary only)."""
     path = Path(path)
     if not path.exists():
-        raise RunDirError(f"{path}: no such run directory")
+        raise ResultDirError(f"{path}: no such run directory")
     if not path.is_dir():
-        raise RunDirError(f"{path}: not a directory (give the run's folder, results/<run-id>)")
+        raise ResultDirError(f"{path}: not a directory (give the run's folder, results/<run-id>)")
     return RunData(
         path=path,
         run=read_run_json(path / RUN_FILE),
@@ -95,13 +92,13 @@ def load_run(path: str | Path, *, records: bool = True) -> RunData:
 
 def read_run_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise RunDirError(f"{path}: missing; not a servebench run directory")
+        raise ResultDirError(f"{path}: missing; not a servebench run directory")
     try:
         run = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise RunDirError(f"{path}: not valid JSON ({err})") from None
+        raise ResultDirError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(run, dict):
-        raise RunDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
+        raise ResultDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
     return run
 
 
@@ -117,11 +114,11 @@ def read_trials(path: Path) -> pd.DataFrame:
         try:
             frame = pd.read_csv(path, dtype={name: str for name in TEXT_COLUMNS})
         except (pd.errors.ParserError, UnicodeDecodeError) as err:
-            raise RunDirError(f"{path}: not a readable CSV ({err})") from None
+            raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
         except pd.errors.EmptyDataError:
             frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
         if "trial_id" not in frame.columns:
-            raise RunDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
+            raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
     for name in TEXT_COLUMNS:
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), dtype=object)
@@ -134,7 +131,9 @@ def read_trials(path: Path) -> pd.DataFrame:
         except (ValueError, TypeError):
             bad = frame[name][pd.to_numeric(frame[name], errors="coerce").isna()]
             bad = bad[bad.notna()]
-            raise RunDirError(f"{path}: column {name}: {bad.iloc[0]!r} is not a number") from None
+            raise ResultDirError(
+                f"{path}: column {name}: {bad.iloc[0]!r} is not a number"
+            ) from None
     for name in BOOL_COLUMNS:
         if name not in frame.columns:
             frame[name] = None
@@ -170,7 +169,7 @@ def read_run_records(path: Path) -> pd.DataFrame | None:
         for part in parts:
             try:
                 tables.append(_read_table(part))
-            except RunDirError:
+            except ResultDirError:
                 continue  # a trial killed mid-write has no footer; its summary row says so
         if not tables:
             return None
@@ -178,7 +177,7 @@ def read_run_records(path: Path) -> pd.DataFrame | None:
     try:
         table = conform_records(table, merged)
     except ValueError as err:
-        raise RunDirError(str(err)) from None
+        raise ResultDirError(str(err)) from None
     frame = table.to_pandas()
     frame["trial_id"] = frame["trial_id"].astype(object)
     return frame
@@ -192,10 +191,10 @@ def read_cold_start(path: Path) -> pd.DataFrame | None:
     except pd.errors.EmptyDataError:
         return None
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise RunDirError(f"{path}: not a readable CSV ({err})") from None
+        raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
     missing = [c for c in COLD_START_COLUMNS if c not in frame.columns]
     if missing:
-        raise RunDirError(f"{path}: missing columns {missing}")
+        raise ResultDirError(f"{path}: missing columns {missing}")
     frame["seconds"] = pd.to_numeric(frame["seconds"], errors="coerce")
     for name in ("server", "setting", "model", "phase"):
         frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
@@ -206,7 +205,7 @@ def _read_table(path: Path) -> pa.Table:
     try:
         return pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:
-        raise RunDirError(f"{path}: not a readable Parquet file ({err})") from None
+        raise ResultDirError(f"{path}: not a readable Parquet file ({err})") from None
 
 
 def _read_parquet(path: Path) -> pd.DataFrame | None:
@@ -222,6 +221,6 @@ def _read_merged_or_parts(path: Path, name: str, folder: str) -> pd.DataFrame | 
     for part in sorted((path / folder).glob("*.parquet")) if (path / folder).is_dir() else []:
         try:
             tables.append(_read_table(part))
-        except RunDirError:
+        except ResultDirError:
             continue
     return pa.concat_tables(tables, promote_options="default").to_pandas() if tables else None

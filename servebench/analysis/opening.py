@@ -23,7 +23,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from servebench.analysis.cost import load_prices
 from servebench.analysis.labels import missing, money, ms, short_settings
 from servebench.analysis.loader import RunData
 from servebench.analysis.recommend import (
@@ -39,6 +38,7 @@ from servebench.analysis.recommend import (
     recommend,
 )
 from servebench.analysis.svg import NoData, render
+from servebench.pricing import load_prices
 
 MET, MISSED = "#2e7d32", "#c62828"
 _HASH = re.compile(r"-[0-9a-f]{6}$")  # a model id's content hash, left off in labels

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servebench.analysis.cost import InstancePrice, PriceError, cost_per_million, price_of
+from servebench.analysis.errors import AnalysisError
 from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
+from servebench.pricing import InstancePrice, PriceError, cost_per_million, price_of
 
 DIRECT = "direct"
 # trials.csv's latency columns by percentile: the percentiles an SLO can name here.
@@ -57,7 +58,7 @@ CLOSED_LOOP_WARNING = (
 )
 
 
-class RecommendError(ValueError):
+class RecommendError(AnalysisError, ValueError):
     """Runs or a question that cannot give a recommendation, said in one line."""
 
 

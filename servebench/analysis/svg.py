@@ -16,6 +16,8 @@ from collections.abc import Callable
 import matplotlib
 from matplotlib.figure import Figure
 
+from servebench.analysis.errors import AnalysisError
+
 RC = {
     "svg.fonttype": "none",
     "font.family": "DejaVu Sans",
@@ -33,7 +35,7 @@ _PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.DOTALL)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 
 
-class NoData(Exception):
+class NoData(AnalysisError):
     """A plot with nothing to show; the message is the sentence the report prints."""
 
 

@@ -40,11 +40,11 @@ def export(
 ) -> None:
     """Write RUN_DIR's trials in a form other tools read."""
     from servebench.analysis.export import export as write
-    from servebench.analysis.loader import RunDirError, load_run
+    from servebench.analysis.loader import ResultDirError, load_run
 
     try:
         data = load_run(run_dir, records=False)
-    except RunDirError as err:
+    except ResultDirError as err:
         raise _fail(str(err)) from None
     out = output if output is not None else data.path / "export"
     if out.exists() and not out.is_dir() and fmt == "perf_analyzer":

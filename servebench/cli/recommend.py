@@ -79,8 +79,7 @@ def recommend(
     """The cheapest measured setting × instance × replica count that keeps p99 within the
     SLO at the target load, the runners-up and why they lose, and the settings that
     cannot meet the SLO at any replica count."""
-    from servebench.analysis.cost import PriceError, load_prices
-    from servebench.analysis.loader import RunDirError, load_run
+    from servebench.analysis.loader import ResultDirError, load_run
     from servebench.analysis.recommend import (
         Query,
         RecommendError,
@@ -88,10 +87,11 @@ def recommend(
         to_json,
     )
     from servebench.analysis.recommend import recommend as decide
+    from servebench.pricing import PriceError, load_prices
 
     try:
         runs = [load_run(path, records=False) for path in run_dirs]
-    except RunDirError as err:
+    except ResultDirError as err:
         raise _fail(str(err)) from None
     try:
         mapping = _as_instance(as_instance or [], run_dirs, runs)

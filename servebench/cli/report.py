@@ -52,7 +52,7 @@ def html(
     ] = None,
 ) -> None:
     """Write RUN_DIR/report.html: one self-contained page, no network needed to open it."""
-    from servebench.analysis.loader import RunDirError
+    from servebench.analysis.loader import ResultDirError
     from servebench.analysis.report import write_report
 
     if output is not None and output.is_dir():
@@ -61,7 +61,7 @@ def html(
         raise _fail(ValueError(f"--output {output}: folder {output.parent} does not exist"))
     try:
         report = write_report(run_dir, output)
-    except RunDirError as err:
+    except ResultDirError as err:
         raise _fail(err) from None
     except OSError as err:  # no space, no permission: say where, without a traceback
         target = err.filename or output or run_dir
@@ -94,11 +94,11 @@ def compare(
 ) -> None:
     """Trial-by-trial ratios B/A of throughput, p50 and p99; flags what exceeds the noise."""
     from servebench.analysis.compare import BANDS, METRICS, compare_trials
-    from servebench.analysis.loader import RunDirError, load_run
+    from servebench.analysis.loader import ResultDirError, load_run
 
     try:
         a, b = load_run(run_a), load_run(run_b)
-    except RunDirError as err:
+    except ResultDirError as err:
         raise _fail(err) from None
     result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
     table = Table(title=f"B/A: {b.run_id} vs {a.run_id}", title_justify="left")

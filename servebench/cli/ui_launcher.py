@@ -44,6 +44,7 @@ import yaml
 import servebench.locust as adapter
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import for_server
+from servebench.common.errors import ServebenchError
 from servebench.locust.facts import TrialFacts
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
@@ -60,7 +61,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 UI_START_TIMEOUT_S = 60.0
 
 
-class LaunchError(Exception):
+class LaunchError(ServebenchError):
     """`servebench ui` cannot start; the message says which input and why."""
 
 
@@ -150,7 +151,7 @@ def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
     """The scenario's cost instance and price (its own price overrides applied, as the
     scenario runner prices), its SLO, and each model's size and FLOP counts."""
     from model_zoo.counting import count
-    from servebench.analysis.cost import load_prices, merge_prices, price_of
+    from servebench.pricing import load_prices, merge_prices, price_of
 
     instance, usd_per_hour = "", None
     if scenario.cost is not None:

@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from servebench.common.errors import ServebenchError
+
 
 class ErrorKind(StrEnum):
     """Why a request failed; the value is what lands in the `error_kind` record column."""
@@ -29,7 +31,7 @@ class ErrorKind(StrEnum):
     CLIENT_ERROR = "client_error"
 
 
-class InferenceError(Exception):
+class InferenceError(ServebenchError):
     """A failed request, already classified so the generator can count it and go on."""
 
     def __init__(self, kind: ErrorKind, detail: str = "", status: int | str | None = None):

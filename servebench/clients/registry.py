@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from servebench.wellknown import (
+from servebench.common.wellknown import (
     TFS_GRPC_PORT,
     TFS_REST_PORT,
     TRITON_GRPC_PORT,
@@ -38,7 +38,7 @@ class ProtocolSpec:
     a scenario), None for a protocol that talks to any endpoint (`http`). `default_port`
     is where that server listens for it unless told otherwise; `metrics_port` where the
     server publishes Prometheus metrics by default (None: not on a port of its own). Both
-    come from `servebench.wellknown`, which the container launchers read too.
+    come from `servebench.common.wellknown`, which the container launchers read too.
     """
 
     name: str

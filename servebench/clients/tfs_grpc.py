@@ -37,11 +37,11 @@ from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
 @functools.cache
 def load_apis() -> SimpleNamespace:
     """The generated TF Serving modules, imported once, on first use (this imports
-    TensorFlow, through model_zoo's quiet import so its CPU-only start-up lines stay off
+    TensorFlow, through servebench.common's quiet import so its CPU-only start-up lines stay off
     the terminal)."""
     from google.protobuf import json_format, wrappers_pb2
 
-    from model_zoo.tf_runtime import import_tensorflow
+    from servebench.common.tf_runtime import import_tensorflow
 
     import_tensorflow()
     from tensorflow_serving.apis import (

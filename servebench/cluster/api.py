@@ -34,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from servebench.cluster import archive
+from servebench.cluster.errors import ClusterError
 from servebench.cluster.follower import parse_labels
 from servebench.cluster.job import MAX_SCENARIO_BYTES, JobState, Needs
 from servebench.cluster.leader import Leader
@@ -46,7 +47,7 @@ TIME_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _LEADER = web.AppKey("leader", Leader)
 
 
-class BindError(ValueError):
+class BindError(ClusterError, ValueError):
     """An address the API must not listen on as asked (off loopback without a token)."""
 
 

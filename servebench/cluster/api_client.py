@@ -18,12 +18,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from servebench.cluster.api import DEFAULT_PORT, SUBMITTER_HEADER, TOKEN_ENV
+from servebench.cluster.errors import ClusterError
 
 URL_ENV = "SERVEBENCH_CLUSTER_URL"
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
-class ApiError(Exception):
+class ApiError(ClusterError):
     """A request the leader refused (`status` its HTTP status, 0 when it could not be
     reached) with its message and, for a bad scenario, the validator's problems."""
 

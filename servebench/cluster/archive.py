@@ -21,6 +21,8 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from servebench.cluster.errors import ClusterError
+
 # Top-level folders of a run directory that hold rebuildable model artifacts.
 _MODEL_DIRS = frozenset({"export"})
 # Names anywhere under the server repositories (`repos/<n>/`) that are binaries or weights.
@@ -29,7 +31,7 @@ _WEIGHT_SUFFIXES = (".onnx", ".onnx.data", ".so", ".pb")
 INCOMING_PREFIX = ".incoming-"
 
 
-class ArchiveError(ValueError):
+class ArchiveError(ClusterError, ValueError):
     """An archive that is not one run directory, or one that would write outside it."""
 
 

@@ -13,7 +13,7 @@ The scenario travels as text and is written to a fresh working folder; paths in 
 resolve against that folder, so a scenario that names files (models.repository, a trace,
 a link profile file) must name them absolutely, on a path every follower has.
 
-This module imports only the standard library and `servebench.linux` at import time: the
+This module imports only the standard library and `servebench.common.linux` at import time: the
 child wrapper (`python -m servebench.cluster.execute`) runs it before exec'ing the real
 command.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebench.cluster.archive import pack
-from servebench.linux import set_parent_death_signal
+from servebench.common.linux import set_parent_death_signal
 
 SCENARIO_FILE = "scenario.yaml"
 LOG_FILE = "job.log"

@@ -24,6 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servebench.cluster.errors import ClusterError
+
 if TYPE_CHECKING:  # the validator imports torch (model_zoo.counting): loaded when used
     from servebench.scenario.plan import Plan
     from servebench.scenario.schema import Scenario
@@ -61,7 +63,7 @@ LEGAL: Mapping[JobState, frozenset[JobState]] = {
 MAX_SCENARIO_BYTES = 1 << 20
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(ClusterError, ValueError):
     """A state change that `LEGAL` does not allow (the message names both states)."""
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from servebench.cluster import archive, execute
+from servebench.cluster.errors import ClusterError
 from servebench.cluster.follower import GPU, META_KEY, SLOT
 from servebench.cluster.job import TERMINAL, FollowerInfo, Job, JobState, Needs, new_job
 from servebench.cluster.policy import FollowerPool, Policy
@@ -51,7 +52,7 @@ TICK_S = 0.25
 _SERVING = {"running", "paused"}
 
 
-class LeaderError(RuntimeError):
+class LeaderError(ClusterError, RuntimeError):
     """The leader cannot start (its state directory is in use, the store is unusable)."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servebench.cluster.errors import ClusterError
 from servebench.cluster.job import IllegalTransition, Job, JobState, Needs, check_transition
 
 SCHEMA_VERSION = 1
@@ -81,7 +82,7 @@ TRANSITION_FIELDS = frozenset(
 )
 
 
-class StoreError(RuntimeError):
+class StoreError(ClusterError, RuntimeError):
     """The store file cannot be used (another program's database, a newer schema)."""
 
 

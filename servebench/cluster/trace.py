@@ -36,13 +36,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from model_zoo.textfile import TextFileError, read_text
+from servebench.cluster.errors import ClusterError
 from servebench.cluster.job import TERMINAL, FollowerInfo, JobState
+from servebench.common.textfile import TextFileError, read_text
 
 FIELDS = ("submit_s", "duration_s", "estimate_s", "gpus", "labels", "name", "priority")
 
 
-class TraceError(ValueError):
+class TraceError(ClusterError, ValueError):
     """A trace that cannot be read; the message is one line naming file and line."""
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model_zoo.textfile import TextFileError, read_text
+from servebench.common.textfile import TextFileError, read_text
 
 # Poisson gaps are drawn in blocks: one numpy call per block instead of one per request.
 _BLOCK = 4096

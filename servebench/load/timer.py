@@ -21,7 +21,7 @@ import asyncio
 import sys
 import time
 
-from servebench.linux import Timerfd
+from servebench.common.linux import Timerfd
 
 
 class PreciseTimer:

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from servebench.analysis.cost import cost_per_million
 from servebench.locust.settings import read_json_object
+from servebench.pricing import cost_per_million
 
 MODEL_COLUMNS = (
     "layer_type",

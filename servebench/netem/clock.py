@@ -6,7 +6,7 @@ rounded up, so every delivery would be up to 1 ms late — 50 % of a 2 ms wired 
 one for the loop's next deadline and put it into the same epoll set, so epoll_wait wakes
 at the deadline. The emulator owns its worker's loop, so it makes every timer of that loop
 precise; the load generator (`load.timer`) runs on a caller's loop and keeps a timer of
-its own instead. Both use the one binding in `servebench.linux`.
+its own instead. Both use the one binding in `servebench.common.linux`.
 
 Where timerfd is missing (not Linux) the loop falls back to the standard one.
 """
@@ -19,7 +19,7 @@ import os
 import select
 import selectors
 
-from servebench.linux import TIMERFD_AVAILABLE, Timerfd, set_timer_slack
+from servebench.common.linux import TIMERFD_AVAILABLE, Timerfd, set_timer_slack
 
 
 class TimerfdEpollSelector(selectors.EpollSelector):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from servebench.common.errors import ServebenchError
 
-class NetemError(Exception):
+
+class NetemError(ServebenchError):
     """Base class of every error this package raises on purpose."""
 
 

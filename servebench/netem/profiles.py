@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from model_zoo.textfile import TextFileError, load_yaml
+from servebench.common.textfile import TextFileError, load_yaml
 from servebench.netem.errors import ProfileError
 from servebench.netem.trace import MahimahiTrace
 
@@ -231,7 +231,7 @@ def profile_from_mapping(data: Any, origin: str, base_dir: Path | None = None) -
 def load_profile_file(path: str | Path) -> LinkProfile:
     """Read a custom profile from YAML; trace paths are relative to the file's folder.
 
-    The bounded reader shared by every user file (`model_zoo.textfile`, a leaf that imports
+    The bounded reader shared by every user file (`servebench.common.textfile`, a leaf that imports
     nothing of servebench) turns bad bytes, bad YAML and alias bombs into one line.
     """
     path = Path(path)

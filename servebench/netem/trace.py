@@ -17,7 +17,7 @@ import bisect
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_zoo.textfile import TextFileError, read_text
+from servebench.common.textfile import TextFileError, read_text
 from servebench.netem.errors import ProfileError
 
 #: Bytes one delivery opportunity carries (Mahimahi's MTU-sized packet).

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from servebench.linux import cached_pages
+from servebench.common.linux import cached_pages
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 # mincore missing from libc, or a filesystem that cannot be mapped: residency unknown.

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from servebench.common.wellknown import SERVEBENCH_IMAGE
 from servebench.overhead.measure import Measurement, Side
 from servebench.overhead.probes import PROBES, ProbeUnavailable
 from servebench.overhead.serving import SERVING_PROBE, measure_serving
@@ -56,7 +57,6 @@ from servebench.results import (
     new_run_id,
     write_atomically,
 )
-from servebench.wellknown import SERVEBENCH_IMAGE
 
 ALL_PROBES: tuple[str, ...] = (*PROBES, SERVING_PROBE)
 DEFAULT_REPEATS = 5

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.overhead.measure import Better, Measurement, Side
 from servebench.overhead.probes import ProbeUnavailable
 from servebench.overhead.sides import ProbeFailed, container_problem
-from servebench.wellknown import TRITON_CPU_IMAGE
 
 SERVING_PROBE = "serving"
 SERVING_DIR = "serving"

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import servebench
+from servebench.common.wellknown import SERVEBENCH_IMAGE
+from servebench.overhead.errors import OverheadError
 from servebench.overhead.measure import Measurement, Side
 from servebench.overhead.probe_main import UNAVAILABLE_EXIT
 from servebench.overhead.probes import ProbeUnavailable
@@ -34,7 +36,6 @@ from servebench.servers.docker_engine import (
     engine_address,
 )
 from servebench.servers.docker_owner import owner_labels, reap_stale_containers, track, untrack
-from servebench.wellknown import SERVEBENCH_IMAGE
 
 PROJECT_ROOT = Path(servebench.__file__).resolve().parents[1]
 # A folder on the container's own (overlay) filesystem, made when the container starts.
@@ -47,11 +48,11 @@ KIND_LABEL = "servebench.kind"
 KIND = "overhead"
 
 
-class ProbeFailed(RuntimeError):
+class ProbeFailed(OverheadError, RuntimeError):
     """A probe crashed (not "unavailable"): one line naming the probe, the side and why."""
 
 
-class ContainerUnavailable(RuntimeError):
+class ContainerUnavailable(OverheadError, RuntimeError):
     """The container side cannot run here: one sentence why (no engine, no image)."""
 
 

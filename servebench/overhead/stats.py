@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servebench.overhead.errors import OverheadError
 from servebench.overhead.measure import Better, Measurement
 
 #: The columns of overhead.csv, one row per probe/metric (see `to_rows`).
@@ -54,7 +55,7 @@ OVERHEAD_COLUMNS: tuple[str, ...] = (
 )
 
 
-class StatsError(ValueError):
+class StatsError(OverheadError, ValueError):
     """Figures that cannot be compared (an empty side, a bad setting): one sentence why."""
 
 

@@ -36,16 +36,16 @@ from rich.progress import (
 )
 
 from model_zoo.spec import ModelSpec
-from servebench.analysis.cost import (
+from servebench.clients.factory import create_client
+from servebench.clients.registry import for_server
+from servebench.load import LoadEngine, run_in_loop
+from servebench.pricing import (
     InstancePrice,
     estimate_cost,
     load_prices,
     merge_prices,
     price_of,
 )
-from servebench.clients.factory import create_client
-from servebench.clients.registry import for_server
-from servebench.load import LoadEngine, run_in_loop
 from servebench.results import (
     ResultDirError,
     RunDirectory,

@@ -2,7 +2,7 @@
 
 Every section is a strict pydantic model (unknown keys are errors) so a typo fails at
 `scenario validate` time with the file, line and field, not an hour into a run. Rules
-between fields are `@rule` methods (model_zoo.validation), so one pass reports every
+between fields are `@rule` methods (servebench.common.validation), so one pass reports every
 problem. Every number is finite and bounded: hard ceilings where no real study needs more,
 and `limits:` (the `Limits` section) where one might, so that a slip — an extra zero,
 `1e26` — is refused here instead of filling the memory or never ending.
@@ -33,8 +33,8 @@ from model_zoo.spec import (
     LayerType,
     ModelSpec,
 )
-from model_zoo.validation import OnePassModel, Problem, known, rule
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.common.validation import OnePassModel, Problem, known, rule
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 from servebench.netem.profiles import BUILTIN_PROFILES, LinkProfile
 

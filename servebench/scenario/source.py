@@ -1,7 +1,7 @@
 """Read a scenario file safely and remember the line of every key and list item.
 
 PyYAML's `safe_load` forgets where values came from; the shared reader in
-`model_zoo.textfile` keeps each node's line, so a validation error can say
+`servebench.common.textfile` keeps each node's line, so a validation error can say
 `quickstart.yaml:14 workload.rates[2]`. That reader also refuses non-UTF-8 text, duplicate
 keys, alias bombs and deep nesting with one-line errors (its docstring lists the limits),
 and resolves merge keys (`<<: *anchor`) by YAML's rules.
@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_zoo.textfile import Location, TextFileError, format_location, parse_yaml, read_text
+from servebench.common.errors import ServebenchError
+from servebench.common.textfile import (
+    Location,
+    TextFileError,
+    format_location,
+    parse_yaml,
+    read_text,
+)
 
 __all__ = [
     "Location",
@@ -25,7 +32,7 @@ __all__ = [
 ]
 
 
-class SourceError(ValueError):
+class SourceError(ServebenchError, ValueError):
     """The file cannot be read as YAML; the message has the file and line."""
 
 

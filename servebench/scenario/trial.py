@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from model_zoo.counting import count
-from servebench.analysis.cost import InstancePrice, cost_per_million
 from servebench.clients.factory import create_client
 from servebench.clients.registry import for_server
+from servebench.common.errors import ServebenchError
 from servebench.load import (
     LoadEngine,
     LoadSettings,
@@ -36,6 +36,7 @@ from servebench.load import (
 from servebench.load.engine import SERVER_UNREACHABLE
 from servebench.load.summary import MAX_ERROR_SHARE
 from servebench.netem import LinkEmulator, LinkProfile, get_profile
+from servebench.pricing import InstancePrice, cost_per_million
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
 from servebench.scenario.plan import Trial
@@ -53,7 +54,7 @@ from servebench.telemetry import (
 DIRECT = "direct"
 
 
-class ServerGoneError(RuntimeError):
+class ServerGoneError(ServebenchError, RuntimeError):
     """The server stopped answering (refused or dropped every request) during the trial."""
 
 

@@ -18,11 +18,12 @@ from model_zoo.counting import count
 from model_zoo.export.family import load_family
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
-from model_zoo.validation import known
-from servebench.analysis.cost import load_prices
+from servebench.common.errors import ServebenchError
+from servebench.common.validation import known
 from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
 from servebench.netem.profiles import load_profile_file
+from servebench.pricing import load_prices
 from servebench.scenario.plan import count_trials
 from servebench.scenario.schema import (
     LIMITS_CONTEXT_KEY,
@@ -46,7 +47,7 @@ from servebench.scenario.source import (
 )
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ServebenchError, ValueError):
     """A scenario that cannot run; `problems` holds one formatted line each."""
 
     def __init__(self, problems: list[str]):

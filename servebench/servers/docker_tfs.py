@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servebench.common.wellknown import TFS_GRPC_PORT, TFS_REST_PORT
 from servebench.servers import control
 from servebench.servers.base import ServerEndpoints, ServerModelError
 from servebench.servers.docker_engine import (
@@ -31,7 +32,6 @@ from servebench.servers.docker_engine import (
     check_image_tag,
 )
 from servebench.servers.ports import LOOPBACK
-from servebench.wellknown import TFS_GRPC_PORT, TFS_REST_PORT
 
 if TYPE_CHECKING:
     from model_zoo.export.tfs_batching import TfsBatching

@@ -20,6 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from servebench.common.wellknown import (
+    TRITON_CPU_IMAGE,
+    TRITON_GRPC_PORT,
+    TRITON_HTTP_PORT,
+    TRITON_METRICS_PORT,
+)
 from servebench.servers.base import ServerEndpoints, ServerStartError
 from servebench.servers.docker_engine import (
     BindMount,
@@ -32,12 +38,6 @@ from servebench.servers.docker_engine import (
 )
 from servebench.servers.docker_images import ensure_image, image_labels
 from servebench.servers.ports import LOOPBACK
-from servebench.wellknown import (
-    TRITON_CPU_IMAGE,
-    TRITON_GRPC_PORT,
-    TRITON_HTTP_PORT,
-    TRITON_METRICS_PORT,
-)
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_TRITON_TAG = "24.10"

@@ -6,8 +6,10 @@ raises them too; `base` re-exports them for the callers that already import from
 
 from __future__ import annotations
 
+from servebench.common.errors import ServebenchError
 
-class ServerError(RuntimeError):
+
+class ServerError(ServebenchError, RuntimeError):
     """Base of every server error; the message names the server and the reason."""
 
 

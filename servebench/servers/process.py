@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from servebench.linux import set_parent_death_signal
+from servebench.common.linux import set_parent_death_signal
 
 _PROC = Path("/proc")
 _GONE_POLL_S = 0.02

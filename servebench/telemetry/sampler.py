@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from servebench.common.errors import ServebenchError
 from servebench.telemetry.rows import Reading
 
 
-class SamplerUnavailable(Exception):
+class SamplerUnavailable(ServebenchError):
     """This sampler cannot measure anything here; the message says why, for a person."""
 
 

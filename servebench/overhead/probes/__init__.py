@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servebench.overhead.errors import OverheadError
 from servebench.overhead.measure import Measurement
 
 
-class ProbeUnavailable(RuntimeError):
+class ProbeUnavailable(OverheadError, RuntimeError):
     """The probe cannot run here (no GPU, no hpcc binary, not root): one sentence why."""
 
 

@@ -20,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servebench.overhead.errors import OverheadError
 from servebench.overhead.probes import ProbeUnavailable
 
 
-class ToolFailed(RuntimeError):
+class ToolFailed(OverheadError, RuntimeError):
     """The tool ran but failed: its exit status and last line of error output, in one line."""
 
 

@@ -19,11 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from servebench.common.errors import ServebenchError
+
 PRICES_FILE = Path(__file__).with_name("prices.csv")
 SECONDS_PER_HOUR = 3600.0
 
 
-class PriceError(ValueError):
+class PriceError(ServebenchError, ValueError):
     """A price table or override that cannot be used; the message names the entry/field."""
 
 

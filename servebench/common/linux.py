@@ -3,7 +3,8 @@ and mincore.
 
 One binding for the whole project: `load.timer` (exact send times), `netem.clock` (the
 link emulator's event loop), `servers.process` (servers die with their parent) and the
-overhead suite's page-cache check (`cached_pages`) all use it. It imports nothing of servebench, so every layer may import it. Python 3.13 adds
+overhead suite's page-cache check (`cached_pages`) all use it. It imports nothing of
+servebench, so every layer may import it. Python 3.13 adds
 `os.timerfd_*`; until 3.11 is dropped, these are a few ctypes calls.
 
 Why timerfd: asyncio's epoll timeouts are whole milliseconds rounded up and uvloop keeps

@@ -7,8 +7,8 @@ marked `@rule("field", "section.field", ...)` with the values it reads; it runs 
 did validate and is skipped only when something it reads is itself invalid (that value
 already has its own error, and blaming it twice would mislead).
 
-It lives in model_zoo, the lowest package, because both model specs and scenario files use
-it; it knows nothing about either.
+It lives in `servebench.common`, the bottom of the import graph, because both model specs
+and scenario files use it; it knows nothing about either.
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ gigabytes of memory:
   returned dict, being a Python dict, then holds one value for the two, which every mapping
   the project reads would refuse anyway, since all of them take string keys.
 
-Why here, in `model_zoo`: it is the bottom of the import graph. `model_zoo` must not import
-`servebench`, yet `model_zoo.spec.load_specs` needs the same reader as the scenario loader
-and `servebench.netem`/`servebench.load`. This module imports only the standard library and
-PyYAML, so the low layers that take it from here (netem, load) still depend on nothing of
-servebench and on nothing of model_zoo but this leaf.
+Why here, in `servebench.common`: it is the bottom of the import graph.
+`model_zoo.spec.load_specs` needs the same reader as the scenario loader and
+`servebench.netem`/`servebench.load`. This module imports only the standard library and
+PyYAML, so the low layers that take it from here (netem, load) depend on nothing above
+them.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from servebench.common.errors import ServebenchError
 
 #: Most levels of lists and mappings inside each other (aliases expanded) in a YAML file.
 MAX_DEPTH = 100
@@ -58,7 +60,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _INT_TAG = "tag:yaml.org,2002:int"
 
 
-class TextFileError(ValueError):
+class TextFileError(ServebenchError, ValueError):
     """A file cannot be read as UTF-8 text or as YAML; the message is one line naming it."""
 
 
