@@ -39,9 +39,9 @@ def _plan(path: Path):
         raise typer.Exit(code=2) from None
 
 
-# `scenario run`'s exit status by run status (README, Scenarios): CI jobs tell a run with
-# some failed trials (1) from one that measured nothing or stopped on an error (3); 2 is
-# bad input, as for every command.
+# `scenario run`'s exit status by run status (docs/scenarios.md, "Exit status"): CI jobs
+# tell a run with some failed trials (1) from one that measured nothing or stopped on an
+# error (3); 2 is bad input, as for every command.
 RUN_EXIT_CODES = {"complete": 0, "partial": 1, "failed": 3, "interrupted": 130}
 
 

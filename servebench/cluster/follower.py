@@ -14,7 +14,7 @@ What makes a Dask worker a servebench follower, wherever it was started:
 nanny: killing the process takes the follower away, and the leader re-queues its job).
 Workers started by other tools (`dask worker`, dask-jobqueue, dask-kubernetes) become
 followers with `--resources "slot=1 GPU=N" --preload servebench.cluster.follower` and,
-for labels, `--preload-argv "--label zone=a"` (README, Cluster mode).
+for labels, `--preload-argv "--label zone=a"` (docs/cluster.md).
 """
 
 from __future__ import annotations

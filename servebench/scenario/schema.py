@@ -74,7 +74,8 @@ class Limits(Strict):
 
     Each default refuses what would run for days or exhaust a machine's memory; each has
     a hard ceiling of its own so the override cannot be a slip of the same kind. The
-    `warn_*` thresholds only warn (`scenario validate` and `plan`). README lists them.
+    `warn_*` thresholds only warn (`scenario validate` and `plan`).
+    docs/scenario-limits.md lists them.
     """
 
     max_models: Annotated[int, Field(gt=0, le=MAX_FAMILY_SIZE)] = 1000
