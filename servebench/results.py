@@ -226,6 +226,17 @@ _LOAD = (
     _column("network_server_s", _FLOAT, "s", "mean: completion − send − client send − recv"),
 )
 # What the server and host said (servebench.telemetry's summary, after the warm-up).
+# The server's counters (server_requests … server_executions) are the increase between a
+# reading taken before the first measured send (the load waits for it) and one taken after
+# the last measured completion, each let settle where nothing is in flight
+# (servebench.telemetry.recorder). Which requests they count, against the client's `count`:
+# - closed loop: exactly the measured requests (warm-up requests finish before the first
+#   reading, and none is sent while it is taken), so server_requests == ok when none failed;
+# - open loop: the measured ones plus the warm-up requests still in flight at the first
+#   reading (at most rate × latency; the schedule cannot pause to drain them);
+# - stability mode: every measured window, while `count` keeps only the agreeing ones;
+#   an SLO search: every step after the first one's warm-up.
+# A request the client gave up on (a timeout) may still be counted by the server.
 _TELEMETRY = (
     _column("gpu_util_mean", _FLOAT, "share", "GPU busy, mean over samples"),
     _column("gpu_util_max", _FLOAT, "share", "GPU busy, largest sample"),
@@ -236,7 +247,13 @@ _TELEMETRY = (
     _column("server_rss_max", _FLOAT, "bytes", "server process tree resident memory, peak"),
     _column("server_mem_max", _FLOAT, "bytes", "server container memory (engine stats), peak"),
     _column("host_cpu_mean", _FLOAT, "share", "whole-host CPU busy, mean"),
-    _column("server_requests", _FLOAT, "requests", "server's count of successful requests"),
+    _column(
+        "server_requests",
+        _FLOAT,
+        "requests",
+        "server's count of successful requests in the measured window (closed loop: the "
+        "measured ones; open loop: also warm-up requests in flight when it opened)",
+    ),  # fmt: skip
     _column("server_failures", _FLOAT, "requests", "server's count of failed requests"),
     _column("server_inferences", _FLOAT, "samples", "server's count of inferences"),
     _column("server_executions", _FLOAT, "", "model executions (batches) the server ran"),

@@ -120,9 +120,9 @@ def test_summary_shows_the_server_side_without_warm_up(triton_dense_model, tmp_p
         assert row in result.output
     summary = json.loads(out.read_text())
     server = summary["server"]
-    # The baseline is read when the warm-up ends: the server counts this load's measured
-    # requests, give or take those around the two reads (a busy machine delays a read by
-    # some milliseconds), not the warm-up's hundreds.
-    assert abs(server["server_requests"] - summary["ok"]) <= 20, (server, summary["ok"])
+    # Closed loop in one process: the first reading is taken with no request in flight and
+    # before the first measured send, so the server counts this load's measured requests
+    # (every one answered ok, perhaps one the client timed out on), never the warm-up's.
+    assert summary["ok"] <= server["server_requests"] <= summary["count"], (server, summary)
     assert server["server_queue_s"] > 0 and server["server_compute_infer_s"] > 0
     assert server["server_request_s"] < summary["latency_mean"]

@@ -250,3 +250,58 @@ def test_stability_mode_is_honest_when_load_keeps_changing():
 def test_records_file_must_be_writable(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         ParquetRecordWriter(tmp_path / "missing" / "r.parquet")
+
+
+class CountingClient(FakeClient):
+    """A FakeClient that counts calls started and answers in flight, so a test can see
+    what the server would have counted at any instant."""
+
+    def __init__(self, delay=0.003):
+        super().__init__(delay=delay)
+        self.in_flight = 0
+
+    async def infer(self, payload):
+        self.in_flight += 1
+        try:
+            return await super().infer(payload)
+        finally:
+            self.in_flight -= 1
+
+
+def _windowed(client, **kwargs):
+    """Run a load whose window-opening hook snapshots the client, as a server's counters
+    would be read there (an await inside it: nothing may be sent meanwhile)."""
+    seen = {}
+
+    async def opens():
+        seen.update(calls=client.calls, completed=client.completed, in_flight=client.in_flight)
+        await asyncio.sleep(0.05)
+        seen["calls_after_wait"] = client.calls
+
+    async def main():
+        return await run_load(client, LoadSettings(**kwargs), on_measure_start=opens)
+
+    return asyncio.run(main()), seen
+
+
+@pytest.mark.parametrize("think_time", [0.0, 0.004])
+def test_closed_loop_window_opens_with_nothing_in_flight_and_counts_exactly(think_time):
+    # The counts a server would report between the opening reading and the end are the
+    # client's measured requests, to the request: nothing in flight at the opening, nothing
+    # sent while it is taken, every later request measured.
+    client = CountingClient()
+    s, seen = _windowed(client, concurrency=4, warmup=0.1, duration=0.3, think_time=think_time)
+    assert seen["in_flight"] == 0 and seen["calls"] == seen["completed"] > 0
+    assert seen["calls_after_wait"] == seen["calls"]
+    assert client.completed - seen["completed"] == s.count == s.ok
+
+
+def test_open_loop_window_opens_before_the_first_measured_send():
+    # Open loop cannot drain: warm-up requests in flight at the opening reading complete
+    # after it, so a server counts up to that many more than the client measures.
+    client = CountingClient()
+    s, seen = _windowed(client, arrivals=constant(500), warmup=0.1, duration=0.3)
+    assert seen["calls"] == 50  # every warm-up send (0.1 s at 500 req/s), no measured one
+    assert client.calls - seen["calls"] == s.count
+    slack = client.completed - seen["completed"] - s.count
+    assert 0 <= slack == seen["in_flight"]

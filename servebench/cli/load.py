@@ -265,13 +265,14 @@ def load(
         raise _fail(str(exc)) from None
     if metrics_url is None:
         metrics_url = default_metrics_url(protocol, url)
-    metrics = ServerMetrics(metrics_url, model, warmup) if metrics_url else None
+    quiet = settings.mode == "closed" and settings.processes == 1
+    metrics = ServerMetrics(metrics_url, model, quiet=quiet) if metrics_url else None
     try:
         summary = run(
             factory,
             settings,
             records=records,
-            on_start=metrics.start if metrics is not None else None,
+            on_measure_start=metrics.start if metrics is not None else None,
         )
     except InferenceError as exc:  # the server went away after the check above
         raise _fail(asyncio.run(explain(exc, protocol, url, model))) from None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -115,34 +114,27 @@ def default_metrics_url(protocol: str, url: str) -> str | None:
 class ServerMetrics:
     """The server's counters at the start of the measured part of a load and at its end.
 
-    `start` (the load runner's `on_start`) takes the first scrape when the warm-up ends,
-    so warm-up requests do not enter the server's figures. `summary` returns None when
-    the page could not be read or counted none of this load's requests, with the reason
-    in `note`.
+    `start` is the load runner's `on_measure_start`: the first scrape is taken before the
+    first measured send, so warm-up requests do not enter the server's figures (with
+    `quiet`, closed loop in one process, none is in flight then and the counters are let
+    settle first; see `load.engine`). The last scrape, after every answer, is let settle
+    too. `summary` returns None when the page could not be read or counted none of this
+    load's requests, with the reason in `note`.
     """
 
-    def __init__(self, url: str, model: str, warmup_s: float) -> None:
+    def __init__(self, url: str, model: str, *, quiet: bool) -> None:
         from servebench.telemetry.prometheus import PrometheusSampler
 
         self.url = url
         self.model = model
-        self.warmup_s = warmup_s
+        self.quiet = quiet
         self.note = ""
         self._sampler = PrometheusSampler(url)
         self._first: list[Any] = []
-        self._timer: threading.Timer | None = None
 
-    def start(self, schedule_start: float) -> None:
-        """Read the baseline at `schedule_start` (wall clock) plus the warm-up."""
-        delay = schedule_start + self.warmup_s - time.time()
-        if delay > 0:
-            self._timer = threading.Timer(delay, self._take_first)
-            self._timer.daemon = True
-            self._timer.start()
-        else:
-            self._take_first()
-
-    def _take_first(self) -> None:
+    def start(self) -> None:
+        if self.quiet:
+            self._sampler.wait_until_quiet()
         self._first = self._scrape()
 
     def _scrape(self) -> list[Any]:
@@ -166,9 +158,8 @@ class ServerMetrics:
         """Per-request queue/compute seconds and counts (telemetry.aggregate keys)."""
         from servebench.telemetry.aggregate import SERVER_METRIC_KEYS, aggregate
 
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer.join()
+        if self._first:
+            self._sampler.wait_until_quiet()
         last = self._scrape() if self._first else []
         if not self._first or not last:
             return None

@@ -14,6 +14,13 @@ It sees only `InferenceClient`. Accuracy choices, each for a measured reason:
   pays one dict insert and one delete instead of a timer-heap entry.
 - Records go to array-backed columns and are handed, a chunk at a time, to one writer
   thread that converts and writes them, so the event loop never encodes Parquet.
+- The measured window opens with `on_measure_start` (a caller reading the server's
+  counters beside the load takes its first reading there), awaited before the first
+  measured request is sent. Closed loop first lets every warm-up request finish, so the
+  server's counts between that reading and one after the run are exactly the measured
+  requests; open loop cannot pause its schedule to drain, so warm-up requests still in
+  flight at that instant (at most rate × latency) are in the server's counts too, and the
+  sends scheduled while the reading is taken leave late (their lag is recorded and counted).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import gc
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -92,6 +100,7 @@ class LoadEngine:
         *,
         start_at: float | None = None,
         part: tuple[int, int] = (0, 1),
+        on_measure_start: Callable[[], Awaitable[None]] | None = None,
     ):
         if not 0 <= part[0] < part[1]:
             raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
@@ -101,6 +110,9 @@ class LoadEngine:
         self.sink = sink
         self.start_at = start_at  # wall-clock start shared by cooperating processes
         self.part = part
+        self.on_measure_start = on_measure_start
+        # Done once the measured window is open (`_open_window`); None until it opens.
+        self._window: asyncio.Task | None = None
         self._buffer = RecordBuffer()
         self._active: dict[int, tuple[float, asyncio.Task]] = {}
         self._expired: set[int] = set()
@@ -182,6 +194,8 @@ class LoadEngine:
                 task.cancel()
             raise
         finally:
+            if self._window is not None:
+                background.append(self._window)  # a window still opening when the run failed
             for task in background:
                 task.cancel()
             if self._timer is not None:
@@ -215,6 +229,8 @@ class LoadEngine:
             if is_measured:
                 if by_schedule and offset >= end and measured >= count:
                     break
+                if self._window is None:
+                    await self._open_window(drain=False)
                 measured += 1
                 if self._first_offset is None:
                     self._first_offset = offset
@@ -279,15 +295,37 @@ class LoadEngine:
                     break
             else:
                 intended = perf_counter()
-            is_measured = intended >= self._measure_from
+            # Once the window is opening, every send is measured (and waits for it), so
+            # no warm-up request reaches the server inside the measured window.
+            is_measured = intended >= self._measure_from or self._window is not None
             if is_measured:
                 if by_schedule and intended >= end and self._closed_measured >= self._closed_count:
                     break
+                if self._window is None or not self._window.done():
+                    await self._open_window(drain=True)
+                    if self._stopping:
+                        break
+                    intended = perf_counter()  # the wait for the window is not the server's
                 self._closed_measured += 1
             seq = self._closed_seq * parts + index
             self._closed_seq += 1
             self._inflight += 1
             await call(seq, intended, is_measured)
+
+    # -- the measured window -----------------------------------------------------------
+
+    async def _open_window(self, *, drain: bool) -> None:
+        """Open the measured window once: with `drain`, after every warm-up request in
+        flight has finished; then `on_measure_start`. Every caller waits for it."""
+        if self._window is None:
+            self._window = asyncio.get_running_loop().create_task(self._window_opens(drain))
+        await asyncio.shield(self._window)
+
+    async def _window_opens(self, drain: bool) -> None:
+        if drain:
+            await self._drain()
+        if self.on_measure_start is not None:
+            await self.on_measure_start()
 
     # -- one request -------------------------------------------------------------------
 

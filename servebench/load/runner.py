@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,16 +91,19 @@ async def run_load(
     sink: RecordSink | None = None,
     payload: Payload | None = None,
     on_engine: Callable[[LoadEngine], None] | None = None,
+    on_measure_start: Callable[[], Awaitable[None]] | None = None,
 ) -> LoadSummary:
     """Run one load in the current loop with a connected client; the caller closes both.
 
     `on_engine` receives the engine before it starts, e.g. to wire a stop button.
+    `on_measure_start` is awaited before the first measured send (see `LoadEngine`): where
+    a caller reads the server's counters for the measured window.
     """
     if settings.processes != 1:
         raise ValueError("load.processes: run_load runs in one loop; use run() for processes > 1")
     if payload is None:
         payload = client.make_payload(settings.batch_size, settings.seed)
-    engine = LoadEngine(client, payload, settings, sink)
+    engine = LoadEngine(client, payload, settings, sink, on_measure_start=on_measure_start)
     if on_engine is not None:
         on_engine(engine)
     report = await engine.run()
@@ -114,20 +117,22 @@ def run(
     records: str | Path | RecordSink | None = None,
     use_uvloop: bool | None = None,
     handle_signals: bool = True,
-    on_start: Callable[[float], None] | None = None,
+    on_measure_start: Callable[[], None] | None = None,
 ) -> LoadSummary:
     """Run one load from start to end; `records` is a Parquet path or a sink (or None).
 
-    `on_start` gets the wall-clock time the schedule starts (warm-up included), once the
-    clients are connected: the moment a caller reading server counters beside the load
-    needs, which connecting (metadata, worker processes) delays by a varying amount.
+    `on_measure_start` is called (in a thread: it may block, e.g. on a scrape of the
+    server's counters) when the measured window opens. In one process that is before the
+    first measured send (`LoadEngine`); worker processes cannot wait for a caller, so with
+    `processes > 1` it is called when the warm-up ends by the shared wall clock, and
+    requests in flight around that instant may fall on either side of it.
     """
     sink, owned = _open_sink(records)
     try:
         if settings.processes > 1:
-            return _run_processes(factory, settings, sink, use_uvloop, on_start)
+            return _run_processes(factory, settings, sink, use_uvloop, on_measure_start)
         return run_in_loop(
-            _run_single(factory, settings, sink, handle_signals, on_start), use_uvloop
+            _run_single(factory, settings, sink, handle_signals, on_measure_start), use_uvloop
         )
     finally:
         if owned and sink is not None:
@@ -166,15 +171,20 @@ async def _run_single(
     settings: LoadSettings,
     sink: RecordSink | None,
     handle_signals: bool,
-    on_start: Callable[[float], None] | None,
+    on_measure_start: Callable[[], None] | None,
 ) -> LoadSummary:
     client = factory()
     await client.connect()
     try:
         payload = client.make_payload(settings.batch_size, settings.seed)
-        engine = LoadEngine(client, payload, settings, sink)
-        if on_start is not None:
-            on_start(time.time())
+        hook = None
+        if on_measure_start is not None:
+            loop = asyncio.get_running_loop()
+
+            async def hook() -> None:
+                await loop.run_in_executor(None, on_measure_start)
+
+        engine = LoadEngine(client, payload, settings, sink, on_measure_start=hook)
         with _graceful_stop(engine, handle_signals):
             report = await engine.run()
         return summarize_reports(settings, [report])
@@ -215,7 +225,7 @@ def _run_processes(
     settings: LoadSettings,
     sink: RecordSink | None,
     use_uvloop: bool | None,
-    on_start: Callable[[float], None] | None,
+    on_measure_start: Callable[[], None] | None,
 ) -> LoadSummary:
     try:
         pickle.dumps(factory)
@@ -244,14 +254,22 @@ def _run_processes(
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread:  # on Ctrl-C the workers stop themselves and report
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        timer: threading.Timer | None = None
         try:
             start_at = _start_workers(conns, procs)
-            if on_start is not None:
-                on_start(start_at)
+            if on_measure_start is not None:
+                timer = threading.Timer(
+                    max(0.0, start_at + settings.warmup - time.time()), on_measure_start
+                )
+                timer.daemon = True
+                timer.start()
             reports = []
             for i, conn in enumerate(conns):
                 reports.append(_collect(i, conn, procs[i], settings, start_at, parts[i], sink))
         finally:
+            if timer is not None:  # a run stopped inside its warm-up never opened the window
+                timer.cancel()
+                timer.join()
             if main_thread:
                 signal.signal(signal.SIGINT, previous)
             for proc in procs:

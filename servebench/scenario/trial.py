@@ -186,28 +186,30 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         stack.callback(recorder.stop)
 
         loop = asyncio.get_running_loop()
+        closed = trial.level.kind == "concurrency"
 
-        def warmed_up() -> None:
-            # Off the loop: a scrape blocks, and the measured sends have begun.
-            loop.run_in_executor(None, recorder.mark_measured)
+        async def window_opens() -> None:
+            # Before the first measured send (the engine waits for it); off the loop, since
+            # a scrape blocks. A search keeps the mark of its first step: its telemetry
+            # spans every step.
+            if recorder.measured_from is None:
+                await loop.run_in_executor(
+                    None, functools.partial(recorder.mark_measured, quiet=closed)
+                )
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
-            # Server counters start where the client's counts do: after the warm-up. A
-            # search keeps the mark of its first step (its telemetry spans every step).
-            marker = (
-                loop.call_later(settings.warmup, warmed_up)
-                if recorder.measured_from is None
-                else None
-            )
             try:
                 return await run_load(
-                    client, settings, sink=sink, payload=payload, on_engine=ctx.on_engine
+                    client,
+                    settings,
+                    sink=sink,
+                    payload=payload,
+                    on_engine=ctx.on_engine,
+                    on_measure_start=window_opens,
                 )
             finally:
                 ctx.on_engine(None)
-                if marker is not None:
-                    marker.cancel()
 
         extra: dict[str, Any] = {}
         if trial.level.kind == "search":

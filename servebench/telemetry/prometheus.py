@@ -13,6 +13,7 @@ the family name, which for Triton and TF Serving is the name on the page.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -22,6 +23,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from servebench.telemetry.rows import Reading
 
 TRITON_PREFIXES = ("nv_inference_", "nv_gpu_", "nv_energy_", "nv_cpu_")
+# The counters that count requests and inferences: what `wait_until_quiet` watches.
+REQUEST_COUNTERS = frozenset(
+    {
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        ":tensorflow:serving:request_count",
+    }
+)
 TFS_PREFIXES = (":tensorflow:serving:",)
 DEFAULT_PREFIXES = TRITON_PREFIXES + TFS_PREFIXES
 
@@ -76,5 +87,37 @@ class PrometheusSampler:
     def sample(self) -> list[Reading]:
         return parse_metrics(self.scrape(), self.prefixes, self.keep_buckets)
 
+    def wait_until_quiet(self, max_wait_s: float = 1.0, pause_s: float = 0.01) -> bool:
+        """Read the page until two reads `pause_s` apart show the same request counters;
+        False if they still moved after `max_wait_s` (a page that cannot be read has
+        nothing to wait for: True, and the reading that follows says why).
+
+        For a reading taken when no request is in flight: a server counts a request a
+        moment after its answer left (Triton's backends report statistics once the
+        responses are sent), so a reading taken the instant the client has every answer
+        can miss the last few. Waiting for the counters to stop moving closes that gap
+        without guessing a delay.
+        """
+        deadline = time.monotonic() + max_wait_s
+        try:
+            before = _request_counts(self.sample())
+            while time.monotonic() < deadline:
+                time.sleep(pause_s)
+                now = _request_counts(self.sample())
+                if now == before:
+                    return True
+                before = now
+        except (OSError, ValueError):
+            return True
+        return False
+
     def close(self) -> None:
         pass
+
+
+def _request_counts(readings: list[Reading]) -> set[tuple]:
+    return {
+        (r.metric, tuple(sorted(r.labels.items())), r.value)
+        for r in readings
+        if r.metric in REQUEST_COUNTERS
+    }

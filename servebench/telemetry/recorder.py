@@ -4,6 +4,12 @@ The recorder samples once when started and once when stopped, so counters (serve
 metrics) have a value at both ends of the trial and their difference is the trial's; in
 between it samples every `interval_s` (default 0.5 s) on a fixed schedule that does not
 drift with sampling time. Everything a sampler could not do becomes a note, once.
+
+The server's counters of a trial cover its measured window: `mark_measured` reads them
+before the first measured send (the load engine waits for it) and `stop` after the last
+measured completion. Where no request is in flight at a reading (closed loop's start, every
+end), the server's counters are first let settle (`PrometheusSampler.wait_until_quiet`),
+so they count exactly the requests the client measured.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ class TelemetryRecorder:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            self._settle_counters()
             self.sample_once()
             self.stopped_at = time.time()
         for sampler in self.samplers:
@@ -125,14 +132,23 @@ class TelemetryRecorder:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def mark_measured(self) -> None:
+    def mark_measured(self, *, quiet: bool = False) -> None:
         """The warm-up is over: sample now and aggregate only from here on.
 
         Warm-up requests are not in the client's counts, so the server's counters must not
         have them either (9,554 counted by Triton vs 7,315 by the client, before this).
+        `quiet`: no request is in flight now, so the server's counters are let settle
+        first (the reading then has every warm-up request in it).
         """
+        if quiet:
+            self._settle_counters()
         self.measured_from = time.time()
         self.sample_once()
+
+    def _settle_counters(self) -> None:
+        for sampler in self.samplers:
+            if isinstance(sampler, PrometheusSampler) and not sampler.wait_until_quiet():
+                self._note(f"{sampler.source}: request counters still moving at a reading")
 
     # -- sampling -----------------------------------------------------------------------
 
