@@ -253,7 +253,7 @@ _TELEMETRY = (
         "requests",
         "server's count of successful requests in the measured window (closed loop: the "
         "measured ones; open loop: also warm-up requests in flight when it opened)",
-    ),  # fmt: skip
+    ),
     _column("server_failures", _FLOAT, "requests", "server's count of failed requests"),
     _column("server_inferences", _FLOAT, "samples", "server's count of inferences"),
     _column("server_executions", _FLOAT, "", "model executions (batches) the server ran"),
