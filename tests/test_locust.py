@@ -493,3 +493,70 @@ def test_one_link_emulator_per_process_and_profile(silent_server):
     finally:
         stats = pool.stop_all()
     assert list(stats) == [f"wifi->{silent_server}"]
+
+
+def test_a_link_profile_file_is_read_once_per_process(silent_server, tmp_path, monkeypatch):
+    """Users starting and the swarm's rows all take the `--link` file's profile from one
+    read (servebench.locust.settings.link_profile), relative to the working folder."""
+    from servebench.locust.links import LinkPool
+    from servebench.netem import profiles
+
+    monkeypatch.chdir(tmp_path)
+    Path("office.yaml").write_text("name: office-link\nrtt_s: 0.002\n")
+    reads = []
+    real = profiles.load_yaml
+    monkeypatch.setattr(profiles, "load_yaml", lambda path: reads.append(path) or real(path))
+    settings = user_settings(
+        SimpleNamespace(model="m", link="office.yaml"), f"http://{silent_server}"
+    )
+    pool = LinkPool()
+    try:
+        first = pool.connect_url(settings)
+        assert pool.connect_url(settings) == first != f"http://{silent_server}"
+    finally:
+        pool.stop_all()
+    run = LocustRun(tmp_path / "results", "r1")
+    collector = RecordCollector()
+    office = Coordinates("http://h:1", "triton", "triton-http", "m", "", 2, "office.yaml")
+    for swarm in (run.start_swarm(), run.start_swarm()):
+        collector.add(office, 1000.0, 1000.01, None, 10, 20)
+        (row,) = run.add_swarm(swarm, collector.snapshot(), users=1)
+        assert row["link"] == "office-link" and row["link_rtt_s"] == 0.002
+    assert len(reads) == 1, reads
+
+
+def test_ui_hands_locust_the_scenarios_resolved_link(tmp_path):
+    """A scenario's profile file reaches Locust as the profile the plan resolved, written
+    out in the work folder; a built-in as its name."""
+    from servebench.netem import resolve_link
+
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "slow.yaml").write_text("down_mbps: 5\nrtt_s: 0.05\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: ui-link\n"
+        "models: {specs: [{layer_type: dense, depth: 2, width: 16, input_shape: [8]}]}\n"
+        "servers: [{name: t, kind: triton, launch: local, settings: {max_batch_size: 4}}]\n"
+        "workload: {mode: closed, concurrency: [1], batch_sizes: [1], duration_s: 1}\n"
+        "links: [links/slow.yaml, wifi]\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    setup = setup_from_scenario(scenario, None, work)
+    handed = Path(setup.target.link)
+    assert handed.parent == work  # not the scenario's file, read again
+    assert resolve_link(str(handed)) == resolve_link("links/slow.yaml", tmp_path)
+    assert resolve_link(str(handed)).name == "slow"
+    given = resolve(setup, {"host": "http://127.0.0.1:9", "link": "wifi"})
+    assert given.target.link == "wifi"
+
+
+def test_ui_refuses_a_bad_link_before_locust_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    setup = UiSetup(Target(host="http://127.0.0.1:9", model="m"))
+    with pytest.raises(LaunchError, match=r"^--link: link '5g': not a built-in link"):
+        resolve(setup, {"link": "5g"})
+    with pytest.raises(LaunchError, match=r"^--link: profile file missing\.yaml: cannot read"):
+        resolve(setup, {"link": "missing.yaml"})
+    Path("mine.yml").write_text("rtt_s: 0.01\n")
+    assert resolve(setup, {"link": "mine.yml"}).target.link == "mine.yml"

@@ -45,7 +45,7 @@ def test_check_a_custom_profile_prints_configured_and_measured(tmp_path: Path):
 def test_check_reports_bad_input():
     result = runner.invoke(app, ["netem", "check", "5g-dream"])
     assert result.exit_code == 2
-    assert "profile '5g-dream': not a built-in profile" in result.output
+    assert "link '5g-dream': not a built-in link" in result.output
 
 
 def test_proxy_rejects_a_bad_target():

@@ -31,7 +31,7 @@ from servebench.netem import (
     LinkEmulator,
     LinkProfile,
     LinkProxy,
-    get_profile,
+    resolve_link,
 )
 from servebench.netem.check import CheckReport, check_profile, robust_sd
 from servebench.netem.probe import measure_download, measure_rtts, probe_server
@@ -54,7 +54,7 @@ def _within(report: CheckReport, tolerance: float) -> list[str]:
 def measured(name: str) -> CheckReport:
     """One check per profile for the whole module, measured again once if it misses."""
     if name not in _REPORTS:
-        profile = CUSTOM_50 if name == "custom-50" else get_profile(name)
+        profile = CUSTOM_50 if name == "custom-50" else resolve_link(name)
         report = check_profile(profile, duration_s=1.5, pings=PINGS[name])
         if _within(report, 0.10):
             report = check_profile(profile, duration_s=1.5, pings=PINGS[name])
@@ -180,7 +180,7 @@ async def test_http_call_through_the_link():
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     payload = os.urandom(50_000)
     try:
-        emulator = LinkEmulator(get_profile("wifi"), ("127.0.0.1", port), seed=3)
+        emulator = LinkEmulator(resolve_link("wifi"), ("127.0.0.1", port), seed=3)
         async with emulator as address, aiohttp.ClientSession() as session:
             url = f"http://{address}/reverse"
             timings = []
@@ -312,7 +312,7 @@ def test_unreachable_target_closes_the_client():
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
         port = spare.getsockname()[1]  # bound, not listening: connections are refused
-        emulator = LinkEmulator(get_profile("lte"), ("127.0.0.1", port))
+        emulator = LinkEmulator(resolve_link("lte"), ("127.0.0.1", port))
         with emulator as address, socket.create_connection(address, timeout=5) as sock:
             _read_until_closed(sock)
             stats = emulator.stats()
@@ -321,13 +321,13 @@ def test_unreachable_target_closes_the_client():
 
 def test_bad_addresses_are_reported():
     with pytest.raises(AddressError, match="target: 'nowhere' has no port"):
-        LinkEmulator("wifi", "nowhere")
+        LinkEmulator(resolve_link("wifi"), "nowhere")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(EmulatorError, match=f"listen 127.0.0.1:{port}"):
-            LinkEmulator("wifi", "127.0.0.1:9", listen=("127.0.0.1", port)).start()
+            LinkEmulator(resolve_link("wifi"), "127.0.0.1:9", listen=("127.0.0.1", port)).start()
 
 
 def _workers() -> list[psutil.Process]:
@@ -340,7 +340,7 @@ def _workers() -> list[psutil.Process]:
 def test_worker_is_out_of_the_callers_process_group():
     """A terminal's Ctrl-C goes to its whole foreground group; the worker must not be in
     it, or it dies before the runner has stopped the load through it (issue 10)."""
-    with probe_server() as server, LinkEmulator("wifi", server) as address:
+    with probe_server() as server, LinkEmulator(resolve_link("wifi"), server) as address:
         (worker,) = _workers()
         assert os.getpgid(worker.pid) != os.getpgrp()
         with socket.create_connection(address, timeout=5):
@@ -349,7 +349,7 @@ def test_worker_is_out_of_the_callers_process_group():
 
 def test_stop_after_the_worker_died_does_not_raise():
     with probe_server() as server:
-        emulator = LinkEmulator("wifi", server)
+        emulator = LinkEmulator(resolve_link("wifi"), server)
         emulator.start()
         (worker,) = _workers()
         worker.kill()

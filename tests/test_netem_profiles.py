@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
-from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, get_profile
+from servebench.netem import (
+    BUILTIN_PROFILES,
+    LinkProfile,
+    ProfileError,
+    UnknownLinkError,
+    link_kind,
+    resolve_link,
+)
 from servebench.netem.address import parse_address
 from servebench.netem.errors import AddressError
+from servebench.netem.profiles import is_profile_file
 from servebench.netem.trace import MahimahiTrace
 
 
@@ -51,7 +60,7 @@ def test_derived_values():
 def test_custom_yaml_profile(tmp_path: Path):
     path = tmp_path / "office.yaml"
     path.write_text("down_mbps: 50\nup_mbps: 50\nrtt_s: 0.040\njitter_s: 0.002\nloss: 0.001\n")
-    p = get_profile(str(path))
+    p = resolve_link(str(path))
     assert p.name == "office"
     assert p.rate_bps("down") == 50e6
     assert p.rtt_s == 0.040
@@ -74,7 +83,7 @@ def test_yaml_errors_name_the_field(tmp_path: Path, text: str, words: list[str])
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(ProfileError) as info:
-        get_profile(str(path))
+        resolve_link(str(path))
     message = str(info.value)
     assert str(path) in message
     for word in words:
@@ -82,10 +91,10 @@ def test_yaml_errors_name_the_field(tmp_path: Path, text: str, words: list[str])
 
 
 def test_unknown_profile_lists_the_builtins():
-    with pytest.raises(ProfileError, match=r"not a built-in profile .*wifi.*lte"):
-        get_profile("5g-dream")
+    with pytest.raises(ProfileError, match=r"link '5g-dream': not a built-in link .*wifi.*lte"):
+        resolve_link("5g-dream")
     with pytest.raises(ProfileError, match="cannot read"):
-        get_profile("missing.yaml")
+        resolve_link("missing.yaml")
 
 
 def test_trace_profile_paths_are_relative_to_the_file(tmp_path: Path):
@@ -93,15 +102,15 @@ def test_trace_profile_paths_are_relative_to_the_file(tmp_path: Path):
     (tmp_path / "traces" / "down.mahi").write_text("\n".join(["1"] * 2 + ["2"] * 2) + "\n")
     path = tmp_path / "cell.yaml"
     path.write_text("down_trace: traces/down.mahi\nup_mbps: 5\nrtt_s: 0.05\n")
-    p = get_profile(str(path))
+    p = resolve_link(str(path))
     # two 1500-byte opportunities per millisecond = 24 Mbit/s
     assert p.rate_bps("down") == pytest.approx(24e6)
     path.write_text("down_trace: traces/down.mahi\ndown_mbps: 3\n")
     with pytest.raises(ProfileError, match="down_mbps and down_trace both set"):
-        get_profile(str(path))
+        resolve_link(str(path))
     path.write_text("down_trace: traces/nope.mahi\n")
     with pytest.raises(ProfileError, match=r"field 'down_trace'.*cannot read"):
-        get_profile(str(path))
+        resolve_link(str(path))
 
 
 def test_mahimahi_trace_parsing(tmp_path: Path):
@@ -160,3 +169,78 @@ def test_parse_address(value, expected):
 def test_parse_address_errors(value, message):
     with pytest.raises(AddressError, match=message):
         parse_address(value, "target")
+
+
+# -- what a link reference means: one function (issue 21, item 6) ----------------------------
+
+
+def test_one_function_says_what_a_link_reference_means(tmp_path: Path):
+    inline = LinkProfile(name="mine", rtt_s=0.01)
+    assert link_kind(inline) == "inline" and resolve_link(inline) is inline
+    assert link_kind("wifi") == "builtin" and resolve_link("wifi") is BUILTIN_PROFILES["wifi"]
+    # Deciding reads nothing: a file that does not exist is still a file reference.
+    assert link_kind("nowhere/missing.yml") == "file"
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "office.yaml").write_text("rtt_s: 0.04\n")
+    # A relative file is taken from base_dir (the scenario's folder), not the working folder.
+    assert resolve_link("links/office.yaml", tmp_path).rtt_s == 0.04
+    assert resolve_link(str(tmp_path / "links" / "office.yaml"), Path("/elsewhere")).rtt_s == 0.04
+    with pytest.raises(ProfileError, match=r"other/links/office\.yaml: cannot read"):
+        resolve_link("links/office.yaml", tmp_path / "other")
+    # A file without the .yaml/.yml end is not a reference, even where it exists.
+    (tmp_path / "office.txt").write_text("rtt_s: 0.04\n")
+    with pytest.raises(UnknownLinkError) as info:
+        resolve_link(str(tmp_path / "office.txt"))
+    assert str(info.value).startswith(f"link '{tmp_path / 'office.txt'}': not a built-in link")
+    assert info.value.reason.endswith("nor a .yaml profile file")
+
+
+@pytest.mark.parametrize("entry", ["a.yaml", "b.yml", "/abs/c.yaml"])
+def test_profile_file_entries(entry: str):
+    assert is_profile_file(entry)
+
+
+@pytest.mark.parametrize("entry", ["wifi", "5g", "a.txt", 7, None, {"name": "x"}, ["a.yaml"]])
+def test_entries_that_are_not_profile_files(entry: object):
+    assert not is_profile_file(entry)
+
+
+def _suffix_tests(tree: ast.AST) -> list[int]:
+    """Lines that test a name for a YAML end: `x.endswith(".yaml" ...)`, `x.suffix in
+    (".yaml", ...)`, `... == ".yml"` (naming a file, `f"{name}.yaml"`, is no test)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "endswith":
+            tested = node.args
+        elif isinstance(node, ast.Compare):
+            tested = [node.left, *node.comparators]
+        else:
+            continue
+        for part in tested:
+            if any(
+                isinstance(c, ast.Constant) and c.value in (".yaml", ".yml") for c in ast.walk(part)
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_suffix_guard_sees_each_way_of_testing():
+    code = (
+        'a.endswith((".yaml", ".yml"))\nb.endswith(".yml")\nc.suffix in (".yaml",)\n'
+        'd == ".yaml"\npath = f"{name}.yaml"\nwith_suffix(".yaml")\n'
+    )
+    assert _suffix_tests(ast.parse(code)) == [1, 2, 3, 4]
+
+
+def test_no_other_module_tests_for_a_profile_file_suffix():
+    """`link_kind` is the one place that knows a profile file by its end: no other module of
+    servebench tests a name for ".yaml"/".yml" (six did, each its own way)."""
+    root = Path(__file__).resolve().parents[1]
+    owner = root / "servebench" / "netem" / "profiles.py"
+    found = [
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted((root / "servebench").rglob("*.py"))
+        if path != owner
+        for line in _suffix_tests(ast.parse(path.read_text(), str(path)))
+    ]
+    assert found == [], found

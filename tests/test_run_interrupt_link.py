@@ -1,9 +1,13 @@
-"""Ctrl-C in a terminal during a trial on an emulated link (issue 10, item 10).
+"""Scenario runs over an emulated link.
 
-A terminal sends SIGINT to its whole foreground process group, not just to servebench.
-The link emulator's worker must not be in that group: if it is, it dies of the SIGINT
-before the runner has stopped the load, and the trial is marked failed (BrokenPipeError)
-instead of interrupted.
+Ctrl-C in a terminal during a trial on an emulated link (issue 10, item 10): a terminal
+sends SIGINT to its whole foreground process group, not just to servebench. The link
+emulator's worker must not be in that group: if it is, it dies of the SIGINT before the
+runner has stopped the load, and the trial is marked failed (BrokenPipeError) instead of
+interrupted.
+
+A link given as a profile file is read once per run (issue 21, item 6): validation reads
+it, every trial takes the profile from the plan.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
+
+from servebench.netem import profiles
+from servebench.scenario.runner import ScenarioRunner
 
 SCENARIO = """\
 name: tiny-link
@@ -96,3 +103,27 @@ def test_sigint_to_the_process_group_interrupts_a_trial_on_an_emulated_link(tmp_
     assert trials.iloc[0]["count"] > 0 and trials.iloc[0]["errors"] == 0, trials.iloc[0].to_dict()
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert alive == [], f"emulator workers left running: {[p.pid for p in alive]}"
+
+
+def test_a_profile_file_is_read_once_per_run(tmp_path: Path, monkeypatch):
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "office.yaml"
+    link.write_text("name: office\nrtt_s: 0.01\ndown_mbps: 50\nup_mbps: 20\n")
+    text = SCENARIO.replace("links: [wifi]", "links: [links/office.yaml]")
+    path = tmp_path / "office-run.yaml"
+    path.write_text(text.replace("duration_s: 4.0", "duration_s: 0.5"))
+    reads = []
+    real = profiles.load_yaml
+
+    def counting(file: Path):
+        reads.append(Path(file).resolve())
+        return real(file)
+
+    monkeypatch.setattr(profiles, "load_yaml", counting)
+    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    assert outcome.status == "complete", outcome.reason
+    assert reads == [link.resolve()]  # two trials over it, one read
+    trials = pd.read_csv(outcome.directory.path / "trials.csv")
+    assert list(trials.status) == ["ok", "ok"], list(trials.reason)
+    assert set(trials.link) == {"office"} and set(trials.link_rtt_s) == {0.01}
+    assert (trials["ok"] > 0).all() and (trials["errors"] == 0).all()

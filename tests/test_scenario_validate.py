@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servebench.cli import app
+from servebench.netem import BUILTIN_PROFILES, profiles
 from servebench.scenario.plan import expand
 from servebench.scenario.validate import ScenarioError, load_scenario
 
@@ -260,7 +261,7 @@ def test_quickstart_is_small_enough_for_a_fresh_machine():
     plan = expand(load_scenario(SCENARIOS[0].parent / "quickstart.yaml"))
     assert plan.estimated_s < 180
     assert {s.values["dynamic_batching"] for s in plan.settings} == {False, True}
-    assert {t.link_name for t in plan.trials} == {"direct", "wifi", "lte"}
+    assert {t.link.name for t in plan.trials} == {"direct", "wifi", "lte"}
 
 
 def test_settings_that_do_not_apply_collapse(tmp_path: Path):
@@ -284,3 +285,61 @@ def test_an_empty_list_for_a_number_or_list_setting_is_one_error(tmp_path):
     assert caught.value.problems == [
         f"{path}:3 servers[0].settings.instance_count: [] — must have at least 1 item(s)"
     ]
+
+
+# -- links resolved once (issue 21, item 6) ------------------------------------------------
+
+LINKS = GOOD.replace(
+    "links: [direct, lte]",
+    "links: [direct, profiles/slow.yaml, profiles/stemmed.yml, {name: inline-one, rtt_s: 0.02}]",
+)
+
+
+def _profiles(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "slow.yaml").write_text(
+        "name: slow-office\ndown_mbps: 5\nup_mbps: 2\nrtt_s: 0.05\n"
+    )
+    (tmp_path / "profiles" / "stemmed.yml").write_text("rtt_s: 0.01\n")
+
+
+def test_trials_carry_resolved_profiles_with_the_ids_of_earlier_runs(tmp_path: Path):
+    _profiles(tmp_path)
+    plan = expand(load_scenario(write(tmp_path, LINKS)), tmp_path)
+    first = plan.trials[:16:4]  # per link: 2 batch sizes x 2 rates
+    links = [t.link for t in first]
+    assert [(p.name, p.rtt_s) for p in links] == [
+        ("direct", 0.0), ("slow-office", 0.05), ("stemmed", 0.01), ("inline-one", 0.02),
+    ]  # fmt: skip
+    assert links[0] is BUILTIN_PROFILES["direct"]
+    # The ids this scenario had before links were resolved at expansion (the id hashes a
+    # file link's path as written), so `--resume` of an older run still matches.
+    assert [t.id for t in first] == ["t0cd99e778c", "tc064e380d8", "t5c267810e7", "t28de76a896"]
+    # trials.csv's `link` column is the profile's name, a file's too (not its path).
+    assert [t.coordinates["link"] for t in first] == [p.name for p in links]
+
+
+def test_validation_and_expansion_read_a_profile_file_once(tmp_path: Path, monkeypatch):
+    _profiles(tmp_path)
+    reads: list[Path] = []
+    real = profiles.load_yaml
+
+    def counting(path: Path):
+        reads.append(Path(path).resolve())
+        return real(path)
+
+    monkeypatch.setattr(profiles, "load_yaml", counting)
+    scenario = load_scenario(write(tmp_path, LINKS))
+    assert sorted(p.name for p in reads) == ["slow.yaml", "stemmed.yml"]  # validation read them
+    expand(scenario, tmp_path)
+    expand(scenario, tmp_path)
+    assert sorted(p.name for p in reads) == ["slow.yaml", "stemmed.yml"]  # and kept them
+
+
+def test_link_profile_names_must_be_distinct(tmp_path: Path):
+    _profiles(tmp_path)
+    (tmp_path / "profiles" / "wifi.yaml").write_text("rtt_s: 0.03\n")  # named after its file
+    text = LINKS.replace("links: [direct,", "links: [wifi, profiles/wifi.yaml, direct,")
+    (found,) = problems(tmp_path, text)
+    assert found.startswith(f"{tmp_path / 'study.yaml'}:19 links: link profile names must be")
+    assert "['wifi', 'wifi', 'direct', 'slow-office', 'stemmed', 'inline-one']" in found

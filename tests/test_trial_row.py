@@ -21,7 +21,7 @@ from servebench.load.records import TIMEOUT_CODE, Chunk, Clock, chunk_to_batch
 from servebench.load.summary import MAX_ERROR_SHARE, judge
 from servebench.locust.records import Coordinates
 from servebench.locust.results import LocustRun
-from servebench.netem import get_profile
+from servebench.netem import resolve_link
 from servebench.pricing import InstancePrice
 from servebench.results import (
     TRIAL_COLUMNS,
@@ -94,7 +94,7 @@ def scenario_row(scenario: Scenario, trial: Trial, tmp_path: Path) -> TrialRow:
     sink.close()
     telemetry = aggregate([], model=trial.model.id)
     return build_row(
-        trial, ctx, get_profile("wifi"), _load_summary(batch), telemetry, sink, extra={}
+        trial, ctx, resolve_link("wifi"), _load_summary(batch), telemetry, sink, extra={}
     )
 
 

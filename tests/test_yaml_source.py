@@ -16,7 +16,7 @@ import pytest
 from model_zoo.spec import SpecError, load_specs
 from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
-from servebench.netem.profiles import get_profile
+from servebench.netem.profiles import resolve_link
 from servebench.netem.trace import MahimahiTrace
 from servebench.scenario.validate import ScenarioError, load_scenario
 
@@ -61,7 +61,7 @@ def test_spec_file_with_latin1_bytes(tmp_path: Path):
 def test_profile_file_with_latin1_bytes(tmp_path: Path):
     path = write(tmp_path, b"rtt_s: 0.04\n" + LATIN1_NAME, "office.yaml")
     with pytest.raises(ProfileError, match=r"office\.yaml:2: not UTF-8 text \(byte 0xe9"):
-        get_profile(str(path))
+        resolve_link(str(path))
 
 
 def test_trace_files_with_latin1_bytes(tmp_path: Path):
@@ -166,7 +166,7 @@ def test_spec_and_profile_files_share_the_limits(tmp_path: Path):
         load_specs(path)
     path = write(tmp_path, "a: &a [*a]\n", "link.yaml")
     with pytest.raises(ProfileError, match="recursive alias"):
-        get_profile(str(path))
+        resolve_link(str(path))
 
 
 # --- item 5: legitimate YAML that was refused --------------------------------------------

@@ -56,11 +56,11 @@ def proxy_command(
     seed: int | None = typer.Option(None, help="Seed jitter and loss for a repeatable run."),
 ) -> None:
     """Run a link in front of a server until Ctrl-C; prints the address to use first."""
-    from servebench.netem import NetemError, get_profile, parse_address
+    from servebench.netem import NetemError, parse_address, resolve_link
     from servebench.netem.serve import run_proxy
 
     try:
-        link = get_profile(profile)
+        link = resolve_link(profile)
         target = parse_address(to, "--to")
         listen_at = parse_address(listen, "--listen")
     except NetemError as exc:
@@ -120,11 +120,11 @@ def check_command(
     from rich.console import Console
     from rich.table import Table
 
-    from servebench.netem import NetemError
+    from servebench.netem import NetemError, resolve_link
     from servebench.netem.check import check_profile
 
     try:
-        report = check_profile(profile, duration_s=duration, pings=pings, seed=seed)
+        report = check_profile(resolve_link(profile), duration_s=duration, pings=pings, seed=seed)
     except NetemError as exc:
         raise _fail(str(exc)) from None
     table = Table(title=f"link '{report.profile.name}': configured vs measured")

@@ -160,7 +160,7 @@ def _runs_slo(runs: list[RunData]) -> float:
 def _link_cost(link: str) -> LinkCost:
     from servebench.analysis.recommend import DIRECT, LinkCost, RecommendError
     from servebench.netem.errors import ProfileError
-    from servebench.netem.profiles import get_profile
+    from servebench.netem.profiles import resolve_link
 
     if link == DIRECT:
         raise RecommendError(
@@ -168,7 +168,7 @@ def _link_cost(link: str) -> LinkCost:
             "give --link NAME (wifi, lte, a profile file)"
         )
     try:
-        profile = get_profile(link)
+        profile = resolve_link(link)
     except ProfileError as err:
         raise RecommendError(f"--link {link}: {err}") from None
     return LinkCost(profile.name, profile.rtt_s, profile.up_mbps, profile.down_mbps)

@@ -107,7 +107,7 @@ def plan(
     shown = result.trials if limit <= 0 else result.trials[:limit]
     for trial in shown:
         table.add_row(
-            str(trial.index), trial.id, escape(trial.setting.id), trial.model.id, trial.link_name,
+            str(trial.index), trial.id, escape(trial.setting.id), trial.model.id, trial.link.name,
             str(trial.batch_size), trial.level.label, f"{trial.estimated_s:.0f}",
         )  # fmt: skip
     console.print(table)

@@ -48,7 +48,7 @@ from servebench.common.errors import ServebenchError
 from servebench.locust.facts import TrialFacts
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
-from servebench.netem import LinkProfile
+from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, resolve_link
 from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
 from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
@@ -127,7 +127,7 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
         model=trial.model.id,
         protocol=for_server(server.kind, server.protocol).name,
         batch_size=trial.batch_size,
-        link=_link_argument(trial.link, path.parent, workdir),
+        link=_link_argument(trial.link, workdir),
     )
     local = None
     if server.launch == "remote":
@@ -183,15 +183,19 @@ def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
     )
 
 
-def _link_argument(link: str | LinkProfile, base_dir: Path, workdir: Path) -> str:
-    """What `--link` takes: a built-in name or a YAML file (an inline profile is written out)."""
-    if isinstance(link, LinkProfile):
-        path = workdir / f"link-{link.name}.yaml"
-        path.write_text(yaml.safe_dump(link.model_dump(mode="json", exclude_none=True)))
-        return str(path)
-    if link.endswith((".yaml", ".yml")) and not Path(link).is_absolute():
-        return str(base_dir / link)
-    return link
+def _link_argument(link: LinkProfile, workdir: Path) -> str:
+    """What Locust's `--link` takes for a resolved profile: a built-in's name, else the
+    profile written out to `workdir` (trace paths absolute), so Locust reads that file and
+    not the scenario's again."""
+    if BUILTIN_PROFILES.get(link.name) == link:
+        return link.name
+    data = link.model_dump(mode="json", exclude_none=True)
+    for trace in ("down_trace", "up_trace"):
+        if trace in data:  # an inline profile's are relative to this process's folder
+            data[trace] = str(Path(data[trace]).resolve())
+    path = workdir / f"link-{link.name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
 
 
 def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
@@ -213,6 +217,13 @@ def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
         raise LaunchError("--host: give the server's address (or a scenario file)")
     if target.batch_size < 1:
         raise LaunchError(f"--batch-size: must be >= 1, got {target.batch_size}")
+    if overrides.get("link") is not None:
+        # Checked here, so a bad --link is one line before Locust starts; Locust's process
+        # then resolves it once for all its users (servebench.locust.settings.link_profile).
+        try:
+            resolve_link(target.link)
+        except ProfileError as err:
+            raise LaunchError(f"--link: {err}") from None
     return replace(setup, target=target)
 
 

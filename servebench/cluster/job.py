@@ -182,13 +182,15 @@ _SELF_CONTAINED = "a cluster job's scenario must be self-contained: "
 
 def _file_references(source: ScenarioSource) -> list[str]:
     """One problem per file the scenario names by path (see the module docstring)."""
+    from servebench.netem.profiles import is_profile_file
+
     data = source.data
     if not isinstance(data, dict):
         return []
     problems = []
     links = data.get("links")
     for i, link in enumerate(links if isinstance(links, list) else []):
-        if isinstance(link, str) and link.endswith((".yaml", ".yml")):
+        if is_profile_file(link):
             problems.append(
                 _problem(
                     source, ("links", i), link,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import gevent.lock
 
 from servebench.clients.endpoints import grpc_target, http_base
-from servebench.locust.settings import UserSettings
-from servebench.netem import Address, LinkEmulator, LinkStats, get_profile, parse_address
+from servebench.locust.settings import UserSettings, link_profile
+from servebench.netem import Address, LinkEmulator, LinkStats, parse_address
 
 
 def server_address(settings: UserSettings) -> Address:
@@ -47,7 +47,7 @@ class LinkPool:
         A profile that shapes nothing (`direct`) gets no proxy. Raises netem's errors
         (ProfileError naming the profile, EmulatorError with the worker's stderr).
         """
-        profile = get_profile(settings.link)
+        profile = link_profile(settings.link)
         if not profile.shapes_traffic:
             return through(settings, None)
         key = (settings.link, server_address(settings))

@@ -30,7 +30,8 @@ from servebench.load.stats import columns_from_table, summarize
 from servebench.load.summary import LATE_THRESHOLD, MAX_ERROR_SHARE, judge
 from servebench.locust.facts import TrialFacts
 from servebench.locust.records import Coordinates
-from servebench.netem import NetemError, get_profile
+from servebench.locust.settings import link_profile
+from servebench.netem import NetemError
 from servebench.results import RunDirectory, TrialRow, new_run_id
 
 SOURCE = "locust"
@@ -196,7 +197,7 @@ def trial_row(
         latencies = batch.column("latency").to_numpy(zero_copy_only=False)[ok]
         row.update(facts.columns(coords.model, row.get("throughput_ips"), latencies))
     try:
-        profile = get_profile(coords.link)
+        profile = link_profile(coords.link)
     except NetemError:
         return row  # a profile file that went away since the swarm: the path is enough
     row.update(

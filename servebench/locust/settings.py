@@ -7,6 +7,7 @@ with another model, batch size, protocol or link needs no restart.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from servebench.clients.endpoints import grpc_target, http_base
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import model_protocols
 from servebench.clients.tfs_rest import REQUEST_FORMATS
+from servebench.netem import LinkProfile, resolve_link
 
 # What a Locust user can speak: every registered protocol with a model format.
 PROTOCOLS = model_protocols()
@@ -27,6 +29,21 @@ DEFAULT_LINK = "direct"
 DEFAULT_TIMEOUT_S = 10.0
 # Every user of a process sends the same pre-encoded payload, built from this seed.
 PAYLOAD_SEED = 0
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(link: str, folder: Path) -> LinkProfile:
+    return resolve_link(link, folder)
+
+
+def link_profile(link: str) -> LinkProfile:
+    """The profile a `--link` value names, resolved once per process and working folder.
+
+    Every user asks when it starts, and every trial row of a swarm: a profile file is read
+    on the first ask only. (A file edited during a session is read again by a new Locust
+    process; the form can name another file meanwhile.) Raises netem's ProfileError.
+    """
+    return _resolved(link, Path.cwd())
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,19 @@ else from servebench (it is the lowest layer).
 
 from servebench.netem.address import Address, parse_address
 from servebench.netem.emulator import LinkEmulator
-from servebench.netem.errors import AddressError, EmulatorError, NetemError, ProfileError
+from servebench.netem.errors import (
+    AddressError,
+    EmulatorError,
+    NetemError,
+    ProfileError,
+    UnknownLinkError,
+)
 from servebench.netem.profiles import (
     BUILTIN_PROFILES,
     LinkProfile,
-    get_profile,
-    load_profile_file,
+    link_kind,
     profile_from_mapping,
+    resolve_link,
 )
 from servebench.netem.proxy import LinkProxy
 from servebench.netem.stats import ConnectionStats, DirectionStats, LinkStats
@@ -33,8 +39,9 @@ __all__ = [
     "MahimahiTrace",
     "NetemError",
     "ProfileError",
-    "get_profile",
-    "load_profile_file",
+    "UnknownLinkError",
+    "link_kind",
     "parse_address",
     "profile_from_mapping",
+    "resolve_link",
 ]

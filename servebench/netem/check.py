@@ -20,7 +20,7 @@ from servebench.netem.probe import (
     measure_upload,
     probe_server,
 )
-from servebench.netem.profiles import LinkProfile, get_profile
+from servebench.netem.profiles import LinkProfile
 from servebench.netem.stats import LinkStats
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ def transfer_bytes(rate_bps: float | None, duration_s: float) -> int:
 
 
 def check_profile(
-    profile: LinkProfile | str,
+    profile: LinkProfile,
     *,
     duration_s: float = 2.0,
     pings: int = 20,
@@ -97,7 +97,6 @@ def check_profile(
     real-time scheduling class like the emulator, so a busy machine's run queue does not
     end up in the figures.
     """
-    profile = get_profile(profile)
     report = CheckReport(profile)
 
     def run(fn: Callable[..., T], *args: Any) -> T:

@@ -5,7 +5,7 @@ event loop, a busy load generator would delay deliveries, and asyncio's timers a
 millisecond-precise; in a thread, the GIL would hand the emulator the CPU in 5 ms slices.
 Its own process gives it its own interpreter, a precise-timer loop and a core.
 
-    async with LinkEmulator("lte", "127.0.0.1:8000") as address:
+    async with LinkEmulator(BUILTIN_PROFILES["lte"], "127.0.0.1:8000") as address:
         ...  # point the client at address (host, port)
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from servebench.netem.address import Address, parse_address
 from servebench.netem.errors import EmulatorError
-from servebench.netem.profiles import LinkProfile, get_profile
+from servebench.netem.profiles import LinkProfile
 from servebench.netem.stats import LinkStats
 
 #: Folder that holds the `servebench` package, so the worker imports this same copy.
@@ -38,7 +38,7 @@ class LinkEmulator:
 
     def __init__(
         self,
-        profile: LinkProfile | str,
+        profile: LinkProfile,
         target: str | tuple[str, int],
         *,
         listen: str | tuple[str, int] = ("127.0.0.1", 0),
@@ -46,7 +46,7 @@ class LinkEmulator:
         realtime: bool = True,
         start_timeout_s: float = 20.0,
     ) -> None:
-        self.profile = get_profile(profile)
+        self.profile = profile
         self.target = parse_address(target, "target")
         self.listen = parse_address(listen, "listen")
         self.seed = seed

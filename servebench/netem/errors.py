@@ -13,6 +13,14 @@ class ProfileError(NetemError, ValueError):
     """A link profile, a profile file or a trace file is invalid (the message names the field)."""
 
 
+class UnknownLinkError(ProfileError):
+    """A link reference that is neither a built-in profile nor a profile file."""
+
+    def __init__(self, reference: str, reason: str):
+        super().__init__(f"link {reference!r}: {reason}")
+        self.reason = reason
+
+
 class EmulatorError(NetemError, RuntimeError):
     """The emulator could not start, answer or stop (the message says which address or why)."""
 

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from servebench.common.textfile import TextFileError, load_yaml
-from servebench.netem.errors import ProfileError
+from servebench.netem.errors import ProfileError, UnknownLinkError
 from servebench.netem.trace import MahimahiTrace
 
 Direction = Literal["up", "down"]
@@ -228,13 +228,13 @@ def profile_from_mapping(data: Any, origin: str, base_dir: Path | None = None) -
         raise ProfileError(format_validation_error(exc, origin)) from None
 
 
-def load_profile_file(path: str | Path) -> LinkProfile:
+def _read_profile_file(path: Path) -> LinkProfile:
     """Read a custom profile from YAML; trace paths are relative to the file's folder.
 
     The bounded reader shared by every user file (`servebench.common.textfile`, a leaf that imports
-    nothing of servebench) turns bad bytes, bad YAML and alias bombs into one line.
+    nothing of servebench) turns bad bytes, bad YAML and alias bombs into one line
+    (`file:line: what`).
     """
-    path = Path(path)
     try:
         data = load_yaml(path)
     except TextFileError as exc:
@@ -244,13 +244,55 @@ def load_profile_file(path: str | Path) -> LinkProfile:
     return profile_from_mapping(data, f"profile file {path}", base_dir=path.resolve().parent)
 
 
-def get_profile(spec: str | LinkProfile) -> LinkProfile:
-    """A built-in profile by name, or a custom one from a YAML file path."""
-    if isinstance(spec, LinkProfile):
-        return spec
-    if spec in BUILTIN_PROFILES:
-        return BUILTIN_PROFILES[spec]
-    if spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
-        return load_profile_file(spec)
+#: The ends of a link reference that names a profile file rather than a built-in profile.
+PROFILE_FILE_SUFFIXES = (".yaml", ".yml")
+
+LinkKind = Literal["builtin", "file", "inline"]
+
+
+def link_kind(reference: str | LinkProfile) -> LinkKind:
+    """What a link reference means, decided without reading anything.
+
+    The one place that decides it, so a scenario's schema, `servebench ui`, the CLI's
+    `--link`/`--profile` options and a cluster job (which refuses files) cannot disagree:
+    a `LinkProfile` (a scenario's inline mapping) is `inline`, a built-in name `builtin`,
+    a name ending in .yaml/.yml a profile `file`; anything else is an UnknownLinkError
+    naming it.
+    """
+    if isinstance(reference, LinkProfile):
+        return "inline"
+    if reference in BUILTIN_PROFILES:
+        return "builtin"
+    if reference.endswith(PROFILE_FILE_SUFFIXES):
+        return "file"
     names = ", ".join(BUILTIN_PROFILES)
-    raise ProfileError(f"profile {spec!r}: not a built-in profile ({names}) nor a YAML file")
+    raise UnknownLinkError(reference, f"not a built-in link ({names}) nor a .yaml profile file")
+
+
+def is_profile_file(entry: Any) -> bool:
+    """Whether an entry of a scenario's raw `links` (any YAML value) names a profile file,
+    as `link_kind` decides; for checks that look at files before the schema has run."""
+    if not isinstance(entry, str):
+        return False
+    try:
+        return link_kind(entry) == "file"
+    except UnknownLinkError:
+        return False
+
+
+def resolve_link(reference: str | LinkProfile, base_dir: Path | None = None) -> LinkProfile:
+    """The profile a link reference names (`link_kind`), reading a profile file.
+
+    A relative file path is taken from `base_dir` (a scenario's folder), or from the working
+    folder when None (a command-line option). Callers resolve each reference once and pass
+    the profile on: a scenario when its plan is expanded, a Locust process per `--link`.
+    """
+    kind = link_kind(reference)
+    if isinstance(reference, LinkProfile):
+        return reference
+    if kind == "builtin":
+        return BUILTIN_PROFILES[reference]
+    path = Path(reference)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return _read_profile_file(path)

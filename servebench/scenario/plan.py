@@ -70,37 +70,55 @@ class LoadLevel:
 
 @dataclass(frozen=True)
 class Trial:
+    """One trial of the plan. `link` is resolved (`Scenario.link_profile`) when the plan is
+    expanded: nothing downstream reads a profile file or decides what a link name means."""
+
     index: int
     setting: ServerSetting
     model: ModelSpec
-    link: str | LinkProfile
+    link: LinkProfile
     batch_size: int
     level: LoadLevel
     estimated_s: float
-
-    @property
-    def link_name(self) -> str:
-        return self.link if isinstance(self.link, str) else self.link.name
+    #: `trial_id` of the coordinates, made by `expand` (it needs the link as written).
+    id: str
 
     @property
     def coordinates(self) -> dict[str, Any]:
-        return {
-            "server": self.setting.server.name,
-            "server_kind": self.setting.server.kind,
-            "setting": self.setting.id,
-            "model": self.model.id,
-            "batch_size": self.batch_size,
-            "link": self.link_name,
-            "load_kind": self.level.kind,
-            "load_level": self.level.value,
-        }
+        return _coordinates(self.setting, self.model, self.link.name, self.batch_size, self.level)
 
-    @property
-    def id(self) -> str:
-        canonical = json.dumps(
-            {**self.coordinates, "settings": self.setting.values}, sort_keys=True, default=str
-        )
-        return "t" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+def _coordinates(
+    setting: ServerSetting, model: ModelSpec, link: str, batch_size: int, level: LoadLevel
+) -> dict[str, Any]:
+    return {
+        "server": setting.server.name,
+        "server_kind": setting.server.kind,
+        "setting": setting.id,
+        "model": model.id,
+        "batch_size": batch_size,
+        "link": link,
+        "load_kind": level.kind,
+        "load_level": level.value,
+    }
+
+
+def trial_id(
+    setting: ServerSetting,
+    model: ModelSpec,
+    link: str | LinkProfile,
+    batch_size: int,
+    level: LoadLevel,
+) -> str:
+    """A hash of the trial's coordinates and settings, the same in every run of a scenario.
+
+    The link enters as the scenario writes it (a built-in or inline profile's name, a
+    profile file's path), as it always has: ids of earlier runs still match on `--resume`.
+    """
+    written = link if isinstance(link, str) else link.name
+    coordinates = _coordinates(setting, model, written, batch_size, level)
+    canonical = json.dumps({**coordinates, "settings": setting.values}, sort_keys=True, default=str)
+    return "t" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
 @dataclass(frozen=True)
@@ -225,21 +243,27 @@ def _trial_seconds(scenario: Scenario, level: LoadLevel) -> float:
 
 
 def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
+    """Every trial of the scenario, in run order; `base_dir` is the scenario's folder.
+
+    Links are resolved here, once: each trial carries its `LinkProfile`.
+    """
     models = resolve_models(scenario, base_dir)
     settings = [s for server in scenario.servers for s in _server_settings(server)]
     levels = _levels(scenario)
+    links = [(link, scenario.link_profile(link, base_dir)) for link in scenario.links]
     trials: list[Trial] = []
     for setting in settings:
         for model in models:
-            for link in scenario.links:
+            for link, profile in links:
                 for batch_size in scenario.workload.batch_sizes:
                     if batch_size > setting.values.get("max_batch_size", batch_size):
                         continue  # validation ensured another combination takes it
                     for level in levels:
                         trials.append(
                             Trial(
-                                len(trials), setting, model, link, batch_size, level,
+                                len(trials), setting, model, profile, batch_size, level,
                                 _trial_seconds(scenario, level),
+                                trial_id(setting, model, link, batch_size, level),
                             )
                         )  # fmt: skip
     return Plan(scenario, models, settings, trials)

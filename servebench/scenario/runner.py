@@ -295,7 +295,7 @@ class ScenarioRunner:
                 progress.reset(
                     current,
                     total=trial.estimated_s,
-                    description=f"{setting.id} · {trial.model.id} · {trial.link_name} · "
+                    description=f"{setting.id} · {trial.model.id} · {trial.link.name} · "
                     f"b{trial.batch_size} · {trial.level.label}",
                 )
                 ticker = asyncio.create_task(_tick(progress, current))

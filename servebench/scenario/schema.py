@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES, MAX_FAMILY_SIZE
 from model_zoo.spec import (
@@ -36,7 +36,8 @@ from model_zoo.spec import (
 from servebench.clients.endpoints import grpc_target, http_base
 from servebench.common.validation import OnePassModel, Problem, known, rule
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
-from servebench.netem.profiles import BUILTIN_PROFILES, LinkProfile
+from servebench.netem.errors import UnknownLinkError
+from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -544,14 +545,11 @@ class CostSection(Strict):
 
 
 def _known_link(link: str | LinkProfile) -> str | LinkProfile:
-    if (
-        isinstance(link, str)
-        and link not in BUILTIN_PROFILES
-        and not link.endswith((".yaml", ".yml"))
-    ):
-        raise ValueError(
-            f"not a built-in link ({', '.join(BUILTIN_PROFILES)}) nor a .yaml profile file"
-        )
+    """A reference `link_kind` understands (a profile file is read later, by `link_profile`)."""
+    try:
+        link_kind(link)
+    except UnknownLinkError as err:
+        raise ValueError(err.reason) from None
     if isinstance(link, LinkProfile) and (name := infinite_field(link)):
         raise ValueError(f"{name}: must be a finite number")
     return link
@@ -585,6 +583,9 @@ class Scenario(Strict):
     cold_start: ColdStartSection = Field(default_factory=ColdStartSection)
     limits: Limits = Field(default_factory=Limits)
 
+    # Profile files read by `link_profile`, by (reference, folder).
+    _link_files: dict[tuple[str, Path], LinkProfile] = PrivateAttr(default_factory=dict)
+
     @field_validator("links")
     @classmethod
     def _distinct_links(cls, links: list[str | LinkProfile]) -> list[str | LinkProfile]:
@@ -592,6 +593,21 @@ class Scenario(Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"link names must be distinct, got {names}")
         return links
+
+    def link_profile(self, link: str | LinkProfile, base_dir: Path) -> LinkProfile:
+        """One of `links` as its profile (`netem.resolve_link`, files from `base_dir`, the
+        scenario's folder).
+
+        A profile file is read once per scenario and kept: validation reads it to report
+        its errors at the scenario's line, and the plan's expansion takes that profile
+        instead of reading the file again (so a run reads each file once).
+        """
+        if isinstance(link, LinkProfile):
+            return link
+        key = (link, Path(base_dir).resolve())
+        if key not in self._link_files:
+            self._link_files[key] = resolve_link(link, base_dir)
+        return self._link_files[key]
 
     @rule("servers")
     def _distinct_servers(self, context: Mapping[str, Any]) -> Iterator[Problem]:

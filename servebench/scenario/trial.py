@@ -35,7 +35,7 @@ from servebench.load import (
 )
 from servebench.load.engine import SERVER_UNREACHABLE
 from servebench.load.summary import MAX_ERROR_SHARE
-from servebench.netem import LinkEmulator, LinkProfile, get_profile
+from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
@@ -76,13 +76,6 @@ class TrialContext:
 class TrialOutcome:
     row: TrialRow
     telemetry: list[TelemetryRow]
-
-
-def link_profile(trial: Trial, base_dir: Path) -> LinkProfile:
-    link = trial.link
-    if isinstance(link, str) and link.endswith((".yaml", ".yml")) and not Path(link).is_absolute():
-        link = str(base_dir / link)
-    return get_profile(link)
 
 
 def _arrivals(scenario: Scenario, rate: float | None, base_dir: Path):
@@ -167,7 +160,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
     server_section = trial.setting.server
     protocol = for_server(server_section.kind, server_section.protocol).name
     target, direct_url = client_target(ctx.server, server_section.protocol)
-    profile = link_profile(trial, ctx.base_dir)
+    profile = trial.link
     records_path = ctx.records_path(trial.id)
     async with AsyncExitStack() as stack:
         url = direct_url

@@ -22,7 +22,7 @@ from servebench.common.errors import ServebenchError
 from servebench.common.validation import known
 from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
-from servebench.netem.profiles import load_profile_file
+from servebench.netem.profiles import is_profile_file
 from servebench.pricing import load_prices
 from servebench.scenario.plan import count_trials
 from servebench.scenario.schema import (
@@ -203,6 +203,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         checks = _Checks(source, scenario, limits)
         problems += checks.settings()
         problems += checks.cost()
+        problems += checks.links()
         problems += checks.files()
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
@@ -299,20 +300,39 @@ class _Checks:
             )
         ]  # fmt: skip
 
-    def files(self) -> list[str]:
-        """Link profile files, the trace and the export folder exist and parse."""
+    def links(self) -> list[str]:
+        """Link profile files exist and parse, their numbers are finite, and the profiles'
+        names (a file's own, not its path) are distinct, as trials.csv's `link` column needs.
+
+        Each file is read through `Scenario.link_profile`, which keeps the profile for the
+        plan's expansion: a run reads it once.
+        """
         problems = []
         links = self.source.data.get("links")
         for i, link in enumerate(links if isinstance(links, list) else []):
-            if isinstance(link, str) and link.endswith((".yaml", ".yml")):
-                path = self._path(link)
-                try:
-                    profile = load_profile_file(path)
-                except (ProfileError, ValueError) as err:
-                    problems.append(self.problem(("links", i), link, _reason(err, path)))
-                    continue
-                if name := infinite_field(profile):
-                    problems.append(self.problem(("links", i), link, f"{name} is not finite"))
+            if not is_profile_file(link):
+                continue  # the schema checks names and inline profiles
+            try:
+                profile = self.scenario.link_profile(link, self.base_dir)
+            except ProfileError as err:
+                problems.append(self.problem(("links", i), link, _reason(err, self._path(link))))
+                continue
+            if name := infinite_field(profile):
+                problems.append(self.problem(("links", i), link, f"{name} is not finite"))
+        if problems or not known(self.scenario, "links"):
+            return problems
+        names = [
+            self.scenario.link_profile(link, self.base_dir).name for link in self.scenario.links
+        ]
+        if len(set(names)) != len(names):
+            problems.append(
+                self.problem(("links",), None, f"link profile names must be distinct, got {names}")
+            )
+        return problems
+
+    def files(self) -> list[str]:
+        """The trace and the export folder exist and parse."""
+        problems = []
         if known(self.scenario, "workload.trace") and self.scenario.workload.trace:
             trace = self.scenario.workload.trace
             path = self._path(trace)
