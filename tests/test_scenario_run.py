@@ -2,6 +2,8 @@
 
 Each test runs a tiny scenario (one small dense model) so the whole file stays around a
 minute: consistency of every result file, a server killed mid-trial, Ctrl-C, and --resume.
+A test that acts mid-trial waits until the server has answered measured requests
+(server_checks), not for a fixed time.
 """
 
 from __future__ import annotations
@@ -11,15 +13,22 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from link_checks import p50_floor_s
+from server_checks import (
+    Background,
+    metrics_url,
+    tritonservers,
+    wait_for_a_trial,
+    wait_for_measured_answers,
+)
 
+from servebench.netem import get_profile
 from servebench.results import TRIAL_COLUMNS
 from servebench.scenario.runner import ScenarioRunner
 
@@ -88,9 +97,11 @@ def test_short_run_writes_consistent_result_files(tmp_path: Path):
     assert (trials.errors == 0).all()
     assert set(records.batch_size) == {1, 2}
     wifi = trials[trials.link == "wifi"]
-    direct = trials[trials.link == "direct"]
-    # the emulated 20 ms RTT shows in the latency, and the analytic link time says so too
-    assert wifi.latency_p50.min() > direct.latency_p50.max() + 0.015
+    # The emulated 20 ms RTT shows in each wifi trial's latency (above the least p50 its
+    # jitter allows, link_checks; a direct trial's is a few ms), and the analytic link time
+    # says so too.
+    for row in wifi.itertuples():
+        assert row.latency_p50 >= p50_floor_s(get_profile("wifi"), row.count - row.errors), row
     assert (wifi.link_time_analytic_s >= 0.02).all()
     assert (trials.cost_per_million > 0).all()
     cold = pd.read_csv(run / "cold_start.csv")
@@ -98,45 +109,27 @@ def test_short_run_writes_consistent_result_files(tmp_path: Path):
     assert (cold.seconds > 0).all()
 
 
-def tritonservers(under: Path) -> list[psutil.Process]:
-    """Live tritonserver processes serving a repository below `under` (this test's own;
-    other tests' session-scoped servers must be left alone)."""
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if (
-                process.name() == "tritonserver"
-                and process.status() != psutil.STATUS_ZOMBIE
-                and str(under) in " ".join(process.cmdline())
-            ):
-                found.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+# The open loop's warm-up sends exactly the requests scheduled before warmup_s: at 40 req/s
+# over 0.2 s, offsets 0, 0.025, ... 0.175 s: 8 requests.
+WARMUP_REQUESTS = 8
+
+
+def wait_until_measuring(tmp_path: Path, run: subprocess.Popen | None = None) -> psutil.Process:
+    """The tritonserver of the run below `tmp_path` (in `run` if a subprocess), once its
+    first trial has answered measured requests (server_checks; at 40 req/s a 1.5 s trial
+    has 50 more to go)."""
+    wait_for_a_trial(tmp_path / "results", run)
+    (server,) = tritonservers(tmp_path)
+    wait_for_measured_answers(metrics_url(server), WARMUP_REQUESTS)
+    return server
 
 
 def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Path):
-    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=3.0)
+    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=1.5)
     runner = ScenarioRunner(path, output=tmp_path / "results")
-    records_dir: list[Path] = []
-
-    def kill_during_first_trial() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            found = list((tmp_path / "results").glob("*/records/*.parquet"))
-            if found:
-                time.sleep(1.0)  # well inside the first 3 s trial
-                for process in tritonservers(tmp_path):
-                    process.kill()
-                records_dir.append(found[0].parent)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_during_first_trial, daemon=True)
-    killer.start()
+    killer = Background(lambda: wait_until_measuring(tmp_path).kill())
     outcome = runner.run()
-    killer.join(timeout=5)
-    assert records_dir, "the first trial never started"
+    killer.join()
     trials = pd.read_csv(outcome.directory.path / "trials.csv").sort_values("index")
     assert list(trials.status) == ["failed", "ok", "ok"], list(trials.reason)
     assert "stopped answering" in trials.iloc[0].reason
@@ -147,7 +140,7 @@ def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Pa
 
 
 def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Path):
-    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=3.0)
+    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=1.5)
     results = tmp_path / "results"
     command = [
         sys.executable,
@@ -164,12 +157,14 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(results.glob("*/records/*.parquet")):
-        time.sleep(0.05)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
+    try:
+        wait_until_measuring(tmp_path, process)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:  # the wait failed: leave no run (and server) behind
+            process.kill()
+            process.communicate()
     assert process.returncode == 130, output
     run = run_dir_of(results)
     meta = json.loads((run / "run.json").read_text())
