@@ -28,7 +28,7 @@ from server_checks import (
     wait_for_measured_answers,
 )
 
-from servebench.netem import get_profile
+from servebench.netem import resolve_link
 from servebench.results import TRIAL_COLUMNS
 from servebench.scenario.runner import ScenarioRunner
 
@@ -101,7 +101,7 @@ def test_short_run_writes_consistent_result_files(tmp_path: Path):
     # jitter allows, link_checks; a direct trial's is a few ms), and the analytic link time
     # says so too.
     for row in wifi.itertuples():
-        assert row.latency_p50 >= p50_floor_s(get_profile("wifi"), row.count - row.errors), row
+        assert row.latency_p50 >= p50_floor_s(resolve_link("wifi"), row.count - row.errors), row
     assert (wifi.link_time_analytic_s >= 0.02).all()
     assert (trials.cost_per_million > 0).all()
     cold = pd.read_csv(run / "cold_start.csv")

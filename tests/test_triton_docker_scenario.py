@@ -23,7 +23,7 @@ from link_checks import p50_floor_s
 from server_checks import container_metrics_url, wait_for_a_trial, wait_for_measured_answers
 
 from servebench.common.wellknown import TRITON_CPU_IMAGE
-from servebench.netem import get_profile
+from servebench.netem import resolve_link
 from servebench.results import COLD_START_PHASES
 from servebench.scenario.runner import ScenarioRunner
 from servebench.telemetry import read_telemetry
@@ -70,7 +70,7 @@ def test_one_trial_through_a_link_to_triton_in_a_container(tmp_path: Path) -> No
     assert trial["status"] == "ok" and trial["errors"] == 0 and trial["count"] > 0
     assert (trial["launch"], trial["link"]) == ("docker", "wifi")
     # The requests went through the link: the least p50 its RTT and jitter allow (link_checks).
-    assert trial["latency_p50"] >= p50_floor_s(get_profile("wifi"), trial["count"]), trial
+    assert trial["latency_p50"] >= p50_floor_s(resolve_link("wifi"), trial["count"]), trial
     # The container's CPU and memory from the engine; Triton's counters from its metrics port.
     assert trial["server_cpu_mean"] > 0 and trial["server_mem_max"] > 0
     # Closed loop: the server's counters cover exactly the measured requests (results.py,
