@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -130,10 +131,6 @@ def conform_records(table: pa.Table, where: object) -> pa.Table:
 
 # -- the trial row (trials.csv) -----------------------------------------------------------
 
-# A trial's summary row as producers hand it to `RunDirectory.add_trial`: column name to
-# plain value (None where not measured). Its columns are `TRIAL_SCHEMA`'s.
-TrialRow = dict[str, Any]
-
 _TEXT, _INT, _FLOAT, _BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
 
@@ -151,6 +148,9 @@ _OUTCOME = (
     _column("verdict", _TEXT, "", "VALID | INVALID, as MLPerf LoadGen says it"),
     _column("verdict_reasons", _TEXT, "", "why INVALID, '; '-separated"),
     _column("verdict_warnings", _TEXT, "", "what to read with care though VALID, '; '-separated"),
+    # Readers decide on these, never on the text (servebench/common/verdict_codes.py).
+    _column("verdict_reason_codes", _TEXT, "", "the reasons' codes, ';'-separated, e.g. errors"),
+    _column("verdict_warning_codes", _TEXT, "", "the warnings' codes, ';'-separated"),
 )
 # Where the trial sits in the study: what `report compare` joins on.
 _COORDINATES = (
@@ -208,11 +208,12 @@ _LOAD = (
     _column("throughput_rps", _FLOAT, "req/s", "successful requests per second"),
     _column("throughput_ips", _FLOAT, "inferences/s", "successful samples per second"),
     _column("latency_mean", _FLOAT, "s", "mean latency of successful requests"),
-    _column("latency_p50", _FLOAT, "s", "latency percentile"),
-    _column("latency_p90", _FLOAT, "s", "latency percentile"),
-    _column("latency_p95", _FLOAT, "s", "latency percentile"),
-    _column("latency_p99", _FLOAT, "s", "latency percentile"),
-    _column("latency_p99_9", _FLOAT, "s", "latency percentile"),
+    # Percentiles by nearest rank (servebench/common/quantiles.py): latencies requests had.
+    _column("latency_p50", _FLOAT, "s", "latency percentile, nearest rank"),
+    _column("latency_p90", _FLOAT, "s", "latency percentile, nearest rank"),
+    _column("latency_p95", _FLOAT, "s", "latency percentile, nearest rank"),
+    _column("latency_p99", _FLOAT, "s", "latency percentile, nearest rank"),
+    _column("latency_p99_9", _FLOAT, "s", "latency percentile, nearest rank"),
     _column("latency_max", _FLOAT, "s", "largest latency"),
     _column("schedule_lag_p99", _FLOAT, "s", "p99 of actual minus intended send time"),
     _column("late_share", _FLOAT, "share", "sends later than the late threshold"),
@@ -274,12 +275,14 @@ _COST = (
     _column("cost_per_million", _FLOAT, "USD/1e6 inferences", "at the measured throughput"),
     _column("slo_percentile", _FLOAT, "%", "the SLO's latency percentile"),
     _column("slo_bound_s", _FLOAT, "s", "the SLO's latency bound"),
-    _column("slo_latency_s", _FLOAT, "s", "the trial's latency at the SLO percentile"),
+    _column("slo_latency_s", _FLOAT, "s", "latency at the SLO percentile (p99: = latency_p99)"),
     _column("slo_met", _BOOL, "", "slo_latency_s <= slo_bound_s"),
     _column("slo_throughput_ips", _FLOAT, "inferences/s", "highest throughput meeting the SLO"),
     _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
     _column("max_rate", _FLOAT, "req/s", "SLO search: highest rate meeting the SLO"),
-    _column("search_steps", _TEXT, "", "SLO search: JSON [rate, latency s, met, why invalid]"),
+    _column(
+        "search_steps", _TEXT, "", "SLO search: JSON [rate, latency s, met, why invalid, codes]"
+    ),
 )
 
 TRIAL_SCHEMA = pa.schema(
@@ -290,19 +293,110 @@ TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)
 
 
 class TrialRowError(ServebenchError, ValueError):
-    """A trial row with a column `TRIAL_SCHEMA` lacks: a producer changed without the
-    contract, which every reader relies on (a programming error, raised loudly)."""
+    """A trial row with a column `TRIAL_SCHEMA` lacks, or a value of the wrong type: a
+    producer changed without the contract, which every reader relies on (a programming
+    error, raised loudly)."""
 
 
-def check_trial_row(row: TrialRow) -> None:
-    """Refuse a row carrying a column the schema lacks; missing columns are fine (a failed
-    trial has only its coordinates)."""
-    unknown = sorted(set(row) - TRIAL_COLUMNS)
-    if unknown:
+_PYTHON_TYPES: dict[pa.DataType, type] = {_TEXT: str, _INT: int, _FLOAT: float, _BOOL: bool}
+TRIAL_TEXT_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if f.type == _TEXT)
+
+
+class _TrialRowMethods:
+    """What a `TrialRow` does; its fields are `TRIAL_SCHEMA`'s columns (made below)."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        for name in TRIAL_SCHEMA.names:
+            setattr(self, name, _conform(self, name, getattr(self, name)))
+
+    def get(self, column: str, default: Any = None) -> Any:
+        """The column's value, `default` where it is empty (None)."""
+        value = self[column]
+        return default if value is None else value
+
+    def __getitem__(self, column: str) -> Any:
+        if column not in TRIAL_COLUMNS:
+            raise _unknown(getattr(self, "trial_id", None), [column])
+        return getattr(self, column)
+
+    def update(self, **values: Any) -> None:
+        """Set columns by name (in place), each checked as at construction."""
+        unknown = sorted(set(values) - TRIAL_COLUMNS)
+        if unknown:
+            raise _unknown(getattr(self, "trial_id", None), unknown)
+        for name, value in values.items():
+            setattr(self, name, _conform(self, name, value))
+
+    def to_record(self) -> dict[str, Any]:
+        """Column name to value, every column of the schema in its order (None: empty)."""
+        return {name: getattr(self, name) for name in TRIAL_SCHEMA.names}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Any:
+        """A row from a mapping of column names (a producer's values, or a row read back
+        from trials.csv, where an empty cell is NaN and an integer may read as 3.0)."""
+        unknown = sorted(set(record) - TRIAL_COLUMNS)
+        if unknown:
+            raise _unknown(record.get("trial_id"), unknown)
+        return cls(**record)
+
+
+def _unknown(trial_id: object, columns: list[str]) -> TrialRowError:
+    return TrialRowError(
+        f"trial {trial_id!r}: columns {columns} are not in TRIAL_SCHEMA "
+        "(servebench/results.py): add them there, with their unit"
+    )
+
+
+def _conform(row: object, name: str, value: Any) -> Any:
+    """`value` as column `name` holds it: None for empty (NaN and "" too), else the schema's
+    type (numpy scalars become Python's, a whole float an int in an integer column)."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()  # a numpy scalar
+    if (isinstance(value, float) and math.isnan(value)) or value == "":
+        return None  # empty, as trials.csv reads it back
+    kind = _PYTHON_TYPES[TRIAL_SCHEMA.field(name).type]
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif kind is bool and value in ("True", "False"):
+        value = value == "True"
+    if kind is float:
+        fits = isinstance(value, int | float) and not isinstance(value, bool)
+    elif kind is int:
+        fits = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        fits = isinstance(value, kind)
+    if not fits:
         raise TrialRowError(
-            f"trial {row.get('trial_id')!r}: columns {unknown} are not in TRIAL_SCHEMA "
-            "(servebench/results.py): add them there, with their unit"
+            f"trial {getattr(row, 'trial_id', None)!r}: column {name} holds "
+            f"{type(value).__name__} {value!r}, TRIAL_SCHEMA says {kind.__name__}"
         )
+    return value
+
+
+TrialRow = make_dataclass(
+    "TrialRow",
+    [
+        (f.name, f"{_PYTHON_TYPES[f.type].__name__} | None", field(default=None))
+        for f in TRIAL_SCHEMA
+    ],
+    bases=(_TrialRowMethods,),
+    namespace={
+        "__module__": __name__,
+        "__doc__": """One trial's row of trials.csv, as producers hand it to
+        `RunDirectory.add_trial` (the one builder is `servebench.trial_row`).
+
+        A dataclass whose fields are exactly `TRIAL_SCHEMA`'s columns, in order, each None
+        (empty) unless given: a column the schema lacks or a value of the wrong type fails
+        where the row is made or changed, not in a reader.""",
+    },
+    kw_only=True,
+    slots=True,
+)
 
 
 class ResultDirError(ServebenchError, ValueError):
@@ -474,7 +568,13 @@ class RunDirectory:
         if not isinstance(run, dict):
             raise ResultDirError(f"{run_file}: expected a JSON object, found {type(run).__name__}")
         directory = cls(path, run=run)
-        directory.rows = _read_rows(path / TRIALS_FILE, "trial_id")
+        try:
+            directory.rows = [
+                TrialRow.from_record(record)
+                for record in _read_rows(path / TRIALS_FILE, "trial_id", text=TRIAL_TEXT_COLUMNS)
+            ]
+        except TrialRowError as err:
+            raise ResultDirError(f"{path / TRIALS_FILE}: {err}") from None
         directory.cold_starts = _read_rows(path / COLD_START_FILE, "phase")
         return directory
 
@@ -574,18 +674,20 @@ class RunDirectory:
 
     def add_trial(self, row: TrialRow) -> None:
         """Record (or replace, on resume) a trial's summary row and rewrite trials.csv."""
-        self.rows = [r for r in self.rows if r.get("trial_id") != row["trial_id"]]
+        if not isinstance(row, TrialRow):
+            raise TrialRowError(
+                f"add_trial takes a TrialRow (servebench.trial_row builds them), "
+                f"not {type(row).__name__}"
+            )
+        self.rows = [r for r in self.rows if r.trial_id != row.trial_id]
         self.rows.append(row)
         self.write_trials()
 
     def write_trials(self) -> None:
-        """Rewrite trials.csv from `rows` (also after columns were added to rows in place).
-
-        Every row is checked against `TRIAL_SCHEMA` here, the one place all producers'
-        rows pass through, so a column added without the schema fails the first write."""
-        for row in self.rows:
-            check_trial_row(row)
-        self._write_csv(self.rows, TRIALS_FILE)
+        """Rewrite trials.csv from `rows` (also after columns were set on rows in place):
+        every column of `TRIAL_SCHEMA`, in its order, whatever the rows hold."""
+        frame = pd.DataFrame([row.to_record() for row in self.rows], columns=TRIAL_SCHEMA.names)
+        write_atomically(self.path / TRIALS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
 
     def add_cold_start(self, row: dict[str, Any]) -> None:
         self.cold_starts.append(row)
@@ -623,12 +725,15 @@ class RunDirectory:
         return merged.num_rows
 
 
-def _read_rows(path: Path, key: str) -> list[dict[str, Any]]:
-    """The rows of one of the run's CSV files (none if it is absent or empty)."""
+def _read_rows(path: Path, key: str, text: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of one of the run's CSV files (none if it is absent or empty); the `text`
+    columns stay text (a model version "1" must not come back as 1.0)."""
     if not path.is_file():
         return []
     try:
-        frame = pd.read_csv(path)
+        # round_trip: a number reads back as the very float written (pandas' default
+        # parser can be an ulp off, and a p99 at an SLO bound must stay where it was).
+        frame = pd.read_csv(path, dtype=dict.fromkeys(text, str), float_precision="round_trip")
     except pd.errors.EmptyDataError:
         return []
     except (ValueError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError

@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servebench.results import RECORD_SCHEMA, TRIAL_COLUMNS, RunDirectory
+from servebench.common.quantiles import percentile, percentiles
+from servebench.results import RECORD_SCHEMA, TRIAL_COLUMNS, RunDirectory, TrialRow
 
 SETTINGS = {
     "triton[dynamic_batching=off,instance_count=1]": {
@@ -221,7 +222,8 @@ def make_run_dir(
             "host_peak_flops": HOST_PEAK_FLOPS,
         }
     )
-    RunDirectory(path, rows=rows).write_trials()  # as the runner writes it, schema checked
+    # As the runner writes it, schema checked.
+    RunDirectory(path, rows=[TrialRow.from_record(r) for r in rows]).write_trials()
     pq.write_table(pa.concat_tables(tables), path / "records.parquet")
 
     cold = []
@@ -359,7 +361,7 @@ def _summary(
 ) -> dict:
     latency = sim["completion"] - sim["intended"]
     n = latency.size
-    q = np.quantile(latency, [0.5, 0.9, 0.95, 0.99, 0.999])
+    q = percentiles(latency, [50, 90, 95, 99, 99.9])  # as the runner: nearest rank
     rps = n / duration
     ips = rps * batch
     profile = LINKS[link]
@@ -393,7 +395,7 @@ def _summary(
         "latency_p99": q[3],
         "latency_p99_9": q[4],
         "latency_max": latency.max(),
-        "schedule_lag_p99": float(np.quantile(sim["send"] - sim["intended"], 0.99)),
+        "schedule_lag_p99": percentile(sim["send"] - sim["intended"], 99),
         "late_share": 0.0,
         "duration": duration,
         "client_send_s": sim["client_send"].mean(),

@@ -35,7 +35,7 @@ def test_fifo_and_sjf_on_one_follower_give_the_textbook_figures():
     assert fifo.avg_jct_s == pytest.approx((2 + 11 + 12 + 17) / 4)
     assert fifo.mean_queueing_s == pytest.approx((0 + 1 + 11 + 12) / 4)
     assert fifo.makespan_s == 18 and fifo.utilization == pytest.approx(1.0)
-    assert fifo.p95_jct_s == pytest.approx(12 + 0.85 * 5)  # between the 3rd and 4th
+    assert fifo.p95_jct_s == 17  # nearest rank: the 4th of 4 (ceil(0.95 × 4))
     sjf = simulate(make_policy("two-tier"), BURST, ONE)
     # shortest first: ends at 2, 3, 8, 18
     assert sjf.avg_jct_s == pytest.approx((2 + 2 + 7 + 17) / 4)

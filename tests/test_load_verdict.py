@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from servebench.common.verdict_codes import VerdictCode
 from servebench.load import LoadSettings, constant, summarize
 from servebench.load.stats import Columns
 from servebench.load.summary import INVALID, VALID, judge
@@ -37,8 +38,9 @@ def test_a_few_late_sends_next_to_long_latencies_only_warn() -> None:
     lag = np.zeros(2000)
     lag[::40] = 0.004  # 2.5 % of sends 4 ms late, next to ~50 ms latencies (an LTE link)
     s = judge(summarize(open_run(0.05, lag), mode="open", target_rate=100.0), **DEFAULTS)
-    assert s.verdict == VALID and s.reasons == []
+    assert s.verdict == VALID and s.reasons == [] and s.reason_codes == []
     assert len(s.warnings) == 1 and s.warnings[0].startswith("generator lag: 2.5% of requests")
+    assert s.warning_codes == [VerdictCode.LATE_SENDS]
     assert "4.00 ms" in s.warnings[0]
 
 
@@ -48,6 +50,7 @@ def test_lag_large_next_to_the_latencies_is_invalid() -> None:
     s = judge(summarize(open_run(0.002, lag), mode="open", target_rate=100.0), **DEFAULTS)
     assert s.verdict == INVALID
     assert s.reasons[0].startswith("generator fell behind: schedule lag p99 4.00 ms")
+    assert s.reason_codes[0] == VerdictCode.LAG_HIGH
 
 
 def test_sending_short_of_the_schedule_is_invalid() -> None:
@@ -59,6 +62,7 @@ def test_sending_short_of_the_schedule_is_invalid() -> None:
     assert any(
         r.startswith("generator fell behind: sent 83.3 req/s of the 100.0") for r in s.reasons
     )
+    assert VerdictCode.RATE_SHORT in s.reason_codes
 
 
 def test_thresholds_are_the_callers() -> None:
@@ -99,3 +103,44 @@ def test_cli_takes_the_thresholds_and_names_a_bad_one() -> None:
     )  # fmt: skip
     assert result.exit_code == 2
     assert "load.lag_ratio" in result.output and "Traceback" not in result.output
+
+
+def test_every_reason_and_warning_has_its_code_beside_its_text() -> None:
+    """One run that trips every check: each text sits at the same place as its code."""
+    lag = np.linspace(0, 4.0, 2000)  # falls behind, and its lag is the tail
+    cols = open_run(0.002, lag)
+    cols.code[:100] = 1  # 5 % failed
+    s = summarize(cols, mode="open", target_rate=100.0)
+    s.stable = False
+    judge(
+        s,
+        **DEFAULTS,
+        stop_reason="server unreachable for 5 s",
+        stop_code=VerdictCode.SERVER_UNREACHABLE,
+    )
+    assert s.reason_codes == [
+        VerdictCode.SERVER_UNREACHABLE, VerdictCode.RATE_SHORT, VerdictCode.LAG_HIGH,
+        VerdictCode.ERRORS, VerdictCode.UNSTABLE,
+    ]  # fmt: skip
+    texts = ["stopped early", "generator fell behind: sent", "generator fell behind: schedule",
+             "errors:", "unstable"]  # fmt: skip
+    assert all(r.startswith(t) for r, t in zip(s.reasons, texts, strict=True))
+    assert s.warning_codes == [VerdictCode.LATE_SENDS] and len(s.warnings) == 1
+    empty = judge(summarize(open_run(0.01, np.zeros(0)), mode="open", target_rate=1.0), **DEFAULTS)
+    assert empty.reason_codes == [VerdictCode.NO_REQUESTS]
+    assert s.to_dict()["reason_codes"] == [str(c) for c in s.reason_codes]  # plain strings
+
+
+def test_the_load_log_follows_the_codes(caplog: pytest.LogCaptureFixture) -> None:
+    """The runner logs what the generator did wrong by code: a reason worded otherwise is
+    still logged, and another check's reason is not."""
+    from servebench.load.engine import EngineReport
+    from servebench.load.runner import summarize_reports
+
+    lag = np.linspace(0, 4.0, 2000)
+    settings = LoadSettings(arrivals=constant(100.0), duration=20.0)
+    with caplog.at_level("WARNING", logger="servebench.load.runner"):
+        summary = summarize_reports(settings, [EngineReport(columns=open_run(0.05, lag))])
+    logged = [r.getMessage() for r in caplog.records]
+    assert VerdictCode.RATE_SHORT in summary.reason_codes
+    assert logged == [f"load {text}" for text in summary.reasons + summary.warnings]

@@ -26,6 +26,7 @@ from servebench.locust.results import LocustRun
 from servebench.pricing import load_prices
 from servebench.scenario.plan import expand
 from servebench.scenario.validate import load_scenario
+from servebench.trial_row import ModelColumns
 
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
@@ -40,8 +41,8 @@ def test_the_quickstart_says_its_instance_slo_and_model_counts(tmp_path: Path) -
     plan = expand(load_scenario(QUICKSTART), QUICKSTART.parent)
     assert set(facts.models) == {m.id for m in plan.models}
     spec = plan.models[0]
-    assert facts.models[spec.id]["flops_per_sample"] == count(spec).flops > 0
-    assert facts.models[spec.id]["layer_type"] == spec.layer_type
+    assert facts.models[spec.id].flops_per_sample == count(spec).flops > 0
+    assert facts.models[spec.id].layer_type == spec.layer_type
     # What the launcher writes is what the Locust process reads.
     path = tmp_path / "facts.json"
     path.write_text(facts.to_json())
@@ -84,7 +85,7 @@ def test_trial_rows_carry_cost_slo_and_model_columns(tmp_path: Path) -> None:
         usd_per_hour=0.17,
         slo_percentile=99.0,
         slo_latency_s=0.05,
-        models={"m": {"layer_type": "dense", "depth": 2, "flops_per_sample": 4096.0}},
+        models={"m": ModelColumns(layer_type="dense", depth=2, flops_per_sample=4096.0)},
     )
     run = LocustRun(tmp_path, "r1", facts=facts)
     row = _swarm(run, "m")
@@ -93,7 +94,7 @@ def test_trial_rows_carry_cost_slo_and_model_columns(tmp_path: Path) -> None:
     assert row["flops_per_sample"] == 4096.0 and row["layer_type"] == "dense"
     assert row["slo_latency_s"] == pytest.approx(0.01) and row["slo_met"] is True
     other = _swarm(run, "not-in-the-scenario")
-    assert "flops_per_sample" not in other and other["instance"] == "c6i.xlarge"
+    assert other.flops_per_sample is None and other.instance == "c6i.xlarge"
     run.finish()
     assert json.loads((run.path / "run.json").read_text())["instance"] == "c6i.xlarge"
     page = write_report(run.path).path.read_text()

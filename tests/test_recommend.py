@@ -17,7 +17,7 @@ import pytest
 from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
-from servebench.analysis.loader import load_run
+from servebench.analysis.loader import LEGACY_UNKNOWN, legacy_codes, load_run
 from servebench.analysis.recommend import (
     CLOSED,
     LinkCost,
@@ -247,6 +247,41 @@ def test_search_steps_are_the_points_and_unusable_steps_are_left_out(tmp_path: P
     assert best is not None and best.max_rate == 250.0 and best.replicas == 2
     assert best.max_rate_trial.endswith(".s4")
     assert [p.valid for p in best.option.points] == [True, True, False, True, True]
+
+
+def test_search_steps_are_usable_or_not_by_their_codes(tmp_path: Path) -> None:
+    """Steps as the runner writes them now, with their reasons' codes: the codes decide,
+    whatever the text says (it is for people, and may change)."""
+    steps = [
+        [100.0, 0.010, True, "", []],
+        [200.0, 0.020, True, "generator fell behind: ...", ["lag_high"]],  # in its latency
+        [300.0, 0.060, False, "errors: worded as a failure, but no check said so", []],
+        [400.0, 0.070, False, "", ["errors"]],  # unusable, whatever the text
+        [250.0, 0.040, True, "", []],
+    ]
+    best = decide([write_run(tmp_path, "a", [search_row("S", steps)])], qps=500.0).best
+    assert best is not None and best.max_rate == 250.0
+    assert [p.valid for p in best.option.points] == [True, True, True, False, True]
+
+
+def test_an_older_run_reads_its_codes_from_its_texts_once(tmp_path: Path) -> None:
+    """A trials.csv from before verdict codes: the loader reads the codes from the texts
+    those versions wrote (and only then); a run with codes keeps its own."""
+    old = trial("A", 100.0, 10.0, verdict="INVALID")
+    old.update(
+        verdict_reasons="stopped early: interrupted; by SIGTERM; errors: 3 of 10 requests failed",
+        verdict_warnings="generator lag: 5.0% of requests were sent more than 1 ms late",
+    )
+    odd = trial("A", 200.0, 20.0, verdict="INVALID", verdict_reasons="a reason no version wrote")
+    trials = load_run(write_run(tmp_path, "old", [old, odd]), records=False).trials
+    assert list(trials["verdict_reason_codes"]) == ["stopped_early;errors", LEGACY_UNKNOWN]
+    assert list(trials["verdict_warning_codes"]) == ["late_sends", None]
+    assert legacy_codes("generator fell behind: 2.0% of requests were sent late") == (
+        "late_sends",
+    )  # the oldest wording, when late sends still invalidated a run
+    new = trial("A", 100.0, 10.0, verdict_reasons="errors: 3 of 10", verdict_reason_codes="")
+    trials = load_run(write_run(tmp_path, "new", [new]), records=False).trials
+    assert trials["verdict_reason_codes"].iloc[0] is None  # its own (empty), not the text's
 
 
 def test_search_at_another_percentile_gives_only_its_chosen_step(tmp_path: Path) -> None:

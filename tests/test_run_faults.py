@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 from servebench.analysis.loader import load_run
 from servebench.cli import app
-from servebench.results import RECORDS_DIR, RunDirectory, new_run_id
+from servebench.results import RECORDS_DIR, RunDirectory, TrialRow, new_run_id
 from servebench.scenario.runner import ScenarioRunner
 
 MODEL = (
@@ -236,7 +236,7 @@ def test_disk_full_at_merge_marks_the_run_failed_and_keeps_the_trials(small_disk
         trial = f"t{n}"
         table = pa.table({"trial_id": [trial] * 700_000, "latency": rng.random(700_000)})
         pq.write_table(table, directory.trial_records_path(trial), compression="none")
-        directory.add_trial({"trial_id": trial, "status": "ok", "count": 700_000})
+        directory.add_trial(TrialRow(trial_id=trial, status="ok", count=700_000))
     directory.finish("complete")  # the merge needs ~11 MB more than the 9 MB left
     meta = json.loads((directory.path / "run.json").read_text())
     assert meta["status"] == "failed", meta
@@ -247,7 +247,7 @@ def test_disk_full_at_merge_marks_the_run_failed_and_keeps_the_trials(small_disk
 
     fill(small_disk)  # now not even trials.csv can be rewritten, yet run.json says why
     with pytest.raises(OSError) as raised:
-        directory.add_trial({"trial_id": "t2", "status": "ok", "count": 1})
+        directory.add_trial(TrialRow(trial_id="t2", status="ok", count=1))
     assert raised.value.filename == str(directory.path / "trials.csv")
     assert len(pd.read_csv(directory.path / "trials.csv")) == 2
     directory.finish("failed", "no space left on device (somewhere)")

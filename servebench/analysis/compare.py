@@ -31,6 +31,7 @@ import pandas as pd
 
 from servebench.analysis.labels import trial_label
 from servebench.analysis.search import trial_records
+from servebench.common.quantiles import percentiles
 
 NOISE_FLOOR = 0.10
 # Two-sided 99.9 % nominal. A bootstrap of a tail quantile is too narrow when only a
@@ -80,7 +81,8 @@ def quantile_log_halfwidth(
     rng = np.random.default_rng(0)  # fixed: the same files always give the same verdict
     starts = rng.integers(0, n, size=(resamples, blocks))
     index = (starts[:, :, None] + np.arange(block)).reshape(resamples, -1)[:, :n] % n
-    logs = np.log(np.quantile(x[index], q, axis=1))
+    # The row's own estimator (nearest rank), so the band is that of the number shown.
+    logs = np.log(percentiles(x[index], [q * 100], axis=1)[0])
     return z * float(logs.std(ddof=1))
 
 

@@ -19,6 +19,7 @@ from servebench.analysis.roofline import Ceiling, above_roof
 from servebench.analysis.search import search_steps, trial_records
 from servebench.analysis.summary import cold_start_stats
 from servebench.analysis.svg import NoData, render
+from servebench.common.quantiles import percentiles
 from servebench.results import COLD_START_PHASES
 
 MAX_LEGEND = 12
@@ -146,7 +147,7 @@ def latency_cdf(trials: pd.DataFrame, records: pd.DataFrame | None) -> str:
         axes = _panels(fig, links, sharey=True)
         for ax, link in zip(axes, links, strict=True):
             for trial_id in (t for t in shown if link_of[t] == link):
-                curve = np.quantile(groups[trial_id], _CDF_P) * 1e3
+                curve = percentiles(groups[trial_id], _CDF_P * 100) * 1e3
                 name = names[trial_id]
                 ax.plot(curve, _CDF_P, lw=1.2, color=cmap(palette[name] % cmap.N), label=name)
             _plain_log_axis(ax)

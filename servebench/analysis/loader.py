@@ -4,6 +4,10 @@ The analysis layer sees a run only through its files, so a report can be rebuilt
 copied folder long after the servers are gone, and a run that failed half-way still gets
 one: every file except `run.json` and `trials.csv` is optional, and a missing column reads
 as empty rather than failing the whole report.
+
+Runs written before trials.csv kept verdict codes have only the reasons' text. Their codes
+are read from that text here, once, by the texts those versions wrote (`legacy_codes`);
+nothing after the loader looks at a reason's text to decide anything.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from servebench.common.verdict_codes import VerdictCode, join_codes
 from servebench.results import (
     COLD_START_COLUMNS,
     COLD_START_FILE,
@@ -42,6 +47,43 @@ BOOL_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_boolean(f.type)
 NUMBER_COLUMNS = tuple(
     f.name for f in TRIAL_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
 )
+
+
+# The verdict texts of runs from before verdict codes, and the code each stands for; a
+# cell's text is split at "; ". A piece that starts with none of them continues the piece
+# before it (a stop reason may hold "; "); a first piece that matches none reads as
+# LEGACY_UNKNOWN, which no reader treats as any check (`recommend` keeps such a step).
+_LEGACY_TEXTS = (
+    ("stopped early: server unreachable", VerdictCode.SERVER_UNREACHABLE),
+    ("stopped early", VerdictCode.STOPPED_EARLY),
+    ("no requests measured", VerdictCode.NO_REQUESTS),
+    ("generator fell behind: sent ", VerdictCode.RATE_SHORT),
+    ("generator fell behind: schedule lag", VerdictCode.LAG_HIGH),
+    ("generator fell behind", VerdictCode.LATE_SENDS),  # when late sends still invalidated
+    ("generator lag", VerdictCode.LATE_SENDS),
+    ("errors:", VerdictCode.ERRORS),
+    ("unstable", VerdictCode.UNSTABLE),
+)
+LEGACY_UNKNOWN = "unknown"
+# The code columns and the text columns an older run's codes are read from.
+_CODE_COLUMNS = {
+    "verdict_reason_codes": "verdict_reasons",
+    "verdict_warning_codes": "verdict_warnings",
+}
+
+
+def legacy_codes(text: object) -> tuple[str, ...]:
+    """The codes of a reasons (or warnings) cell an older run wrote, from its text."""
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    codes: list[str] = []
+    for piece in (p.strip() for p in text.split("; ")):
+        code = next((c for prefix, c in _LEGACY_TEXTS if piece.startswith(prefix)), None)
+        if code is not None:
+            codes.append(str(code))
+        elif not codes:
+            codes.append(LEGACY_UNKNOWN)
+    return tuple(codes)
 
 
 @dataclass
@@ -112,13 +154,22 @@ def read_trials(path: Path) -> pd.DataFrame:
         frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
     else:
         try:
-            frame = pd.read_csv(path, dtype={name: str for name in TEXT_COLUMNS})
+            frame = pd.read_csv(
+                path,
+                dtype=dict.fromkeys(TEXT_COLUMNS, str),
+                float_precision="round_trip",  # each number as written, to the last bit
+            )
         except (pd.errors.ParserError, UnicodeDecodeError) as err:
             raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
         except pd.errors.EmptyDataError:
             frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
         if "trial_id" not in frame.columns:
             raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
+    for codes, text in _CODE_COLUMNS.items():
+        if codes not in frame.columns and text in frame.columns:  # a run from before codes
+            frame[codes] = [
+                join_codes(legacy_codes(t)) if isinstance(t, str) else None for t in frame[text]
+            ]
     for name in TEXT_COLUMNS:
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), dtype=object)

@@ -33,6 +33,7 @@ from servebench.analysis.errors import AnalysisError
 from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
+from servebench.common.verdict_codes import UNUSABLE_STEP
 from servebench.pricing import InstancePrice, PriceError, cost_per_million, price_of
 
 DIRECT = "direct"
@@ -45,8 +46,6 @@ LATENCY_COLUMNS = {
     99.9: "latency_p99_9",
 }
 SEARCH, OPEN, CLOSED = "search step", "open loop", "closed loop"
-# The verdict reasons (servebench.load.summary.judge) that make a search step unusable.
-_UNUSABLE = ("errors:", "no requests measured")
 # Replica counts tried beyond the first when measured latency is not monotone in rate.
 MAX_REPLICA_STEPS = 1_000_000
 CLOSED_LOOP_WARNING = (
@@ -356,19 +355,13 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
         if not same:  # the steps hold another percentile: only the chosen step's row
             chosen = steps[steps["chosen"]].iloc[0]
             return [_point(chosen["rate"], row.get(column), row, SEARCH, added)]
-        bound = row.get("slo_bound_s")
         result = []
         for step in steps.to_dict("records"):
             latency = step["latency"]
             # The runner's rule (scenario/trial.py): a step is usable unless too many of
-            # its requests failed — lateness is already charged in its latency. It counts
-            # a step met only if usable, so a miss under its own bound was unusable, and
-            # a miss over it was unusable if its reasons say so.
-            usable = bool(step["met"]) or (
-                not missing(latency)
-                and not (not missing(bound) and latency <= bound)
-                and not any(r.strip().startswith(_UNUSABLE) for r in step["reasons"].split(";"))
-            )
+            # its requests failed or none was measured — lateness is already charged in
+            # its latency.
+            usable = not UNUSABLE_STEP.intersection(step["codes"])
             note = "" if usable else (step["reasons"] or "too many failed requests")
             result.append(
                 Point(

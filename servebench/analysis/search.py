@@ -3,9 +3,11 @@
 A search trial is one row in trials.csv but several load runs ("steps") on disk: the
 runner names each step's records `<trial id>.s<N>` (N counts from 0 in the order the
 steps ran) and writes the steps into the row's `search_steps` column as JSON
-`[[rate, latency, met, reasons], ...]` — the offered rate (req/s), the SLO-percentile
-latency in seconds, whether the step met the SLO, and why an unusable step was so. The
-row's own figures are those of the chosen step: the highest rate that met the SLO, else
+`[[rate, latency, met, reasons, codes], ...]` — the offered rate (req/s), the
+SLO-percentile latency in seconds, whether the step met the SLO, why the step's run was
+INVALID, and those reasons' codes (`servebench.common.verdict_codes`; steps written before
+codes existed have four entries, and their codes are read from the text by
+`loader.legacy_codes`). The row's own figures are those of the chosen step: the highest rate that met the SLO, else
 the last step run. Readers that join records to trials by id go through
 `trial_records`, so a search trial's latencies are found and mean what its row says.
 """
@@ -18,8 +20,11 @@ import numpy as np
 import pandas as pd
 
 from servebench.analysis.labels import missing
+from servebench.analysis.loader import legacy_codes
 
-STEP_COLUMNS = ("trial_id", "step", "step_id", "rate", "latency", "met", "reasons", "chosen")
+STEP_COLUMNS = (
+    "trial_id", "step", "step_id", "rate", "latency", "met", "reasons", "codes", "chosen",
+)  # fmt: skip
 
 
 def step_id(trial_id: str, step: int) -> str:
@@ -42,7 +47,7 @@ def search_steps(trials: pd.DataFrame) -> pd.DataFrame:
             continue
         met = [i for i, s in enumerate(steps) if s[2]]
         chosen = max(met, key=lambda i: steps[i][0]) if met else len(steps) - 1
-        for i, (rate, latency, ok, reasons) in enumerate(steps):
+        for i, (rate, latency, ok, reasons, codes) in enumerate(steps):
             rows.append(
                 {
                     "trial_id": trial_id,
@@ -52,26 +57,25 @@ def search_steps(trials: pd.DataFrame) -> pd.DataFrame:
                     "latency": latency,
                     "met": ok,
                     "reasons": reasons,
+                    "codes": codes,
                     "chosen": i == chosen,
                 }
             )
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
-def _parse(text: object) -> list[tuple[float, float, bool, str]]:
+def _parse(text: object) -> list[tuple[float, float, bool, str, tuple[str, ...]]]:
     if missing(text) or not str(text).strip():
         return []
     try:
         raw = json.loads(str(text))
-        return [
-            (
-                float(s[0]),
-                np.nan if s[1] is None else float(s[1]),
-                bool(s[2]),
-                str(s[3]) if len(s) > 3 and s[3] else "",
-            )
-            for s in raw
-        ]
+        steps = []
+        for s in raw:
+            reasons = str(s[3]) if len(s) > 3 and s[3] else ""
+            codes = tuple(str(c) for c in s[4]) if len(s) > 4 else legacy_codes(reasons)
+            latency = np.nan if s[1] is None else float(s[1])
+            steps.append((float(s[0]), latency, bool(s[2]), reasons, codes))
+        return steps
     except (ValueError, TypeError, IndexError, KeyError):
         return []
 

@@ -150,8 +150,8 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
 def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
     """The scenario's cost instance and price (its own price overrides applied, as the
     scenario runner prices), its SLO, and each model's size and FLOP counts."""
-    from model_zoo.counting import count
     from servebench.pricing import load_prices, merge_prices, price_of
+    from servebench.scenario.trial import model_columns
 
     instance, usd_per_hour = "", None
     if scenario.cost is not None:
@@ -161,25 +161,13 @@ def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
         }
         price = price_of(merge_prices(load_prices(), overrides), scenario.cost.instance)
         instance, usd_per_hour = price.instance_type, price.usd_per_hour
-    counted = {}
-    for spec in models:
-        cost = count(spec)
-        counted[spec.id] = {
-            "layer_type": spec.layer_type,
-            "depth": spec.depth,
-            "width": spec.width,
-            "params": cost.params,
-            "flops_per_sample": cost.flops,
-            "weight_bytes": cost.weight_bytes,
-            "activation_bytes": cost.activation_bytes,
-        }
     slo = scenario.slo
     return TrialFacts(
         instance=instance,
         usd_per_hour=usd_per_hour,
         slo_percentile=slo.percentile if slo else None,
         slo_latency_s=slo.latency_ms / 1e3 if slo else None,
-        models=counted,
+        models={spec.id: model_columns(spec) for spec in models},
     )
 
 

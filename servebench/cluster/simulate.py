@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from servebench.cluster.job import FollowerInfo, Job, JobState, Needs
 from servebench.cluster.policy import FIFO_REFERENCE, FollowerPool, Policy
 from servebench.cluster.trace import TraceJob
+from servebench.common.quantiles import percentile
 
 _FINISH, _ARRIVE = 0, 1  # at equal times a slot frees before a new job is placed
 
@@ -105,7 +106,7 @@ def simulate(
         jobs=len(jct),
         unplaced=unplaced,
         avg_jct_s=_mean(jct),
-        p95_jct_s=_percentile(jct, 95),
+        p95_jct_s=percentile(jct, 95),
         mean_queueing_s=_mean(queueing),
         makespan_s=last_end,
         utilization=busy / (slots * last_end) if last_end > 0 and slots else 0.0,
@@ -124,17 +125,6 @@ def _job(job_id: str, t: TraceJob, now: float) -> Job:
 
 def _mean(values: list[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
-
-
-def _percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def compare(

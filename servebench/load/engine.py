@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
+from servebench.common.verdict_codes import VerdictCode
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
     ERROR_CODE,
@@ -64,7 +65,8 @@ MAX_NAP = 0.05
 TIMER_MIN = 200e-6
 # Overdue sends issued back to back before the issuer yields to the loop once.
 BURST = 32
-# How a stop for a vanished server starts, so callers (a rate search) can tell it apart.
+# How the text of a stop for a vanished server starts; programs tell such a stop by its
+# code (`VerdictCode.SERVER_UNREACHABLE`, the report's `stop_code`).
 SERVER_UNREACHABLE = "server unreachable"
 # Failures that mean nobody is serving at the address any more, as opposed to a server
 # that answers badly: those runs go on, and their errors are counted.
@@ -86,6 +88,7 @@ class EngineReport:
     windows: list[WindowStats] = field(default_factory=list)
     stable: bool | None = None
     stop_reason: str | None = None
+    stop_code: VerdictCode | None = None  # what kind of stop stop_reason is
 
 
 class LoadEngine:
@@ -121,6 +124,7 @@ class LoadEngine:
         self._drained: asyncio.Future | None = None
         self._stopping = False
         self._stop_reason: str | None = None
+        self._stop_code = VerdictCode.STOPPED_EARLY
         self._pending: list[Future] = []
         self._client_bug_logged = False
         self._first_offset: float | None = None
@@ -144,14 +148,16 @@ class LoadEngine:
         self._closed_measured = 0
         self._closed_count = 0
 
-    def stop(self, reason: str | None = "stop requested") -> None:
+    def stop(
+        self, reason: str | None = "stop requested", code: VerdictCode = VerdictCode.STOPPED_EARLY
+    ) -> None:
         """Stop issuing, let requests in flight finish, and keep everything measured.
 
-        A `reason` marks the run as stopped early (the verdict says so); None is a
-        normal end, used by stability mode once the windows agree.
+        A `reason` marks the run as stopped early (the verdict says so, with `code`); None
+        is a normal end, used by stability mode once the windows agree.
         """
         if reason and not self._stop_reason:
-            self._stop_reason = reason
+            self._stop_reason, self._stop_code = reason, code
         self._stopping = True
 
     async def run(self) -> EngineReport:
@@ -392,7 +398,10 @@ class LoadEngine:
         if self._unreachable_since is None:
             self._unreachable_since = now
         elif now - self._unreachable_since >= limit and not self._stopping:
-            self.stop(f"{SERVER_UNREACHABLE} for {limit:g} s ({exc.detail})")
+            self.stop(
+                f"{SERVER_UNREACHABLE} for {limit:g} s ({exc.detail})",
+                VerdictCode.SERVER_UNREACHABLE,
+            )
 
     def _release(self, seq: int) -> None:
         self._active.pop(seq, None)
@@ -520,4 +529,5 @@ class LoadEngine:
             windows=list(self._windows),
             stable=self._stable,
             stop_reason=self._stop_reason,
+            stop_code=self._stop_code if self._stop_reason else None,
         )

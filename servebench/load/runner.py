@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.clients.base import InferenceClient, Payload
+from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.settings import LoadSettings
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 ClientFactory = Callable[[], InferenceClient]
 T = TypeVar("T")
 
+# The verdict checks about the generator itself, logged as they are found: a late
+# generator is the user's machine to fix, not the server's result.
+_GENERATOR_LATE = {VerdictCode.RATE_SHORT, VerdictCode.LAG_HIGH, VerdictCode.LATE_SENDS}
 # Time the workers get between "all ready" and the shared start.
 _START_MARGIN = 0.25
 _READY_TIMEOUT = 120.0
@@ -68,7 +72,8 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
     summary.processes = settings.processes
     summary.windows = list(windows)
     summary.stable = next((r.stable for r in reports if r.stable is not None), None)
-    reasons = [r.stop_reason for r in reports if r.stop_reason]
+    stopped = [r for r in reports if r.stop_reason]
+    unreachable = any(r.stop_code == VerdictCode.SERVER_UNREACHABLE for r in stopped)
     judge(
         summary,
         late_threshold=settings.late_threshold,
@@ -76,11 +81,17 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
         max_error_share=settings.max_error_share,
         rate_tolerance=settings.rate_tolerance,
         lag_ratio=settings.lag_ratio,
-        stop_reason="; ".join(dict.fromkeys(reasons)) or None,
+        stop_reason="; ".join(dict.fromkeys(r.stop_reason for r in stopped)) or None,
+        stop_code=VerdictCode.SERVER_UNREACHABLE if unreachable else VerdictCode.STOPPED_EARLY,
     )
-    for reason in summary.reasons + summary.warnings:
-        if reason.startswith(("generator fell behind", "generator lag")):
-            log.warning("load %s", reason)
+    found = zip(
+        summary.reason_codes + summary.warning_codes,
+        summary.reasons + summary.warnings,
+        strict=True,
+    )
+    for code, text in found:
+        if code in _GENERATOR_LATE:
+            log.warning("load %s", text)
     return summary
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from servebench.common.quantiles import percentile
 from servebench.load.records import OK, Chunk, kind_code, kind_name
 from servebench.load.summary import LATE_THRESHOLD, LoadSummary, WindowStats
 from servebench.results import CLIENT_SPLIT_COLUMNS
@@ -174,13 +175,6 @@ def columns_from_table(
     )
 
 
-def percentile(values: np.ndarray, q: float) -> float:
-    """Nearest-rank percentile (an observed latency, as perf_analyzer reports); nan if empty."""
-    if values.size == 0:
-        return float("nan")
-    return float(np.percentile(values, q, method="inverted_cdf"))
-
-
 def rate(count: int, span: float) -> float:
     """Events per second over a span holding `count` events: (n - 1) gaps in the span."""
     return (count - 1) / span if count >= 2 and span > 0 else 0.0
@@ -246,6 +240,7 @@ def summarize(
         client_send_s=_mean(cols.client_send[ok_mask]),
         client_recv_s=_mean(cols.client_recv[ok_mask]),
         network_server_s=_mean(cols.network_server[ok_mask]),
+        latencies=latency,
     )
 
 

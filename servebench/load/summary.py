@@ -2,8 +2,9 @@
 
 Like MLPerf LoadGen, a run ends with an explicit verdict: VALID, or INVALID with the
 reasons ("generator fell behind", "unstable", "errors", "stopped early"), plus warnings that
-do not invalidate it. Keys follow the trial-summary names of DESIGN.md; every time is in
-seconds.
+do not invalidate it. Each reason and warning has a stable code beside its text
+(`servebench.common.verdict_codes`): programs decide on the codes, people read the text.
+Keys follow the trial-summary names of DESIGN.md; every time is in seconds.
 
 Generator lateness: open-loop latency is measured from the intended send time, so a send
 that leaves late is charged to the latency and cannot flatter the server. Lateness only
@@ -18,8 +19,13 @@ at 2,000 req/s.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from servebench.common.verdict_codes import VerdictCode
+
+if TYPE_CHECKING:
+    import numpy as np
 
 VALID = "VALID"
 INVALID = "INVALID"
@@ -73,12 +79,14 @@ class LoadSummary:
     load: str = ""  # the load in words: "constant 500 req/s", "concurrency 64"
     concurrency: int | None = None
     batch_size: int = 1
-    processes: int = 1
+    processes: int | None = None  # generator processes, where servebench ran the load
     windows: list[WindowStats] = field(default_factory=list)
     stable: bool | None = None
     verdict: str = VALID
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    reason_codes: list[str] = field(default_factory=list)  # VerdictCode of each reason
+    warning_codes: list[str] = field(default_factory=list)  # VerdictCode of each warning
     stop_reason: str | None = None  # why the load stopped early, if it did
     scheduled_rate: float | None = None  # open loop: requests per second the schedule asked for
     # The client-side split, means over successful requests that the client timed
@@ -87,10 +95,23 @@ class LoadSummary:
     client_send_s: float = math.nan
     client_recv_s: float = math.nan
     network_server_s: float = math.nan
+    # The successful requests' latencies (s, float64) the percentiles above were taken
+    # from: any other percentile of the same requests (an SLO's) comes from them too, by
+    # the same function (`latency_at`). Not written out.
+    latencies: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def latency_at(self, q: float) -> float:
+        """The q-th latency percentile of the summarized requests, as `latency_p99` is
+        computed (`servebench.common.quantiles`): the same number when q is 99."""
+        from servebench.common.quantiles import percentile
+
+        return percentile(self.latencies if self.latencies is not None else [], q)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for JSON/CSV; NaN becomes None so JSON stays valid."""
-        return {key: _plain(value) for key, value in asdict(self).items()}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "latencies"}
+        values["windows"] = [asdict(window) for window in self.windows]
+        return {key: _plain(value) for key, value in values.items()}
 
 
 def _plain(value: Any) -> Any:
@@ -112,55 +133,76 @@ def judge(
     rate_tolerance: float = RATE_TOLERANCE,
     lag_ratio: float = LAG_RATIO,
     stop_reason: str | None = None,
+    stop_code: VerdictCode = VerdictCode.STOPPED_EARLY,
 ) -> LoadSummary:
-    """Set the verdict, its reasons and warnings; returns the same summary for chaining."""
-    reasons: list[str] = []
-    warnings: list[str] = []
+    """Set the verdict, its reasons and warnings, each with its code; returns the same
+    summary for chaining. `stop_code` says what kind of stop `stop_reason` was."""
+    reasons = _Findings()
+    warnings = _Findings()
     summary.stop_reason = stop_reason
     if stop_reason:
-        reasons.append(f"stopped early: {stop_reason}")
+        reasons.add(stop_code, f"stopped early: {stop_reason}")
     if summary.count == 0:
-        reasons.append("no requests measured")
+        reasons.add(VerdictCode.NO_REQUESTS, "no requests measured")
     if summary.mode == "open" and summary.count:
-        reasons += _lateness_reasons(summary, late_threshold, rate_tolerance, lag_ratio)
+        _lateness_reasons(reasons, summary, late_threshold, rate_tolerance, lag_ratio)
         if summary.late_share > late_limit:
-            warnings.append(
+            warnings.add(
+                VerdictCode.LATE_SENDS,
                 f"generator lag: {summary.late_share:.1%} of requests were sent more than "
                 f"{late_threshold * 1e3:g} ms late (limit {late_limit:.1%}); schedule lag p99 "
-                f"{summary.schedule_lag_p99 * 1e3:.2f} ms, counted in the latencies"
+                f"{summary.schedule_lag_p99 * 1e3:.2f} ms, counted in the latencies",
             )
     if summary.count and summary.errors / summary.count > max_error_share:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors_by_kind.items()))
-        reasons.append(
+        reasons.add(
+            VerdictCode.ERRORS,
             f"errors: {summary.errors} of {summary.count} requests failed "
-            f"({summary.errors / summary.count:.2%}, limit {max_error_share:.2%}: {kinds})"
+            f"({summary.errors / summary.count:.2%}, limit {max_error_share:.2%}: {kinds})",
         )
     if summary.stable is False:
-        reasons.append(
-            f"unstable: throughput and latency did not settle within {len(summary.windows)} windows"
+        reasons.add(
+            VerdictCode.UNSTABLE,
+            f"unstable: throughput and latency did not settle within {len(summary.windows)} windows",
         )
-    summary.reasons = reasons
-    summary.warnings = warnings
-    summary.verdict = INVALID if reasons else VALID
+    summary.reasons, summary.reason_codes = reasons.texts, reasons.codes
+    summary.warnings, summary.warning_codes = warnings.texts, warnings.codes
+    summary.verdict = INVALID if reasons.texts else VALID
     return summary
 
 
+@dataclass
+class _Findings:
+    """Reasons (or warnings) as judge finds them: each text with its code, in order."""
+
+    texts: list[str] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
+
+    def add(self, code: VerdictCode, text: str) -> None:
+        self.codes.append(str(code))
+        self.texts.append(text)
+
+
 def _lateness_reasons(
-    summary: LoadSummary, late_threshold: float, rate_tolerance: float, lag_ratio: float
-) -> list[str]:
+    reasons: _Findings,
+    summary: LoadSummary,
+    late_threshold: float,
+    rate_tolerance: float,
+    lag_ratio: float,
+) -> None:
     """Why the generator's lateness changes the answer, if it does."""
-    reasons = []
     scheduled, sent = summary.scheduled_rate, summary.achieved_rate
     if scheduled and sent < scheduled * (1 - rate_tolerance):
-        reasons.append(
+        reasons.add(
+            VerdictCode.RATE_SHORT,
             f"generator fell behind: sent {sent:.1f} req/s of the {scheduled:.1f} scheduled "
-            f"({1 - sent / scheduled:.1%} short, limit {rate_tolerance:.0%})"
+            f"({1 - sent / scheduled:.1%} short, limit {rate_tolerance:.0%})",
         )
     lag, tail = summary.schedule_lag_p99, summary.latency_p99
     if math.isfinite(tail) and lag > late_threshold and lag > lag_ratio * tail:
-        reasons.append(
+        reasons.add(
+            VerdictCode.LAG_HIGH,
             f"generator fell behind: schedule lag p99 {lag * 1e3:.2f} ms is {lag / tail:.0%} "
             f"of latency p99 {tail * 1e3:.2f} ms (limit {lag_ratio:.0%} once over "
-            f"{late_threshold * 1e3:g} ms)"
+            f"{late_threshold * 1e3:g} ms)",
         )
-    return reasons

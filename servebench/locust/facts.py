@@ -14,31 +14,21 @@ do (`servebench.results.TRIAL_SCHEMA`), so the report prices Locust runs and
                 "activation_bytes": 20000}}}
 
 Every part is optional; a model the form names that the scenario does not know gets no
-model columns.
+model columns. The row itself is made by the one row builder (`servebench.trial_row`),
+as a scenario run's is.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from servebench.locust.settings import read_json_object
-from servebench.pricing import cost_per_million
-
-MODEL_COLUMNS = (
-    "layer_type",
-    "depth",
-    "width",
-    "params",
-    "flops_per_sample",
-    "weight_bytes",
-    "activation_bytes",
-)
+from servebench.pricing import InstancePrice
+from servebench.trial_row import ModelColumns, Slo
 
 
 @dataclass(frozen=True)
@@ -47,35 +37,34 @@ class TrialFacts:
     usd_per_hour: float | None = None
     slo_percentile: float | None = None
     slo_latency_s: float | None = None
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, ModelColumns] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        document: dict[str, Any] = {"models": self.models}
+        document: dict[str, Any] = {
+            "models": {name: asdict(columns) for name, columns in self.models.items()}
+        }
         if self.instance and self.usd_per_hour is not None:
             document["cost"] = {"instance": self.instance, "usd_per_hour": self.usd_per_hour}
         if self.slo_percentile is not None and self.slo_latency_s is not None:
             document["slo"] = {"percentile": self.slo_percentile, "latency_s": self.slo_latency_s}
         return json.dumps(document, indent=2)
 
-    def columns(
-        self, model: str, throughput_ips: float | None, ok_latencies: np.ndarray
-    ) -> dict[str, Any]:
-        """The trial row's cost, SLO and model columns for one swarm's trial."""
-        row: dict[str, Any] = dict(self.models.get(model, {}))
+    @property
+    def price(self) -> InstancePrice | None:
+        """The instance the run stands for, at the scenario's price; None if not named."""
         if self.instance and self.usd_per_hour is not None:
-            row["instance"] = self.instance
-            row["usd_per_hour"] = self.usd_per_hour
-            if throughput_ips and throughput_ips > 0:
-                row["cost_per_million"] = cost_per_million(throughput_ips, self.usd_per_hour)
+            return InstancePrice(self.instance, self.usd_per_hour)
+        return None
+
+    @property
+    def slo(self) -> Slo | None:
         if self.slo_percentile is not None and self.slo_latency_s is not None:
-            row["slo_percentile"] = self.slo_percentile
-            row["slo_bound_s"] = self.slo_latency_s
-            if ok_latencies.size:
-                # The scenario runner's percentile (numpy's default), for the same verdict.
-                latency = float(np.percentile(ok_latencies, self.slo_percentile))
-                row["slo_latency_s"] = latency
-                row["slo_met"] = bool(latency <= self.slo_latency_s)
-        return row
+            return Slo(self.slo_percentile, self.slo_latency_s)
+        return None
+
+    def model(self, name: str) -> ModelColumns | None:
+        """The model's columns, if the scenario knows a model of that name."""
+        return self.models.get(name)
 
 
 def read_facts(path: str | Path) -> TrialFacts:
@@ -92,8 +81,7 @@ def read_facts(path: str | Path) -> TrialFacts:
             slo_percentile=_positive(slo.get("percentile"), "slo.percentile"),
             slo_latency_s=_positive(slo.get("latency_s"), "slo.latency_s"),
             models={
-                str(name): {k: v for k, v in values.items() if k in MODEL_COLUMNS}
-                for name, values in models.items()
+                str(name): ModelColumns.from_mapping(values) for name, values in models.items()
             },
         )
     except (AttributeError, TypeError, ValueError) as exc:

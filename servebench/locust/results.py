@@ -3,9 +3,9 @@
 One directory per Locust process that drives load (the local runner, or the master):
 `run.json` (status, machine, versions, `"source": "locust"` and Locust's options),
 `records/<trial>.parquet` and `trials.csv` written when each swarm stops, and
-`records.parquet` merged when Locust quits. Trial rows use the scenario runner's column
-names (`servebench.scenario.trial.build_row`) with the load given as `users N`: each
-swarm is a closed-loop load level, not a rate. `client_cpu_s` is the Locust process's own
+`records.parquet` merged when Locust quits. Trial rows come from the scenario runner's
+row builder (`servebench.trial_row`) with the load given as `users N`: each swarm is a
+closed-loop load level, not a rate. `client_cpu_s` is the Locust process's own
 CPU time during the swarm (local runner), to tell a busy generator from a slow server.
 
 A run directory is created when Locust starts, so a session that quits before any swarm
@@ -33,6 +33,7 @@ from servebench.locust.records import Coordinates
 from servebench.locust.settings import link_profile
 from servebench.netem import NetemError
 from servebench.results import RunDirectory, TrialRow, new_run_id
+from servebench.trial_row import TrialCoordinates, WireBytes, build_row
 
 SOURCE = "locust"
 _NO_SCENARIO = (
@@ -103,11 +104,10 @@ class LocustRun:
             )
             with ParquetRecordWriter(self.directory.trial_records_path(trial_id)) as writer:
                 writer.write(batch)
-            earlier = [r for r in self.directory.rows if r.get("trial_id") == trial_id]
-            index = earlier[0]["index"] if earlier else len(self.directory.rows) + 1
-            row = trial_row(trial_id, index, swarm, coords, batch, users, self.facts)
-            if client_cpu_s is not None:
-                row["client_cpu_s"] = client_cpu_s  # the whole swarm's, on every trial of it
+            earlier = [r for r in self.directory.rows if r.trial_id == trial_id]
+            index = earlier[0].index if earlier else len(self.directory.rows) + 1
+            # client_cpu_s is the whole swarm's, on every trial of it.
+            row = trial_row(trial_id, index, swarm, coords, batch, users, self.facts, client_cpu_s)
             self.directory.add_trial(row)
             rows.append(row)
         return rows
@@ -150,10 +150,11 @@ def trial_row(
     batch: pa.RecordBatch,
     users: int,
     facts: TrialFacts | None = None,
+    client_cpu_s: float | None = None,
 ) -> TrialRow:
-    """A trials.csv row from a swarm's records, in the scenario runner's columns
-    (`servebench.results.TRIAL_SCHEMA`); `facts` add the scenario's cost, SLO and model
-    columns."""
+    """A swarm's trial row from its records, by the one row builder (`servebench.trial_row`)
+    with Locust's coordinates: a closed loop of `users`; `facts` add the scenario's cost,
+    SLO and model columns."""
     table = pa.Table.from_batches([batch])
     summary = summarize(columns_from_table(table), mode="closed", target_rate=None)
     judge(
@@ -162,48 +163,40 @@ def trial_row(
         late_limit=1.0,  # closed loop: no schedule to fall behind
         max_error_share=MAX_ERROR_SHARE,
     )
-    stats = summary.to_dict()
-    for unused in ("windows", "batch_size", "load", "concurrency", "processes", "stable"):
-        stats.pop(unused, None)
-    row: TrialRow = {
-        "trial_id": trial_id,
-        "index": index,
-        "status": "ok",
-        "reason": "",
-        "verdict": stats.pop("verdict"),
-        "verdict_reasons": "; ".join(stats.pop("reasons")),
-        "verdict_warnings": "; ".join(stats.pop("warnings")),
-        "server": coords.server,
-        "server_kind": coords.server_kind,
-        "launch": SOURCE,
-        "protocol": PROTOCOLS[coords.protocol].transport,
-        "client_protocol": coords.protocol,
-        "setting": f"swarm {swarm}",
-        "model": coords.model,
-        "model_version": coords.version,
-        "batch_size": coords.batch_size,
-        "link": coords.link,
-        "load_kind": "users",
-        "load_level": users,
-        "swarm": swarm,
-    }
-    stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
-    row.update(stats)
-    if batch.num_rows:
-        row["request_bytes_mean"] = float(pc.mean(batch.column("request_bytes")).as_py())
-        row["response_bytes_mean"] = float(pc.mean(batch.column("response_bytes")).as_py())
-    if facts is not None:
-        ok = batch.column("ok").to_numpy(zero_copy_only=False)
-        latencies = batch.column("latency").to_numpy(zero_copy_only=False)[ok]
-        row.update(facts.columns(coords.model, row.get("throughput_ips"), latencies))
     try:
         profile = link_profile(coords.link)
     except NetemError:
-        return row  # a profile file that went away since the swarm: the path is enough
-    row.update(
-        link=profile.name,  # a profile file's own name, not its path
-        link_rtt_s=profile.rtt_s,
-        link_down_mbps=profile.down_mbps,
-        link_up_mbps=profile.up_mbps,
+        profile = None  # a profile file that went away since the swarm: the path is enough
+    facts = facts or TrialFacts()
+    where = TrialCoordinates(
+        trial_id=trial_id,
+        index=index,
+        server=coords.server,
+        server_kind=coords.server_kind,
+        setting=f"swarm {swarm}",
+        model=coords.model,
+        batch_size=coords.batch_size,
+        link=profile.name if profile is not None else coords.link,  # a file's own name
+        load_kind="users",
+        load_level=users,
+        launch=SOURCE,
+        protocol=PROTOCOLS[coords.protocol].transport,
+        client_protocol=coords.protocol,
+        model_version=coords.version,
+        swarm=swarm,
     )
-    return row
+    wire = WireBytes(
+        batch.num_rows,
+        int(pc.sum(batch.column("request_bytes")).as_py() or 0),
+        int(pc.sum(batch.column("response_bytes")).as_py() or 0),
+    )
+    return build_row(
+        where,
+        summary,
+        model=facts.model(coords.model),
+        link=profile,
+        wire=wire,
+        price=facts.price,
+        slo=facts.slo,
+        client_cpu_s=client_cpu_s,
+    )

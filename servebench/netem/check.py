@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from servebench.common.quantiles import percentiles
 from servebench.netem.emulator import LinkEmulator
 from servebench.netem.probe import (
     in_realtime_thread,
@@ -72,7 +73,7 @@ def expected_rtt_s(profile: LinkProfile, size: int = PING_BYTES) -> float:
 
 def robust_sd(values: list[float]) -> float:
     """Spread from the interquartile range: loss-delayed pings must not swamp the jitter."""
-    q1, _, q3 = statistics.quantiles(values, n=4)
+    q1, q3 = percentiles(values, [25, 75])
     return (q3 - q1) / 1.349  # the IQR of a normal distribution is 1.349 sd
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servebench.common.quantiles import percentiles
 from servebench.overhead.errors import OverheadError
 from servebench.overhead.measure import Better, Measurement
 
@@ -92,7 +93,7 @@ class Spread:
 
     @classmethod
     def of(cls, values: np.ndarray) -> Spread:
-        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        q1, median, q3 = percentiles(values, [25, 50, 75])
         return cls(
             n=len(values),
             median=float(median),
@@ -204,7 +205,7 @@ def _interval(
     if not np.all(np.isfinite(pcts)):
         return float("nan"), float("nan")
     tail = (1 - settings.confidence) / 2 * 100
-    low, high = np.percentile(pcts, [tail, 100 - tail])
+    low, high = percentiles(pcts, [tail, 100 - tail])
     return float(low), float(high)
 
 

@@ -57,12 +57,13 @@ from servebench.results import (
 from servebench.scenario.deploy import build_server, client_target, export_models
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
-from servebench.scenario.trial import TrialContext, run_trial
+from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
 from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server, ServerError
 from servebench.servers.cold_start import Probe, measure_cold_start
 from servebench.telemetry import rows_to_table
 from servebench.telemetry.host_peak import record_host_peaks
+from servebench.trial_row import failed_row
 
 
 @dataclass
@@ -401,18 +402,19 @@ class ScenarioRunner:
             return
         groups: dict[tuple[str, str, int, str], list[TrialRow]] = defaultdict(list)
         for row in directory.rows:
-            if row.get("status") == "ok" and (row.get("throughput_ips") or 0) > 0:
-                key = (row["setting"], row["model"], row["batch_size"], row["link"])
-                groups[key].append(row)
+            if row.status == "ok" and (row.throughput_ips or 0) > 0:
+                groups[(row.setting, row.model, row.batch_size, row.link)].append(row)
         for rows in groups.values():
             points = [
-                (r["throughput_ips"], r.get("slo_latency_s", r.get("latency_p99")) or float("inf"))
+                (r.throughput_ips, r.get("slo_latency_s", r.latency_p99) or float("inf"))
                 for r in rows
             ]
             estimate = estimate_cost(points, price, slo.latency_ms / 1e3)
             for row in rows:
-                row["slo_throughput_ips"] = estimate.slo_throughput
-                row["cost_per_million_at_slo"] = estimate.cost_at_slo
+                row.update(
+                    slo_throughput_ips=estimate.slo_throughput,
+                    cost_per_million_at_slo=estimate.cost_at_slo,
+                )
         directory.write_trials()
 
 
@@ -510,14 +512,6 @@ def _reason(err: BaseException, run_dir: Path) -> str:
 
 
 def _failed_row(trial: Trial, reason: str) -> TrialRow:
-    """A trial that measured nothing usable: its coordinates and why (`TRIAL_SCHEMA`)."""
-    return {
-        "trial_id": trial.id,
-        "index": trial.index,
-        "status": "failed",
-        "reason": reason,
-        **trial.coordinates,
-        "layer_type": trial.model.layer_type,
-        "depth": trial.model.depth,
-        "width": trial.model.width,
-    }
+    """A trial that measured nothing usable: which trial, its model's family, and why.
+    (Its model is not counted here: a trial may have failed on that very model.)"""
+    return failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))

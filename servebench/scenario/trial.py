@@ -1,8 +1,9 @@
 """One trial: a client through the trial's link to a running server, a measured load with
 telemetry beside it, and the trial's summary row.
 
-Records go to the trial's own Parquet file as they are measured; the row is built from
-the load's summary, the telemetry aggregates, the model's cost figures and the link.
+Records go to the trial's own Parquet file as they are measured; the row is built by the
+one row builder (`servebench.trial_row`) from the load's summary, the telemetry
+aggregates, the model's counted size, the link and the price.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from model_zoo.counting import count
+from model_zoo.spec import ModelSpec
 from servebench.clients.factory import create_client
 from servebench.clients.registry import for_server
 from servebench.common.errors import ServebenchError
+from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
 from servebench.load import (
     LoadEngine,
     LoadSettings,
@@ -34,9 +34,8 @@ from servebench.load import (
     run_load,
 )
 from servebench.load.engine import SERVER_UNREACHABLE
-from servebench.load.summary import MAX_ERROR_SHARE
 from servebench.netem import LinkEmulator, LinkProfile
-from servebench.pricing import InstancePrice, cost_per_million
+from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
 from servebench.scenario.plan import Trial
@@ -44,14 +43,16 @@ from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
 from servebench.servers.base import Server
 from servebench.servers.docker_engine import DockerServer, connect_docker
-from servebench.telemetry import (
-    ContainerStatsSampler,
-    TelemetryRecorder,
-    TelemetryRow,
-    client_minus_server_s,
+from servebench.telemetry import ContainerStatsSampler, TelemetryRecorder, TelemetryRow
+from servebench.trial_row import (
+    DIRECT,
+    ModelColumns,
+    Search,
+    Slo,
+    TrialCoordinates,
+    WireBytes,
+    build_row,
 )
-
-DIRECT = "direct"
 
 
 class ServerGoneError(ServebenchError, RuntimeError):
@@ -124,23 +125,18 @@ def load_settings(
 
 
 class TrialSink:
-    """Writes records to the trial's Parquet file and keeps what the row needs in memory:
-    successful latencies per trial id (for any SLO percentile, and per search step) and
-    the byte totals, so nothing is read back from a file still being written."""
+    """Writes records to the trial's Parquet file and keeps the byte totals the row needs,
+    so nothing is read back from a file still being written. (Latency percentiles come
+    from the load's summary, which holds the latencies it summarized.)"""
 
     def __init__(self, path: Path):
         self.writer = ParquetRecordWriter(path)
-        self.latencies: dict[str, list[np.ndarray]] = {}
         self.request_bytes = 0
         self.response_bytes = 0
         self.rows = 0
 
     def write(self, batch) -> None:
         self.writer.write(batch)
-        ok = batch.column("ok").to_numpy(zero_copy_only=False)
-        latency = batch.column("latency").to_numpy(zero_copy_only=False)
-        trial_id = batch.column("trial_id")[0].as_py() if batch.num_rows else ""
-        self.latencies.setdefault(trial_id, []).append(latency[ok])
         self.request_bytes += int(batch.column("request_bytes").to_numpy().sum())
         self.response_bytes += int(batch.column("response_bytes").to_numpy().sum())
         self.rows += batch.num_rows
@@ -148,10 +144,9 @@ class TrialSink:
     def close(self) -> None:
         self.writer.close()
 
-    def percentile(self, trial_id: str, q: float) -> float:
-        parts = self.latencies.get(trial_id, [])
-        values = np.concatenate(parts) if parts else np.empty(0)
-        return float(np.percentile(values, q)) if values.size else float("nan")
+    @property
+    def wire(self) -> WireBytes:
+        return WireBytes(self.rows, self.request_bytes, self.response_bytes)
 
 
 async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
@@ -204,15 +199,17 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
             finally:
                 ctx.on_engine(None)
 
-        extra: dict[str, Any] = {}
+        search = None
         if trial.level.kind == "search":
-            summary, extra = await _search(trial, ctx, measure, sink)
+            summary, search = await _search(trial, ctx, measure)
         else:
             summary = await measure(None, trial.id)
         recorder.stop()
         sink.close()
         telemetry = recorder.snapshot()
-        row = build_row(trial, ctx, profile, summary, recorder.summary(trial.model.id), sink, extra)
+        row = trial_row(
+            trial, ctx, profile, summary, recorder.summary(trial.model.id), sink, search
+        )
         return TrialOutcome(row, telemetry)
 
 
@@ -231,7 +228,7 @@ def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
     )
 
 
-async def _search(trial, ctx, measure, sink: TrialSink):
+async def _search(trial, ctx, measure) -> tuple[LoadSummary, Search]:
     slo = ctx.scenario.slo
     assert slo is not None  # validation requires an SLO for search
     bound = slo.latency_ms / 1e3
@@ -247,11 +244,9 @@ async def _search(trial, ctx, measure, sink: TrialSink):
             # Every lower rate would meet the same dead address: the search ends here, and
             # the trial fails rather than report a max rate for a server that is gone.
             raise ServerGoneError(f"search stopped at {rate:g} req/s: {gone}")
-        latency = sink.percentile(step_id, slo.percentile)
-        # A late generator is already charged in the latency (measured from the intended
-        # send time), so only errors make a step unusable: a rate that fails requests is
-        # not a rate the server sustains.
-        usable = summary.count > 0 and summary.errors <= MAX_ERROR_SHARE * summary.count
+        # The step's SLO percentile, of the requests its summary (and so its row) covers.
+        latency = summary.latency_at(slo.percentile)
+        usable = not UNUSABLE_STEP.intersection(summary.reason_codes)
         return latency, usable, summary
 
     result = await search_max_rate(
@@ -261,14 +256,7 @@ async def _search(trial, ctx, measure, sink: TrialSink):
         should_stop=ctx.stop_requested,
     )  # fmt: skip
     chosen = result.best or result.steps[-1]
-    extra = {
-        "max_rate": result.max_rate,
-        # Each step: rate, SLO-percentile latency (s), met?, and why an invalid run was invalid.
-        "search_steps": json.dumps(
-            [[s.rate, s.latency, s.met, "; ".join(s.result.reasons)] for s in result.steps]
-        ),
-    }
-    return chosen.result, extra
+    return chosen.result, Search(result.max_rate, result.steps)
 
 
 _GONE_KINDS = {"connection_refused", "connection_reset"}
@@ -279,7 +267,7 @@ def _server_gone(summary: LoadSummary) -> str | None:
 
     The engine stops a load after a while of nothing but refusals; a short step at a low
     rate can end before that, with every request refused: the same news."""
-    if summary.stop_reason and SERVER_UNREACHABLE in summary.stop_reason:
+    if VerdictCode.SERVER_UNREACHABLE in summary.reason_codes:
         return summary.stop_reason
     if summary.count and not summary.ok and set(summary.errors_by_kind) <= _GONE_KINDS:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors_by_kind.items()))
@@ -287,84 +275,55 @@ def _server_gone(summary: LoadSummary) -> str | None:
     return None
 
 
-def build_row(
+def trial_row(
     trial: Trial,
     ctx: TrialContext,
     profile: LinkProfile,
     summary: LoadSummary,
-    telemetry: dict[str, Any],
+    telemetry: dict,
     sink: TrialSink,
-    extra: dict[str, Any],
+    search: Search | None = None,
 ) -> TrialRow:
-    """The trial's trials.csv row (columns: `servebench.results.TRIAL_SCHEMA`).
-
-    The load summary's and telemetry's fields go in under their own names, so a field
-    either adds must also be added to the schema (`RunDirectory` refuses the row else)."""
-    scenario = ctx.scenario
-    cost = count(trial.model)
-    stats = summary.to_dict()
-    row: TrialRow = {
-        "trial_id": trial.id,
-        "index": trial.index,
-        "status": "ok",
-        "reason": "",
-        "verdict": stats.pop("verdict"),
-        "verdict_reasons": "; ".join(stats.pop("reasons")),
-        "verdict_warnings": "; ".join(stats.pop("warnings")),
-        **trial.coordinates,
-        "launch": trial.setting.server.launch,
-        "protocol": trial.setting.server.protocol,
-        "settings_json": json.dumps(trial.setting.values, sort_keys=True),
-        "layer_type": trial.model.layer_type,
-        "depth": trial.model.depth,
-        "width": trial.model.width,
-        "params": cost.params,
-        "flops_per_sample": cost.flops,
-        "weight_bytes": cost.weight_bytes,
-        "activation_bytes": cost.activation_bytes,
-        "link_rtt_s": profile.rtt_s,
-        "link_down_mbps": profile.down_mbps,
-        "link_up_mbps": profile.up_mbps,
-    }
-    stats.pop("windows", None)
-    stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
-    row.update({k: v for k, v in stats.items() if k not in ("batch_size",)})
-    row.update(_bytes_and_link_time(sink, profile))
-    row.update({k: v for k, v in telemetry.items() if k != "gpu_source"})
-    row["client_minus_server_s"] = (
-        client_minus_server_s(row["latency_mean"], telemetry)
-        if row.get("latency_mean") is not None
-        else None
+    """The trial's trials.csv row, from the one row builder."""
+    slo = ctx.scenario.slo
+    return build_row(
+        coordinates(trial),
+        summary,
+        model=model_columns(trial.model),
+        link=profile,
+        wire=sink.wire,
+        telemetry=telemetry,
+        host_peak_flops=ctx.host_peak_flops,
+        price=ctx.price,
+        slo=Slo(slo.percentile, slo.latency_ms / 1e3) if slo is not None else None,
+        search=search,
     )
-    row["host_peak_flops"] = ctx.host_peak_flops
-    if ctx.price is not None:
-        row["instance"] = ctx.price.instance_type
-        row["usd_per_hour"] = ctx.price.usd_per_hour
-        ips = row.get("throughput_ips") or 0.0
-        row["cost_per_million"] = cost_per_million(ips, ctx.price.usd_per_hour) if ips > 0 else None
-    if scenario.slo is not None:
-        row["slo_percentile"] = scenario.slo.percentile
-        row["slo_bound_s"] = scenario.slo.latency_ms / 1e3
-        if trial.level.kind != "search":
-            row["slo_latency_s"] = sink.percentile(trial.id, scenario.slo.percentile)
-            row["slo_met"] = bool(row["slo_latency_s"] <= row["slo_bound_s"])
-    row.update(extra)
-    return row
 
 
-def _bytes_and_link_time(sink: TrialSink, profile: LinkProfile) -> dict[str, Any]:
-    """Mean wire sizes, and the time the link alone should add: RTT + bytes / bandwidth."""
-    if sink.rows == 0:
-        return {}
-    request = sink.request_bytes / sink.rows
-    response = sink.response_bytes / sink.rows
-    link_time = profile.rtt_s
-    if profile.up_mbps:
-        link_time += request * 8 / (profile.up_mbps * 1e6)
-    if profile.down_mbps:
-        link_time += response * 8 / (profile.down_mbps * 1e6)
-    return {
-        "request_bytes_mean": request,
-        "response_bytes_mean": response,
-        "link_time_analytic_s": link_time if profile.name != DIRECT else 0.0,
-    }
+def coordinates(trial: Trial) -> TrialCoordinates:
+    """Which trial of the plan, and how its server is reached, as its row says."""
+    server = trial.setting.server
+    return TrialCoordinates(
+        trial_id=trial.id,
+        index=trial.index,
+        **trial.coordinates,
+        launch=server.launch,
+        protocol=server.protocol,
+        settings_json=json.dumps(trial.setting.values, sort_keys=True),
+    )
+
+
+def model_columns(spec: ModelSpec, *, counted: bool = True) -> ModelColumns:
+    """A model's row columns: its family and, `counted`, its size (`model_zoo.counting`)."""
+    if not counted:
+        return ModelColumns(spec.layer_type, spec.depth, spec.width)
+    cost = count(spec)
+    return ModelColumns(
+        layer_type=spec.layer_type,
+        depth=spec.depth,
+        width=spec.width,
+        params=cost.params,
+        flops_per_sample=cost.flops,
+        weight_bytes=cost.weight_bytes,
+        activation_bytes=cost.activation_bytes,
+    )

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from servebench.common.quantiles import percentiles
 from servebench.overhead.measure import Measurement
 from servebench.overhead.probes import ProbeContext
 from servebench.overhead.probes.folders import disk_folders, filesystem_type, work_folder
@@ -90,7 +91,7 @@ def latency_measurements(
     is better) of one run."""
     extra = {**(detail or {}), "requests": len(times_ns)}
     common: dict[str, Any] = {"probe": PROBE, "cpu_s": cpu_s, "wall_s": wall_s, "detail": extra}
-    values = np.percentile(np.asarray(times_ns, dtype=float) / 1e9, PERCENTILES)
+    values = percentiles(np.asarray(times_ns, dtype=float) / 1e9, PERCENTILES)
     found = [
         Measurement(metric=f"{prefix}_p{q}_s", value=float(v), unit="s", better="lower", **common)
         for q, v in zip(PERCENTILES, values, strict=True)

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
+from servebench.common.quantiles import percentile
 from servebench.overhead.measure import Better, Measurement
 from servebench.overhead.pagecache import Eviction, evict
 from servebench.overhead.probes import ProbeContext
@@ -276,7 +277,7 @@ def measurements(
         figure("epoch_rest_median_s", rest_wall, "s", "lower", cpu_s=rest_cpu, wall_s=rest_wall),
         figure("first_epoch_ratio", first.wall_s / rest_wall, "x", "lower"),
         figure("batch_median_s", float(np.median(warm_times)), "s", "lower"),
-        figure("batch_p90_s", float(np.percentile(warm_times, 90)), "s", "lower"),
+        figure("batch_p90_s", percentile(warm_times, 90), "s", "lower"),
         figure("load_share_epoch1_pct", _load_share(cold), "%", "lower"),
         figure("load_share_rest_pct", _load_share(warm), "%", "lower"),
         figure("samples_per_s", warm_samples / sum(e.wall_s for e in rest), "samples/s", "higher"),

@@ -1,0 +1,65 @@
+"""The checks behind a load's verdict, as stable codes.
+
+Every reason that makes a run INVALID and every warning that does not carries one of these
+codes beside its text (`servebench.load.summary.judge` makes them). The text is for people
+and may change wording or figures; the codes are for programs: trials.csv keeps them in
+`verdict_reason_codes` and `verdict_warning_codes`, each SLO search step keeps its reasons'
+codes, and `servebench recommend`, the load runner's log and the scenario runner's search
+decide on them, never on the text. Defined here, at the bottom, because the producers
+(`load`, `scenario`, `locust`) and the readers (`analysis`) both need them.
+
+==================== ======== ===========================================================
+code                 kind     when
+==================== ======== ===========================================================
+stopped_early        reason   the load stopped before its end (a stop asked for, a failed
+                              worker, a write error); the stop reason says why
+server_unreachable   reason   it stopped because the address refused or dropped every
+                              request for a while: nobody serves there any more
+no_requests          reason   no request was measured
+rate_short           reason   open loop: the generator sent fewer requests than scheduled
+                              (more than `rate_tolerance` short)
+lag_high             reason   open loop: schedule lag p99 is a large part of latency p99
+                              (over `late_threshold` and `lag_ratio` of it)
+errors               reason   more than `max_error_share` of the requests failed
+unstable             reason   stability mode: the windows did not agree
+late_sends           warning  open loop: more than `late_limit` of sends left later than
+                              `late_threshold` (charged in the latencies)
+==================== ======== ===========================================================
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class VerdictCode(StrEnum):
+    STOPPED_EARLY = "stopped_early"
+    SERVER_UNREACHABLE = "server_unreachable"
+    NO_REQUESTS = "no_requests"
+    RATE_SHORT = "rate_short"
+    LAG_HIGH = "lag_high"
+    ERRORS = "errors"
+    UNSTABLE = "unstable"
+    LATE_SENDS = "late_sends"
+
+
+# A step of an SLO search with one of these reasons is not a rate the server sustains (its
+# requests failed, or none was measured), so it cannot meet the SLO and its latency says
+# nothing. Lateness does not count: it is already charged in the latency, measured from
+# the intended send time. The scenario runner's search and `recommend` share this rule.
+UNUSABLE_STEP = frozenset({VerdictCode.ERRORS, VerdictCode.NO_REQUESTS})
+
+# How a list of codes is written in one CSV cell.
+SEPARATOR = ";"
+
+
+def join_codes(codes: list[str] | tuple[str, ...]) -> str:
+    """The cell text of a list of codes: 'errors;unstable' ('' for none)."""
+    return SEPARATOR.join(codes)
+
+
+def split_codes(text: object) -> tuple[str, ...]:
+    """The codes of one cell (none for an empty or missing cell)."""
+    if not isinstance(text, str):
+        return ()
+    return tuple(code for code in (part.strip() for part in text.split(SEPARATOR)) if code)

@@ -1,0 +1,230 @@
+"""The one builder of a trial's trials.csv row, for the scenario runner and Locust runs alike.
+
+A row is what one measured load says (`LoadSummary`: counts, rates, latency percentiles,
+the verdict with its codes), put beside where the trial sits in the study
+(`TrialCoordinates`), the model's size, the emulated link and what it should add, the
+server's telemetry, the price and the SLO. Producers differ only in what they pass: the
+scenario runner has telemetry and the host's peak, a Locust swarm has its generator's CPU
+time and is a closed loop of users. Every column keeps its meaning whoever wrote it, so
+the report, `recommend` and `report compare` read both the same way.
+
+The SLO verdict comes from the same requests and the same percentile function as the row's
+`latency_p*` columns (`LoadSummary.latency_at`): with a p99 SLO, `slo_latency_s` is
+`latency_p99`, and `slo_met` says whether that very number is within the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+from servebench.common.verdict_codes import join_codes
+from servebench.load.summary import LoadSummary
+from servebench.netem import LinkProfile
+from servebench.pricing import InstancePrice, cost_per_million
+from servebench.results import TrialRow
+from servebench.telemetry import client_minus_server_s
+
+DIRECT = "direct"
+# Summary fields that are not row columns: the windows are in the records, the batch size
+# is a coordinate, and the verdict's lists are written joined.
+_NOT_COLUMNS = ("windows", "batch_size", "reasons", "warnings", "reason_codes", "warning_codes")
+
+
+@dataclass(frozen=True)
+class TrialCoordinates:
+    """Which trial: where it sits in the study (what `report compare` joins on) and how
+    its server was reached. `link` is the link's name as the trial knows it."""
+
+    trial_id: str
+    index: int
+    server: str
+    server_kind: str
+    setting: str
+    model: str
+    batch_size: int
+    link: str
+    load_kind: str  # rate | concurrency | trace | search | users (Locust)
+    load_level: float | None
+    launch: str  # local | docker | remote | locust
+    protocol: str  # http | grpc
+    settings_json: str | None = None
+    client_protocol: str | None = None  # Locust: the user class's protocol
+    model_version: str | None = None  # Locust: the version requested
+    swarm: int | None = None  # Locust: the swarm the trial belongs to
+
+
+@dataclass(frozen=True)
+class ModelColumns:
+    """The model's family and, where it was counted (`model_zoo.counting`), its size: the
+    roofline's inputs. A producer that cannot count it leaves the counts None."""
+
+    layer_type: str | None = None
+    depth: int | None = None
+    width: int | None = None
+    params: int | None = None
+    flops_per_sample: float | None = None
+    weight_bytes: int | None = None
+    activation_bytes: int | None = None
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> ModelColumns:
+        """From a mapping of these names (a facts file), ignoring any other key."""
+        return cls(**{name: values[name] for name in MODEL_COLUMNS if name in values})
+
+
+MODEL_COLUMNS = tuple(f.name for f in fields(ModelColumns))
+
+
+@dataclass(frozen=True)
+class WireBytes:
+    """Bytes on the wire over every measured request (failures included)."""
+
+    requests: int
+    request_bytes: int
+    response_bytes: int
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The latency SLO a trial is held to: the `percentile`-th latency within `bound_s`."""
+
+    percentile: float
+    bound_s: float
+
+
+class SearchStep(Protocol):
+    """One step of an SLO search as the row records it (`servebench.scenario.search`)."""
+
+    rate: float
+    latency: float  # the SLO percentile of the step's latencies, s
+    met: bool
+    result: LoadSummary
+
+
+@dataclass(frozen=True)
+class Search:
+    """An SLO search's outcome: the highest rate that met the SLO and every step run; the
+    row's own figures are those of the summary handed to `build_row` (the chosen step)."""
+
+    max_rate: float | None
+    steps: Sequence[SearchStep]
+
+
+def build_row(
+    where: TrialCoordinates,
+    summary: LoadSummary,
+    *,
+    model: ModelColumns | None = None,
+    link: LinkProfile | None = None,
+    wire: WireBytes | None = None,
+    telemetry: Mapping[str, Any] | None = None,
+    host_peak_flops: float | None = None,
+    price: InstancePrice | None = None,
+    slo: Slo | None = None,
+    search: Search | None = None,
+    client_cpu_s: float | None = None,
+) -> TrialRow:
+    """The trial's row (columns: `servebench.results.TRIAL_SCHEMA`).
+
+    The load summary's and telemetry's fields go in under their own names, so a field
+    either adds must also be added to the schema: the row refuses it (`TrialRowError`)."""
+    stats = summary.to_dict()
+    values: dict[str, Any] = {
+        "trial_id": where.trial_id,
+        "index": where.index,
+        "status": "ok",
+        "reason": "",
+        "verdict": stats.pop("verdict"),
+        "verdict_reasons": "; ".join(summary.reasons),
+        "verdict_warnings": "; ".join(summary.warnings),
+        "verdict_reason_codes": join_codes(summary.reason_codes),
+        "verdict_warning_codes": join_codes(summary.warning_codes),
+        **asdict(where),
+        **asdict(model or ModelColumns()),
+    }
+    for name in _NOT_COLUMNS:
+        stats.pop(name, None)
+    stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
+    values.update(stats)
+    if link is not None:
+        values.update(
+            link_rtt_s=link.rtt_s, link_down_mbps=link.down_mbps, link_up_mbps=link.up_mbps
+        )
+    if wire is not None and wire.requests:
+        values.update(_wire_columns(wire, link))
+    if telemetry is not None:
+        values.update({k: v for k, v in telemetry.items() if k != "gpu_source"})
+        latency = values.get("latency_mean")
+        values["client_minus_server_s"] = (
+            client_minus_server_s(latency, telemetry) if latency is not None else None
+        )
+    values["host_peak_flops"] = host_peak_flops
+    values["client_cpu_s"] = client_cpu_s
+    if price is not None:
+        ips = values.get("throughput_ips") or 0.0
+        values.update(
+            instance=price.instance_type,
+            usd_per_hour=price.usd_per_hour,
+            cost_per_million=cost_per_million(ips, price.usd_per_hour) if ips > 0 else None,
+        )
+    if slo is not None:
+        values.update(slo_percentile=slo.percentile, slo_bound_s=slo.bound_s)
+        if search is None:
+            latency = summary.latency_at(slo.percentile)
+            values.update(slo_latency_s=latency, slo_met=_within(latency, slo.bound_s))
+    if search is not None:
+        values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
+    return TrialRow.from_record(values)
+
+
+def failed_row(where: TrialCoordinates, reason: str, model: ModelColumns | None = None) -> TrialRow:
+    """A trial that measured nothing usable: which trial it was, and why."""
+    return TrialRow.from_record(
+        {
+            **asdict(where),
+            **asdict(model or ModelColumns()),
+            "status": "failed",
+            "reason": reason,
+        }
+    )
+
+
+def search_steps_json(steps: Sequence[SearchStep]) -> str:
+    """The `search_steps` column: per step [rate, SLO-percentile latency (s), met, why the
+    step's run was INVALID, the codes of those reasons] (`analysis.search` reads it)."""
+    return json.dumps(
+        [
+            [
+                s.rate,
+                None if math.isnan(s.latency) else s.latency,
+                s.met,
+                "; ".join(s.result.reasons),
+                list(s.result.reason_codes),
+            ]
+            for s in steps
+        ]
+    )
+
+
+def _within(latency: float, bound_s: float) -> bool:
+    """Whether the SLO holds: no successful request (NaN latency) does not meet it."""
+    return bool(latency <= bound_s)
+
+
+def _wire_columns(wire: WireBytes, link: LinkProfile | None) -> dict[str, float]:
+    """Mean wire sizes, and the time the link alone should add: RTT + bytes / bandwidth."""
+    request = wire.request_bytes / wire.requests
+    response = wire.response_bytes / wire.requests
+    columns = {"request_bytes_mean": request, "response_bytes_mean": response}
+    if link is not None:
+        link_time = link.rtt_s
+        if link.up_mbps:
+            link_time += request * 8 / (link.up_mbps * 1e6)
+        if link.down_mbps:
+            link_time += response * 8 / (link.down_mbps * 1e6)
+        columns["link_time_analytic_s"] = link_time if link.name != DIRECT else 0.0
+    return columns
