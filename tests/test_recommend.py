@@ -265,8 +265,8 @@ def test_search_steps_are_usable_or_not_by_their_codes(tmp_path: Path) -> None:
 
 
 def test_an_older_run_reads_its_codes_from_its_texts_once(tmp_path: Path) -> None:
-    """A trials.csv from before verdict codes: the loader reads the codes from the texts
-    those versions wrote (and only then); a run with codes keeps its own."""
+    """Rows from before verdict codes (text, no codes): the loader reads their codes from
+    the texts those versions wrote, and only theirs; a row with codes keeps its own."""
     old = trial("A", 100.0, 10.0, verdict="INVALID")
     old.update(
         verdict_reasons="stopped early: interrupted; by SIGTERM; errors: 3 of 10 requests failed",
@@ -279,9 +279,12 @@ def test_an_older_run_reads_its_codes_from_its_texts_once(tmp_path: Path) -> Non
     assert legacy_codes("generator fell behind: 2.0% of requests were sent late") == (
         "late_sends",
     )  # the oldest wording, when late sends still invalidated a run
-    new = trial("A", 100.0, 10.0, verdict_reasons="errors: 3 of 10", verdict_reason_codes="")
-    trials = load_run(write_run(tmp_path, "new", [new]), records=False).trials
-    assert trials["verdict_reason_codes"].iloc[0] is None  # its own (empty), not the text's
+    # Resumed since: rows with codes keep theirs, whatever their text says.
+    new = trial(
+        "A", 300.0, 30.0, verdict_reasons="errors: 3 of 10", verdict_reason_codes="unstable"
+    )
+    trials = load_run(write_run(tmp_path, "resumed", [old, new]), records=False).trials
+    assert list(trials["verdict_reason_codes"]) == ["stopped_early;errors", "unstable"]
 
 
 def test_search_at_another_percentile_gives_only_its_chosen_step(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ copied folder long after the servers are gone, and a run that failed half-way st
 one: every file except `run.json` and `trials.csv` is optional, and a missing column reads
 as empty rather than failing the whole report.
 
-Runs written before trials.csv kept verdict codes have only the reasons' text. Their codes
-are read from that text here, once, by the texts those versions wrote (`legacy_codes`);
-nothing after the loader looks at a reason's text to decide anything.
+Rows written before trials.csv kept verdict codes have only the reasons' text (an older
+run, or the earlier rows of one resumed since). Their codes are read from that text here,
+once, by the texts those versions wrote (`legacy_codes`); nothing after the loader looks
+at a reason's text to decide anything.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def legacy_codes(text: object) -> tuple[str, ...]:
         elif not codes:
             codes.append(LEGACY_UNKNOWN)
     return tuple(codes)
+
+
+def _codes_or_legacy(frame: pd.DataFrame, codes: str, text: str) -> list[object]:
+    """A code column as written, except for rows written before codes existed: text
+    without codes (every reason written since has its code), read by `legacy_codes`. A
+    resumed older run has both kinds of rows."""
+    written = frame[codes] if codes in frame.columns else pd.Series([None] * len(frame))
+    return [
+        join_codes(legacy_codes(t)) if isinstance(t, str) and t and not isinstance(c, str) else c
+        for t, c in zip(frame[text], written, strict=True)
+    ]
 
 
 @dataclass
@@ -166,10 +178,8 @@ def read_trials(path: Path) -> pd.DataFrame:
         if "trial_id" not in frame.columns:
             raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
     for codes, text in _CODE_COLUMNS.items():
-        if codes not in frame.columns and text in frame.columns:  # a run from before codes
-            frame[codes] = [
-                join_codes(legacy_codes(t)) if isinstance(t, str) else None for t in frame[text]
-            ]
+        if text in frame.columns:
+            frame[codes] = _codes_or_legacy(frame, codes, text)
     for name in TEXT_COLUMNS:
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), dtype=object)

@@ -22,6 +22,7 @@ from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.overhead.measure import Better, Measurement, Side
 from servebench.overhead.probes import ProbeUnavailable
 from servebench.overhead.sides import ProbeFailed, container_problem
+from servebench.results import TrialRow
 
 SERVING_PROBE = "serving"
 SERVING_DIR = "serving"
@@ -101,9 +102,7 @@ def measure_serving(side: Side, run_dir: Path, rep: int, *, quick: bool) -> list
     return _measurements(rows[0], outcome.directory.cold_starts, outcome.directory.path.name)
 
 
-def _measurements(
-    row: dict[str, Any], cold_starts: list[dict[str, Any]], run: str
-) -> list[Measurement]:
+def _measurements(row: TrialRow, cold_starts: list[dict[str, Any]], run: str) -> list[Measurement]:
     detail = {"run": run, "model": str(row.get("model")), "concurrency": CONCURRENCY}
     wall_s = row.get("duration")
     found = [
