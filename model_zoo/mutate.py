@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from model_zoo.spec import MUTABLE_LAYER_TYPES, SEQUENCE_TYPES, ModelSpec, SpecError, parse_spec
+from servebench.common.limits import MAX_FAMILY_SIZE  # the most specs one family may hold
 
 # Served input shapes used when a family does not say: a small CIFAR-like image for conv,
 # 64 features for dense, 32 features per step for sequence models.
@@ -23,10 +24,6 @@ DEFAULT_INPUT_SHAPES: dict[str, tuple[int, ...]] = {
 }
 
 MUTATIONS = ("deepen", "shallow", "widen", "narrow", "swap_type")
-
-#: The most specs one family may hold. Each is exported and served (seconds apiece), so
-#: more is a slip, not a study; checked before any spec is built.
-MAX_FAMILY_SIZE = 10_000
 
 
 def grid(

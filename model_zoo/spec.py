@@ -18,6 +18,17 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
 from model_zoo.errors import ModelZooError
+
+# Hard ceilings (servebench.common.limits holds them, for the command line too).
+from servebench.common.limits import (
+    MAX_DEPTH,
+    MAX_HEADS,
+    MAX_KERNEL_SIZE,
+    MAX_OUTPUTS,
+    MAX_SAMPLE_ELEMENTS,
+    MAX_SEQ_LEN,
+    MAX_WIDTH,
+)
 from servebench.common.textfile import TextFileError, load_yaml
 from servebench.common.validation import OnePassModel, Problem, rule
 
@@ -39,18 +50,6 @@ KNOB_DEFAULTS: dict[str, dict[str, Any]] = {
     "resnet50": {},
 }
 _KNOBS = ("kernel_size", "residual", "heads", "seq_len")
-
-# Hard ceilings, far above any model a serving benchmark builds, so that a slip (an extra
-# zero, `1e11`) is refused here instead of exhausting memory in a builder or exporter.
-MAX_DEPTH = 1024
-MAX_WIDTH = 65_536
-MAX_OUTPUTS = 1_000_000
-MAX_SEQ_LEN = 65_536
-MAX_HEADS = 1024
-MAX_KERNEL_SIZE = 31
-#: Elements of one sample at the served input (seq_len x features for sequence models):
-#: 2**26 float32 values are 256 MiB per sample.
-MAX_SAMPLE_ELEMENTS = 2**26
 
 
 class SpecError(ModelZooError, ValueError):

@@ -405,6 +405,55 @@ class ResultDirError(ServebenchError, ValueError):
     is no run: the command exits 2). The one class for it: producers and readers alike."""
 
 
+# run.json's fields that its readers use, with the JSON types each may hold (None: null);
+# other fields are kept as they are. A field of another type is refused by name, so a
+# damaged or hand-edited run.json is one line, not a traceback in whichever reader trips.
+RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "status": (str,),
+    "reason": (str, type(None)),
+    "scenario": (str, type(None)),
+    "source": (str,),
+    "started_at": (str, type(None)),
+    "ended_at": (str, type(None)),
+    "resumed_at": (list,),
+    "machine": (dict,),
+    "versions": (dict,),
+    "warnings": (list,),
+    "trials_planned": (int,),
+    "overhead": (dict,),
+    "locust": (dict,),
+    "instance": (str,),
+}
+_JSON_NAMES = {str: "a string", type(None): "null", list: "a list", dict: "an object",
+               int: "an integer"}  # fmt: skip
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """A run's run.json: an object whose fields (RUN_FIELDS) have their types; anything
+    else is a ResultDirError naming the file and the field. The one reader of it, for
+    --resume and for every report, export and recommendation."""
+    if not path.is_file():
+        raise ResultDirError(f"{path}: missing; not a servebench run directory")
+    try:
+        run = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except ValueError as err:
+        raise ResultDirError(f"{path}: not valid JSON ({err})") from None
+    except OSError as err:
+        raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
+    if not isinstance(run, dict):
+        raise ResultDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
+    for name, types in RUN_FIELDS.items():
+        value = run.get(name)
+        if name in run and (not isinstance(value, types) or isinstance(value, bool)):
+            expected = " or ".join(_JSON_NAMES[t] for t in types)
+            found = _JSON_NAMES.get(type(value), type(value).__name__)
+            raise ResultDirError(f"{path}: field {name}: expected {expected}, found {found}")
+    return run
+
+
 def no_space(err: BaseException) -> OSError | None:
     """The "no space left on device" error behind `err`, if any.
 
@@ -558,16 +607,7 @@ class RunDirectory:
             raise ResultDirError(f"{path}: no such run directory")
         if not path.is_dir():
             raise ResultDirError(f"{path}: not a directory (give the run's folder)")
-        run_file = path / RUN_FILE
-        if not run_file.is_file():
-            raise ResultDirError(f"{path}: no {RUN_FILE}; not a servebench run directory")
-        try:
-            run = json.loads(run_file.read_text())
-        except (ValueError, UnicodeDecodeError) as err:
-            raise ResultDirError(f"{run_file}: not valid JSON ({err})") from None
-        if not isinstance(run, dict):
-            raise ResultDirError(f"{run_file}: expected a JSON object, found {type(run).__name__}")
-        directory = cls(path, run=run)
+        directory = cls(path, run=read_run_json(path / RUN_FILE))
         try:
             directory.rows = [
                 TrialRow.from_record(record)

@@ -6,6 +6,7 @@ and the CLI's refusal to listen off loopback without a token."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -20,6 +21,8 @@ from typer.testing import CliRunner
 
 from servebench.cli import app as cli
 from servebench.cluster.api import make_app
+from servebench.cluster.follower import resources
+from servebench.cluster.job import FollowerInfo, Needs, why_unschedulable
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
@@ -59,18 +62,26 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def api(
-    tmp_path: Path, *, host: str = "127.0.0.1", token: str | None = None
+    tmp_path: Path, *, host: str = "127.0.0.1", token: str | None = None, follower: bool = False
 ) -> AsyncIterator[str]:
-    """A leader with its API listening on `host`; yields the URL to reach it on loopback."""
-    from distributed import Client, Scheduler
+    """A leader with its API listening on `host`; yields the URL to reach it on loopback.
+    `follower`: one follower without GPUs joins first (a Dask worker in this process; the
+    jobs it is handed are not the tests' concern)."""
+    from distributed import Client, Scheduler, Worker
 
     async with (
         Scheduler(host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0") as scheduler,
         Client(scheduler.address, asynchronous=True) as client,
+        contextlib.AsyncExitStack() as workers,
     ):
+        if follower:
+            await workers.enter_async_context(
+                Worker(scheduler.address, nthreads=1, resources=resources(0), name="cpu-only")
+            )
         store = JobStore(tmp_path / "jobs.sqlite")
         leader = Leader(store, make_policy("two-tier"), client, tmp_path / "results")
         await leader.start()
+        assert len(leader.followers) == int(follower)
         runner = web.AppRunner(make_app(leader, token))
         await runner.setup()
         port = _free_port()
@@ -222,3 +233,43 @@ def test_a_second_leader_on_one_state_dir_is_refused(tmp_path: Path):
         assert_one_line_error(result, "in use by a running leader", f"pid {os.getpid()}")
     finally:
         lock.release()
+
+
+def test_why_no_follower_can_run_a_job():
+    cpu = FollowerInfo("cpu", gpus=0, labels={"zone": "a"})
+    gpu = FollowerInfo("gpu", gpus=1, labels={"zone": "b"})
+    assert why_unschedulable(Needs(gpus=2), [cpu, gpu]) == (
+        "unschedulable: needs GPU=2, followers have at most 1"
+    )
+    assert why_unschedulable(Needs(labels={"zone": "c"}), [cpu, gpu]) == (
+        "unschedulable: needs zone=c, followers have zone=a, b"
+    )
+    assert why_unschedulable(Needs(gpus=1, labels={"zone": "a"}), [cpu, gpu]) == (
+        "unschedulable: needs GPU=1, zone=a on one follower; none has them all"
+    )
+    assert why_unschedulable(Needs(gpus=1), [cpu, gpu]) is None  # gpu fits
+    assert why_unschedulable(Needs(gpus=8), []) is None  # one that fits may still join
+
+
+async def test_a_job_no_follower_can_run_is_queued_and_says_why(tmp_path: Path):
+    """Before, a job asking for GPUs that no follower has was accepted and waited forever
+    with nothing said; now the submitter is told, and `status` shows why it waits."""
+    scenario = tmp_path / "good.yaml"
+    scenario.write_text(GOOD)
+    why = "unschedulable: needs GPU=2, followers have at most 0"
+    async with api(tmp_path, follower=True) as url:
+
+        def run(*args: str):
+            return asyncio.to_thread(
+                CliRunner().invoke, cli, ["cluster", *args, "--leader-url", url]
+            )
+
+        submitted = await run("submit", str(scenario), "--gpus", "2")
+        assert submitted.exit_code == 0, submitted.output
+        job_id = submitted.output.split()[0]
+        assert f"warning: {job_id}: {why}" in submitted.output
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/jobs/{job_id}") as response:
+            job = await response.json()
+        assert job["state"] == "queued" and job["unschedulable"] == why and job["reason"] == why
+        status = await run("status", "--once")
+        assert why[:50] in status.output

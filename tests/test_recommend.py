@@ -365,8 +365,10 @@ def test_cli_as_instance_and_no_answer(tmp_path: Path) -> None:
     ("args", "expected"),
     [
         (["missing-run"], "no such run directory"),
-        (["{run}", "--headroom", "1"], "headroom: must be in [0, 1)"),
-        (["{run}", "--qps", "0"], "qps: must be a positive rate"),
+        (["{run}", "--headroom", "1"], "--headroom 1: must be <= 0.99"),
+        (["{run}", "--qps", "0"], "--qps 0: must be > 0"),
+        (["{run}", "--qps", "1e308", "--headroom", "0.999999"], "--qps 1e308: must be <="),
+        (["{run}", "--model", "nosuchmodel"], "--model nosuchmodel: no run measured that model"),
         (["{run}", "--link", "lte"], "no run measured a trial over link lte"),
         (["{run}", "--link-model", "analytic"], "give --link NAME"),
         (["{run}", "--link", "moon", "--link-model", "analytic"], "--link moon"),

@@ -1,9 +1,13 @@
-"""Read a result directory (`results/<run-id>/`) into data frames.
+"""Read a result directory (`results/<run-id>/`) into data frames: the one reader every
+report, comparison, export and recommendation goes through.
 
 The analysis layer sees a run only through its files, so a report can be rebuilt from a
 copied folder long after the servers are gone, and a run that failed half-way still gets
-one: every file except `run.json` and `trials.csv` is optional, and a missing column reads
-as empty rather than failing the whole report.
+one: every file except `run.json` is optional (no trials.csv: no trial finished yet), and
+a missing column reads as empty rather than failing the whole report. What is there must
+be readable: a file that is not (torn, empty, binary, a field or cell of the wrong type)
+is a `ResultDirError` naming the file and the field, which the commands print as one
+line, exit 2.
 
 Rows written before trials.csv kept verdict codes have only the reasons' text (an older
 run, or the earlier rows of one resumed since). Their codes are read from that text here,
@@ -13,7 +17,6 @@ at a reason's text to decide anything.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from servebench.results import (
     TRIALS_FILE,
     ResultDirError,
     conform_records,
+    read_run_json,
 )
 
 REPORT_FILE = "report.html"
@@ -124,43 +128,47 @@ class RunData:
         return self.trials[self.trials["status"] == "ok"]
 
 
-def load_run(path: str | Path, *, records: bool = True) -> RunData:
-    """Read a run directory; `records=False` skips the per-request file (summary only)."""
+def load_run(path: str | Path, *, records: bool = True, trials: bool = False) -> RunData:
+    """Read a run directory; `records=False` skips the per-request file (summary only);
+    `trials=True`: a run without a trial row is an error (nothing to compare, export or
+    recommend from), said with the run's status and why."""
     path = Path(path)
     if not path.exists():
         raise ResultDirError(f"{path}: no such run directory")
     if not path.is_dir():
         raise ResultDirError(f"{path}: not a directory (give the run's folder, results/<run-id>)")
-    return RunData(
+    data = RunData(
         path=path,
         run=read_run_json(path / RUN_FILE),
         trials=read_trials(path / TRIALS_FILE),
         records=read_run_records(path) if records else None,
         cold_start=read_cold_start(path / COLD_START_FILE),
         telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
-        scenario_text=(
-            (path / SCENARIO_FILE).read_text() if (path / SCENARIO_FILE).is_file() else None
-        ),
+        scenario_text=_read_text(path / SCENARIO_FILE),
     )
+    if trials and data.trials.empty:
+        why = f": {data.run['reason']}" if data.run.get("reason") else ""
+        raise ResultDirError(f"{path / TRIALS_FILE}: no trial rows (the run is {data.status}{why})")
+    return data
 
 
-def read_run_json(path: Path) -> dict[str, Any]:
+def _read_text(path: Path) -> str | None:
     if not path.is_file():
-        raise ResultDirError(f"{path}: missing; not a servebench run directory")
+        return None
     try:
-        run = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ResultDirError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(run, dict):
-        raise ResultDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
-    return run
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
 
 
 def read_trials(path: Path) -> pd.DataFrame:
     """trials.csv with typed columns; columns an older runner did not write read as empty.
 
     A run interrupted before its first trial has no trials.csv: that is an empty table,
-    not an error, so the report can still say what happened.
+    not an error, so the report can still say what happened. An empty file is damage (the
+    runner writes none without a row): an error, like a file that does not parse.
     """
     if not path.is_file():
         frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
@@ -171,10 +179,14 @@ def read_trials(path: Path) -> pd.DataFrame:
                 dtype=dict.fromkeys(TEXT_COLUMNS, str),
                 float_precision="round_trip",  # each number as written, to the last bit
             )
-        except (pd.errors.ParserError, UnicodeDecodeError) as err:
-            raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
         except pd.errors.EmptyDataError:
-            frame = pd.DataFrame({"trial_id": pd.Series(dtype=str)})
+            raise ResultDirError(
+                f"{path}: empty, not even a header (a run writes it with its first trial)"
+            ) from None
+        except (ValueError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError
+            raise ResultDirError(f"{path}: not a readable CSV ({_first_line(err)})") from None
+        except OSError as err:
+            raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
         if "trial_id" not in frame.columns:
             raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
     for codes, text in _CODE_COLUMNS.items():
@@ -202,6 +214,10 @@ def read_trials(path: Path) -> pd.DataFrame:
     if frame["status"].isna().any():
         frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
     return frame.reset_index(drop=True)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _to_bool(value: Any) -> bool | None:
@@ -251,8 +267,10 @@ def read_cold_start(path: Path) -> pd.DataFrame | None:
         frame = pd.read_csv(path, dtype={"server": str, "setting": str, "model": str, "phase": str})
     except pd.errors.EmptyDataError:
         return None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ResultDirError(f"{path}: not a readable CSV ({_first_line(err)})") from None
+    except OSError as err:
+        raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
     missing = [c for c in COLD_START_COLUMNS if c not in frame.columns]
     if missing:
         raise ResultDirError(f"{path}: missing columns {missing}")

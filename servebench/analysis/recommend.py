@@ -119,10 +119,13 @@ class Query:
 
     def wants(self, option: Option) -> bool:
         """Whether `option` serves the model and batch size asked for (if any)."""
-        model = self.model
-        if model is not None and option.model != model and not option.model.startswith(f"{model}-"):
+        if not self.wants_model(option.model):
             return False
         return self.batch_size is None or option.batch_size == self.batch_size
+
+    def wants_model(self, model: str) -> bool:
+        """Whether `model` (an id) is the one asked for: its id, or its name without the hash."""
+        return self.model is None or model == self.model or model.startswith(f"{self.model}-")
 
 
 @dataclass(frozen=True)

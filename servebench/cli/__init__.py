@@ -1,7 +1,9 @@
 """The `servebench` command: one typer app, one sub-app per command group.
 
 Each group lives in its own module and imports its heavy libraries inside the commands,
-so `servebench --help` stays fast.
+so `servebench --help` stays fast. Every parameter's value is checked where it is parsed
+(`servebench.cli.values`), and every refusal is one `error:` line, exit 2
+(`servebench.cli.usage`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from servebench.cli import (
     scenario,
     ui,
 )
+from servebench.cli.usage import OneLineErrors
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="servebench",
     help="Find the model-serving setup that meets your latency goal at the lowest cost.",
     no_args_is_help=True,

@@ -27,6 +27,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from servebench.cli import cluster_simulate
+from servebench.cli.usage import fail, say
+from servebench.cli.values import Host, Number, OutputDir, Port, ScenarioFile, Url
+from servebench.common.limits import MAX_GPUS
 
 app = typer.Typer(
     help="Queue scenario runs on a leader and run them on followers.", no_args_is_help=True
@@ -36,6 +39,9 @@ app.command(name="simulate")(cluster_simulate.simulate)
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 DEFAULT_STATE_DIR = Path(".servebench-cluster")
+# Each local follower is a process that runs one benchmark at a time: more than a few per
+# core only makes them disturb each other's measurements.
+MAX_LOCAL_FOLLOWERS = 4 * (os.cpu_count() or 1)
 DEFAULT_RESULTS = Path("results")
 
 PolicyOption = Annotated[
@@ -44,10 +50,18 @@ PolicyOption = Annotated[
         help="two-tier (least queued work + shortest job first), fifo-roundrobin or fifo-leastloaded"
     ),
 ]
-StateDirOption = Annotated[Path, typer.Option(help="the leader's job store (SQLite) lives here")]
-ResultsOption = Annotated[Path, typer.Option(help="where finished jobs' result directories land")]
-HostOption = Annotated[str, typer.Option(help="API address (off loopback only with a token)")]
-PortOption = Annotated[int, typer.Option(help="API port")]
+StateDirOption = Annotated[
+    Path, typer.Option(help="the leader's job store (SQLite) lives here", parser=OutputDir())
+]
+ResultsOption = Annotated[
+    Path, typer.Option(help="where finished jobs' result directories land", parser=OutputDir())
+]
+HostOption = Annotated[
+    str, typer.Option(help="API address (off loopback only with a token)", parser=Host())
+]
+PortOption = Annotated[int, typer.Option(help="API port", parser=Port())]
+# A Dask scheduler's address, as `distributed` takes it.
+SCHEDULER = Url(("tcp", "tls", "ws", "wss", "ucx"), port=True)
 TokenOption = Annotated[
     str | None,
     typer.Option(
@@ -61,17 +75,17 @@ UrlOption = Annotated[
     typer.Option(
         "--leader-url",
         help="the leader's API (default $SERVEBENCH_CLUSTER_URL or http://127.0.0.1:8642)",
+        parser=Url(),
     ),
 ]
 MaxWaitOption = Annotated[
     float,
-    typer.Option(help="two-tier: a job waiting this long goes ahead of shorter ones (seconds)"),
+    typer.Option(
+        help="two-tier: a job waiting this long goes ahead of shorter ones (seconds)",
+        parser=cluster_simulate.MAX_WAIT,
+    ),
 ]
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+GpusOption = Number(int, ge=0, le=MAX_GPUS)
 
 
 def _policy(name: str, max_wait_s: float) -> Any:
@@ -80,7 +94,7 @@ def _policy(name: str, max_wait_s: float) -> Any:
     try:
         return make_policy(name, max_wait_s=max_wait_s) if name == "two-tier" else make_policy(name)
     except ValueError as err:
-        raise _fail(f"--policy: {err}") from None
+        raise fail(f"--policy: {err}") from None
 
 
 def _labels(items: list[str]) -> dict[str, str]:
@@ -89,7 +103,7 @@ def _labels(items: list[str]) -> dict[str, str]:
     try:
         return parse_labels(items)
     except ValueError as err:
-        raise _fail(f"--label: {err}") from None
+        raise fail(f"--label: {err}") from None
 
 
 def _check_bind(host: str, token: str | None) -> None:
@@ -98,7 +112,7 @@ def _check_bind(host: str, token: str | None) -> None:
     try:
         check_bind(host, token)
     except BindError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 def _logging() -> None:
@@ -141,7 +155,7 @@ def _state(state_dir: Path) -> Iterator[None]:
     try:
         lock.acquire()
     except LeaderError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     try:
         yield
     finally:
@@ -163,7 +177,7 @@ async def _serve(
     try:
         store = JobStore(state_dir / STORE_FILE)
     except StoreError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     leader = Leader(store, policy, client, results)
     try:
         requeued = await leader.start()
@@ -173,7 +187,7 @@ async def _serve(
             await web.TCPSite(runner, host, port).start()
         except OSError as err:
             await leader.close()
-            raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+            raise fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
         console.print(
             escape(
                 f"leader: http://{host}:{port} — scheduler {scheduler}, policy {policy.name}, "
@@ -200,7 +214,13 @@ def _paths(state_dir: Path, results: Path) -> tuple[Path, Path]:
 
 @app.command()
 def up(
-    followers: Annotated[int, typer.Option(help="followers to start on this machine", min=1)] = 1,
+    followers: Annotated[
+        int,
+        typer.Option(
+            help="followers to start on this machine",
+            parser=Number(int, ge=1, le=MAX_LOCAL_FOLLOWERS, why="this machine's CPUs x 4"),
+        ),
+    ] = 1,
     policy: PolicyOption = "two-tier",
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     results: ResultsOption = DEFAULT_RESULTS,
@@ -246,7 +266,9 @@ def up(
 
 @app.command()
 def leader(
-    scheduler: Annotated[str, typer.Option(help="the Dask scheduler's address, tcp://HOST:PORT")],
+    scheduler: Annotated[
+        str, typer.Option(help="the Dask scheduler's address, tcp://HOST:PORT", parser=SCHEDULER)
+    ],
     policy: PolicyOption = "two-tier",
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     results: ResultsOption = DEFAULT_RESULTS,
@@ -268,7 +290,7 @@ def leader(
         try:
             client = await Client(scheduler, asynchronous=True, timeout=30)
         except (OSError, TimeoutError) as err:
-            raise _fail(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+            raise fail(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
         async with client:
             await _serve(
                 client, policy=chosen, state_dir=state_dir, results=results, host=host,
@@ -282,15 +304,20 @@ def leader(
 @app.command()
 def follower(
     leader: Annotated[
-        str, typer.Option("--leader", help="the Dask scheduler's address, tcp://HOST:PORT")
+        str,
+        typer.Option(
+            "--leader", help="the Dask scheduler's address, tcp://HOST:PORT", parser=SCHEDULER
+        ),
     ],
     gpus: Annotated[
-        int | None, typer.Option(help="GPUs to offer (default: what NVML sees)", min=0)
+        int | None,
+        typer.Option(help="GPUs to offer (default: what NVML sees)", parser=GpusOption),
     ] = None,
     label: Annotated[list[str], typer.Option(help="key=value a job can ask for (repeatable)")] = [],  # noqa: B006
     name: Annotated[str | None, typer.Option(help="follower name (default: the host name)")] = None,
     host: Annotated[
-        str | None, typer.Option(help="address to listen on (default: Dask's choice)")
+        str | None,
+        typer.Option(help="address to listen on (default: Dask's choice)", parser=Host()),
     ] = None,
 ) -> None:
     """A follower: a Dask worker that runs one benchmark at a time; Ctrl-C interrupts its
@@ -311,7 +338,7 @@ def follower(
             run_follower(leader, name=name, gpus=gpus, labels=labels, host=host, on_started=started)
         )
     except (OSError, TimeoutError) as err:
-        raise _fail(f"cannot join the Dask scheduler at {leader}: {err}") from None
+        raise fail(f"cannot join the Dask scheduler at {leader}: {err}") from None
 
 
 def _api(url: str | None, token: str | None) -> Any:
@@ -322,18 +349,22 @@ def _api(url: str | None, token: str | None) -> Any:
 
 def _api_fail(err: Any) -> typer.Exit:
     for problem in err.problems:
-        console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+        say(problem)
     if err.problems:
         return typer.Exit(code=2)
-    return _fail(err.message)
+    return fail(err.message)
 
 
 @app.command()
 def submit(
-    files: Annotated[list[Path], typer.Argument(help="scenario files")],
-    priority: Annotated[int, typer.Option(help="higher runs first")] = 0,
+    files: Annotated[list[Path], typer.Argument(help="scenario files", parser=ScenarioFile())],
+    priority: Annotated[
+        int,
+        typer.Option(help="higher runs first", parser=Number(int, ge=-1_000_000, le=1_000_000)),
+    ] = 0,
     gpus: Annotated[
-        int | None, typer.Option(help="GPUs the job needs (default: the scenario's)", min=0)
+        int | None,
+        typer.Option(help="GPUs the job needs (default: the scenario's)", parser=GpusOption),
     ] = None,
     label: Annotated[
         list[str], typer.Option(help="key=value a follower must have (repeatable)")
@@ -341,22 +372,36 @@ def submit(
     leader_url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Queue each scenario file as a job; prints one job id per file."""
+    """Queue each scenario file as a job; prints one job id per file.
+
+    Each file is validated here first, as the leader will (every problem, file:line field),
+    so a bad one is refused without a round trip; a job no follower can run is queued and
+    says so (a warning: it waits until a follower with what it needs joins)."""
     from servebench.cluster.api_client import ApiError
+    from servebench.cluster.job import validate_text
+    from servebench.scenario.validate import ScenarioError
 
     labels = _labels(label)
     api = _api(leader_url, token)
-    failed = False
+    texts, failed = {}, False
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
+            texts[path] = path.read_text(encoding="utf-8")
+            validate_text(texts[path], str(path))
         except (OSError, UnicodeDecodeError) as err:
-            raise _fail(f"{path}: {err}") from None
+            raise fail(f"{path}: {err}") from None
+        except ScenarioError as err:
+            for problem in err.problems:
+                say(problem)
+            failed = True
+    if failed:
+        raise typer.Exit(code=2)
+    for path, text in texts.items():
         try:
             job = api.submit(text, name=str(path), priority=priority, gpus=gpus, labels=labels)
         except ApiError as err:
             if not err.problems:
-                raise _fail(err.message) from None
+                raise fail(err.message) from None
             _api_fail(err)
             failed = True
             continue
@@ -364,6 +409,8 @@ def submit(
             escape(f"{job['id']}  {path}  queued (estimate {job['estimate_s']:.0f} s)"),
             highlight=False,
         )
+        if job.get("unschedulable"):
+            typer.echo(f"warning: {job['id']}: {job['unschedulable']}", err=True)
     if failed:
         raise typer.Exit(code=2)
 
@@ -417,7 +464,12 @@ def status_tables(jobs: list[dict[str, Any]], followers: list[dict[str, Any]], n
 @app.command()
 def status(
     once: Annotated[bool, typer.Option(help="print once and exit (for scripts)")] = False,
-    interval: Annotated[float, typer.Option(help="seconds between refreshes", min=0.2)] = 1.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            help="seconds between refreshes", parser=Number(float, ge=0.2, le=3600, unit=" s")
+        ),
+    ] = 1.0,
     leader_url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -440,7 +492,7 @@ def status(
                 time.sleep(interval)
                 live.update(render(), refresh=True)
     except ApiError as err:
-        raise _fail(err.message) from None
+        raise fail(err.message) from None
     except KeyboardInterrupt:
         return
 
@@ -458,7 +510,7 @@ def cancel(
     try:
         job = _api(leader_url, token).cancel(job_id)
     except ApiError as err:
-        raise _fail(err.message) from None
+        raise fail(err.message) from None
     console.print(
         escape(f"{job['id']}: {job['state']} ({job.get('reason') or ''})"), highlight=False
     )
@@ -467,7 +519,9 @@ def cancel(
 @app.command()
 def results(
     job_id: Annotated[str, typer.Argument(help="job id")],
-    out: Annotated[Path, typer.Option(help="folder to put the run directory in")] = DEFAULT_RESULTS,
+    out: Annotated[
+        Path, typer.Option(help="folder to put the run directory in", parser=OutputDir())
+    ] = DEFAULT_RESULTS,
     leader_url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -477,12 +531,12 @@ def results(
 
     target = out / job_id
     if target.exists():
-        raise _fail(f"{target} exists; remove it or give another --out")
+        raise fail(f"{target} exists; remove it or give another --out")
     try:
         data = _api(leader_url, token).results(job_id)
         unpack(data, target)
     except ApiError as err:
-        raise _fail(err.message) from None
+        raise fail(err.message) from None
     except (ArchiveError, OSError) as err:
-        raise _fail(f"{target}: {err}") from None
+        raise fail(f"{target}: {err}") from None
     console.print(escape(f"results: {target}  (servebench report {target})"), highlight=False)

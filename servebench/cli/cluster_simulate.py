@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from servebench.cli.usage import fail
+from servebench.cli.values import InputFile, Number, OutputFile
+from servebench.cli.values import seed as seed_type
+
 if TYPE_CHECKING:
     from servebench.cluster.simulate import SimResult
 
 DEFAULT_POLICIES = "two-tier,fifo-roundrobin,fifo-leastloaded"
 DEFAULT_FOLLOWERS = 100
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
+# Two-tier's aging bound: how long a job may wait before it goes ahead of shorter ones.
+MAX_WAIT = Number(float, gt=0, le=30 * 86_400, unit=" s", why="30 days")
 
 
 def simulate(
@@ -38,42 +39,69 @@ def simulate(
         bool, typer.Option("--synthetic", help="a synthetic job mix (see --jobs, --load)")
     ] = False,
     trace: Annotated[
-        Path | None, typer.Option(help="a trace file: CSV or JSON lines (docs/cluster-simulate.md)")
+        Path | None,
+        typer.Option(
+            help="a trace file: CSV or JSON lines (docs/cluster-simulate.md)", parser=InputFile()
+        ),
     ] = None,
     store: Annotated[
-        Path | None, typer.Option(help="a leader's job store: replay its finished jobs")
+        Path | None,
+        typer.Option(
+            help="a leader's job store: replay its finished jobs", parser=InputFile(text=False)
+        ),
     ] = None,
-    jobs: Annotated[int, typer.Option(min=1, max=10_000_000, help="synthetic: jobs")] = 5000,
+    jobs: Annotated[
+        int, typer.Option(help="synthetic: jobs", parser=Number(int, ge=1, le=10_000_000))
+    ] = 5000,
     followers: Annotated[
         int | None,
         typer.Option(
-            min=1,
-            max=1_000_000,
             help=f"followers (synthetic mix; default {DEFAULT_FOLLOWERS}, or a store's own)",
+            parser=Number(int, ge=1, le=1_000_000),
         ),
     ] = None,
     load: Annotated[
-        float, typer.Option(min=0.01, max=10, help="synthetic: offered work / capacity")
+        float,
+        typer.Option(
+            help="synthetic: offered work / capacity", parser=Number(float, ge=0.01, le=10)
+        ),
     ] = 0.9,
     batch_mean: Annotated[
-        float, typer.Option(min=1, max=1000, help="synthetic: mean jobs per submission")
+        float,
+        typer.Option(
+            help="synthetic: mean jobs per submission", parser=Number(float, ge=1, le=1000)
+        ),
     ] = 4.0,
     estimate_error: Annotated[
         float,
-        typer.Option(min=0, max=5, help="sigma of the log-normal error of estimates not given"),
+        typer.Option(
+            help="sigma of the log-normal error of estimates not given",
+            parser=Number(float, ge=0, le=5),
+        ),
     ] = 0.5,
     gpu_share: Annotated[
-        float, typer.Option(min=0, max=1, help="share of synthetic followers with GPUs")
+        float,
+        typer.Option(
+            help="share of synthetic followers with GPUs", parser=Number(float, ge=0, le=1)
+        ),
     ] = 0.25,
-    seed: Annotated[int, typer.Option(min=0, help="seed of every random draw")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of every random draw", parser=seed_type())] = 0,
     max_wait_s: Annotated[
-        float | None, typer.Option(help="two-tier: the aging bound (seconds)")
+        float | None,
+        typer.Option(help="two-tier: the aging bound (seconds)", parser=MAX_WAIT),
     ] = None,
     aging_rate: Annotated[
-        float | None, typer.Option(help="two-tier: estimate seconds forgiven per second waited")
+        float | None,
+        typer.Option(
+            help="two-tier: estimate seconds forgiven per second waited",
+            parser=Number(float, ge=0, le=1e6),
+        ),
     ] = None,
     save_trace: Annotated[
-        Path | None, typer.Option(help="write the jobs simulated (with estimates) as a CSV trace")
+        Path | None,
+        typer.Option(
+            help="write the jobs simulated (with estimates) as a CSV trace", parser=OutputFile()
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON, not a table")] = False,
 ) -> None:
@@ -93,7 +121,7 @@ def simulate(
     sources = [name for name, given in (("--synthetic", synthetic), ("--trace", trace),
                                          ("--store", store)) if given]  # fmt: skip
     if len(sources) != 1:
-        raise _fail(
+        raise fail(
             "give one of --synthetic, --trace FILE, --store PATH"
             + (f" (not {' and '.join(sources)})" if sources else "")
         )
@@ -101,7 +129,7 @@ def simulate(
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         what = f"unknown policy {unknown[0]!r}" if unknown else "none given"
-        raise _fail(f"--policy: {what} (choices: {', '.join(POLICIES)})")
+        raise fail(f"--policy: {what} (choices: {', '.join(POLICIES)})")
     two_tier = {
         k: v for k, v in (("max_wait_s", max_wait_s), ("aging_rate", aging_rate)) if v is not None
     }
@@ -109,7 +137,7 @@ def simulate(
         make_policy("two-tier", **two_tier)
     except ValueError as err:
         message = str(err).replace("max_wait_s", "--max-wait-s")
-        raise _fail(message.replace("aging_rate", "--aging-rate")) from None
+        raise fail(message.replace("aging_rate", "--aging-rate")) from None
 
     def make(name: str):  # the two-tier options go to two-tier only
         return make_policy(name, **(two_tier if name == "two-tier" else {}))
@@ -130,7 +158,7 @@ def simulate(
             if followers is not None:
                 pool = synthetic_followers(followers, seed, gpu_share=gpu_share)
     except TraceError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     work = with_estimates(work, estimate_error, seed)
     if save_trace is not None:
         from servebench.cluster.trace import write_trace
@@ -138,7 +166,7 @@ def simulate(
         try:
             write_trace(save_trace, work)
         except OSError as err:
-            raise _fail(f"--save-trace: {save_trace}: {err.strerror or err}") from None
+            raise fail(f"--save-trace: {save_trace}: {err.strerror or err}") from None
 
     results = compare(names, make, work, pool)
     source = sources[0].removeprefix("--")

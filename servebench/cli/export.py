@@ -14,13 +14,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servebench.cli.usage import fail
+from servebench.cli.values import OutputPath, RunDir
+
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 Format = Literal["perf_analyzer", "csv", "parquet", "json"]
 
 
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory, results/<run-id>")],
+    run_dir: Annotated[
+        Path, typer.Argument(help="a run directory, results/<run-id>", parser=RunDir())
+    ],
     fmt: Annotated[
         Format,
         typer.Option(
@@ -35,6 +40,7 @@ def export(
             "--output",
             "-o",
             help="a folder (default RUN_DIR/export); csv, parquet and json also take a file",
+            parser=OutputPath(),
         ),
     ] = None,
 ) -> None:
@@ -43,31 +49,19 @@ def export(
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
-        data = load_run(run_dir, records=False)
+        data = load_run(run_dir, records=False, trials=True)
     except ResultDirError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     out = output if output is not None else data.path / "export"
     if out.exists() and not out.is_dir() and fmt == "perf_analyzer":
-        raise _fail(f"--output {out}: perf_analyzer files go in a folder; {out} is a file")
+        raise fail(f"--output {out}: perf_analyzer files go in a folder; {out} is a file")
     try:
         result = write(data, fmt, out)
     except ValueError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     except OSError as err:
-        target = err.filename or out
-        console.print(
-            f"[red]error:[/red] cannot write {escape(str(target))}: "
-            f"{escape(err.strerror or str(err))}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(code=1) from None
+        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
     for path in result.paths:
         console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]", highlight=False, soft_wrap=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)

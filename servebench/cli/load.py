@@ -18,13 +18,34 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from servebench.cli.usage import fail
+from servebench.cli.values import (
+    Endpoint,
+    InputFile,
+    Number,
+    OutputFile,
+    Url,
+)
+from servebench.cli.values import (
+    seed as seed_type,
+)
 from servebench.clients.registry import names as protocol_names
+from servebench.common.limits import (
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_SECONDS,
+    MAX_STABILITY_WINDOWS,
+    MAX_THREADS,
+    MAX_TRIAL_S,
+    MIN_RATE,
+)
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
 
-EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INVALID = 3
 
@@ -42,16 +63,24 @@ _VERDICT = "Verdict"
 _HTTP = "HTTP (protocol http)"
 _OUT = "Output"
 
+# The bounds a scenario's workload gets (docs/scenario-limits.md), for the same numbers here.
+RATE = Number(float, ge=MIN_RATE, le=MAX_RATE, limit="max_rate", unit=" req/s")
+TRIAL_SECONDS = Number(float, gt=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s")
+
 
 def load(
-    url: Annotated[str, typer.Option(help="Server URL (the full endpoint for protocol http).")],
+    url: Annotated[
+        str,
+        typer.Option(help="Server URL (the full endpoint for protocol http).", parser=Endpoint()),
+    ],
     model: Annotated[str, typer.Option(help="Model name.")] = "",
     protocol: Annotated[
         str, typer.Option(help=f"Client protocol: {', '.join(protocol_names())}.")
     ] = "http",
     model_version: Annotated[str | None, typer.Option(help="Model version.")] = None,
     rate: Annotated[
-        float | None, typer.Option(help="Open loop: requests per second.", rich_help_panel=_LOAD)
+        float | None,
+        typer.Option(help="Open loop: requests per second.", rich_help_panel=_LOAD, parser=RATE),
     ] = None,
     poisson: Annotated[
         bool, typer.Option(help="Poisson arrivals instead of evenly spaced.", rich_help_panel=_LOAD)
@@ -61,65 +90,131 @@ def load(
         typer.Option(
             help="Open loop: replay gaps from a file (microseconds, one per line).",
             rich_help_panel=_LOAD,
+            parser=InputFile(),
         ),
     ] = None,
     load_schedule: Annotated[
         Schedule, typer.Option(help="Rate schedule, as ghz.", rich_help_panel=_LOAD)
     ] = Schedule.const,
     load_start: Annotated[
-        float | None, typer.Option(help="step/line: first rate (req/s).", rich_help_panel=_LOAD)
+        float | None,
+        typer.Option(
+            help="step/line: first rate (req/s).",
+            rich_help_panel=_LOAD,
+            parser=Number(float, ge=0, le=MAX_RATE, limit="max_rate", unit=" req/s"),
+        ),
     ] = None,
     load_step: Annotated[
         float | None,
         typer.Option(
-            help="step: change per step; line: change per second (req/s).", rich_help_panel=_LOAD
+            help="step: change per step; line: change per second (req/s).",
+            rich_help_panel=_LOAD,
+            parser=Number(float, ge=-MAX_RATE, le=MAX_RATE, nonzero=True, limit="max_rate"),
         ),
     ] = None,
     load_end: Annotated[
-        float | None, typer.Option(help="step/line: rate to hold (req/s).", rich_help_panel=_LOAD)
+        float | None,
+        typer.Option(help="step/line: rate to hold (req/s).", rich_help_panel=_LOAD, parser=RATE),
     ] = None,
     load_step_duration: Annotated[
-        float, typer.Option(help="step: seconds per step.", rich_help_panel=_LOAD)
+        float,
+        typer.Option(help="step: seconds per step.", rich_help_panel=_LOAD, parser=TRIAL_SECONDS),
     ] = 5.0,
     concurrency: Annotated[
-        int | None, typer.Option(help="Closed loop: concurrent workers.", rich_help_panel=_LOAD)
+        int | None,
+        typer.Option(
+            help="Closed loop: concurrent workers.",
+            rich_help_panel=_LOAD,
+            parser=Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency"),
+        ),
     ] = None,
     think_time: Annotated[
-        float, typer.Option(help="Closed loop: seconds between requests.", rich_help_panel=_LOAD)
+        float,
+        typer.Option(
+            help="Closed loop: seconds between requests.",
+            rich_help_panel=_LOAD,
+            parser=Number(float, ge=0, le=MAX_SECONDS, unit=" s"),
+        ),
     ] = 0.0,
-    batch_size: Annotated[int, typer.Option(help="Batch size.", rich_help_panel=_LOAD)] = 1,
-    seed: Annotated[int, typer.Option(help="Seed (data, Poisson).", rich_help_panel=_LOAD)] = 0,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            help="Batch size.", rich_help_panel=_LOAD, parser=Number(int, ge=1, le=MAX_BATCH)
+        ),
+    ] = 1,
+    seed: Annotated[
+        int, typer.Option(help="Seed (data, Poisson).", rich_help_panel=_LOAD, parser=seed_type())
+    ] = 0,
     processes: Annotated[
-        int, typer.Option(help="Split the load over worker processes.", rich_help_panel=_LOAD)
+        int,
+        typer.Option(
+            help="Split the load over worker processes.",
+            rich_help_panel=_LOAD,
+            parser=Number(int, ge=1, le=MAX_THREADS),
+        ),
     ] = 1,
     duration: Annotated[
         float | None,
-        typer.Option(help="Measure for at least this many seconds.", rich_help_panel=_STOP),
+        typer.Option(
+            help="Measure for at least this many seconds.",
+            rich_help_panel=_STOP,
+            parser=TRIAL_SECONDS,
+        ),
     ] = None,
     count: Annotated[
-        int | None, typer.Option(help="Measure at least this many requests.", rich_help_panel=_STOP)
+        int | None,
+        typer.Option(
+            help="Measure at least this many requests.",
+            rich_help_panel=_STOP,
+            parser=Number(int, ge=1, le=MAX_REQUESTS, limit="max_requests"),
+        ),
     ] = None,
     warmup: Annotated[
-        float, typer.Option(help="Seconds of unrecorded warm-up first.", rich_help_panel=_STOP)
+        float,
+        typer.Option(
+            help="Seconds of unrecorded warm-up first.",
+            rich_help_panel=_STOP,
+            parser=Number(float, ge=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s"),
+        ),
     ] = 0.0,
     timeout: Annotated[
-        float, typer.Option(help="Per-request timeout, seconds.", rich_help_panel=_STOP)
+        float,
+        typer.Option(
+            help="Per-request timeout, seconds.",
+            rich_help_panel=_STOP,
+            parser=Number(float, gt=0, le=MAX_SECONDS, unit=" s"),
+        ),
     ] = 10.0,
     max_in_flight: Annotated[
-        int | None, typer.Option(help="Cap on requests in flight.", rich_help_panel=_STOP)
+        int | None,
+        typer.Option(
+            help="Cap on requests in flight.",
+            rich_help_panel=_STOP,
+            parser=Number(int, ge=1, le=100 * MAX_CONCURRENCY),
+        ),
     ] = 10_000,
     late_threshold_ms: Annotated[
-        float, typer.Option(help="A send this late counts as late.", rich_help_panel=_VERDICT)
+        float,
+        typer.Option(
+            help="A send this late counts as late.",
+            rich_help_panel=_VERDICT,
+            parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
+        ),
     ] = LATE_THRESHOLD * 1e3,
     late_limit: Annotated[
         float,
-        typer.Option(help="Share of late sends above which to warn.", rich_help_panel=_VERDICT),
+        typer.Option(
+            help="Share of late sends above which to warn.",
+            rich_help_panel=_VERDICT,
+            parser=Number(float, ge=0, le=1),
+        ),
     ] = LATE_LIMIT,
     rate_tolerance: Annotated[
         float,
         typer.Option(
             help="INVALID when the sent rate falls this share short of the schedule.",
             rich_help_panel=_VERDICT,
+            parser=Number(float, ge=0, lt=1),
         ),
     ] = RATE_TOLERANCE,
     lag_ratio: Annotated[
@@ -127,20 +222,39 @@ def load(
         typer.Option(
             help="INVALID when schedule lag p99 exceeds this share of latency p99.",
             rich_help_panel=_VERDICT,
+            parser=Number(float, gt=0, le=1000),
         ),
     ] = LAG_RATIO,
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False,
-    window: Annotated[float, typer.Option(help="Seconds per window.", rich_help_panel=_STAB)] = 5.0,
+    window: Annotated[
+        float,
+        typer.Option(help="Seconds per window.", rich_help_panel=_STAB, parser=TRIAL_SECONDS),
+    ] = 5.0,
     stability_percentage: Annotated[
-        float, typer.Option(help="Allowed deviation, percent.", rich_help_panel=_STAB)
+        float,
+        typer.Option(
+            help="Allowed deviation, percent.",
+            rich_help_panel=_STAB,
+            parser=Number(float, gt=0, lt=100),
+        ),
     ] = 10.0,
     percentile: Annotated[
-        float, typer.Option(help="Latency percentile compared.", rich_help_panel=_STAB)
+        float,
+        typer.Option(
+            help="Latency percentile compared.",
+            rich_help_panel=_STAB,
+            parser=Number(float, gt=0, le=100),
+        ),
     ] = 99.0,
     max_windows: Annotated[
-        int, typer.Option(help="Give up (unstable) after this many.", rich_help_panel=_STAB)
+        int,
+        typer.Option(
+            help="Give up (unstable) after this many.",
+            rich_help_panel=_STAB,
+            parser=Number(int, ge=1, le=MAX_STABILITY_WINDOWS),
+        ),
     ] = 10,
     method: Annotated[str, typer.Option(help="HTTP method.", rich_help_panel=_HTTP)] = "POST",
     body: Annotated[
@@ -148,16 +262,29 @@ def load(
         typer.Option(help="Request body (default: a ~90-byte JSON).", rich_help_panel=_HTTP),
     ] = None,
     body_file: Annotated[
-        Path | None, typer.Option(help="Read the body from a file.", rich_help_panel=_HTTP)
+        Path | None,
+        typer.Option(
+            help="Read the body from a file.", rich_help_panel=_HTTP, parser=InputFile(text=False)
+        ),
     ] = None,
     header: Annotated[
         list[str] | None, typer.Option(help="'Name: value', repeatable.", rich_help_panel=_HTTP)
     ] = None,
     expect_status: Annotated[
-        int, typer.Option(help="Status that counts as success.", rich_help_panel=_HTTP)
+        int,
+        typer.Option(
+            help="Status that counts as success.",
+            rich_help_panel=_HTTP,
+            parser=Number(int, ge=100, le=599),
+        ),
     ] = 200,
     connections: Annotated[
-        int, typer.Option(help="Keep-alive connections per process.", rich_help_panel=_HTTP)
+        int,
+        typer.Option(
+            help="Keep-alive connections per process.",
+            rich_help_panel=_HTTP,
+            parser=Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency"),
+        ),
     ] = 64,
     transport: Annotated[
         str,
@@ -176,10 +303,17 @@ def load(
     ] = None,
     records: Annotated[
         Path | None,
-        typer.Option(help="Write per-request records to this Parquet file.", rich_help_panel=_OUT),
+        typer.Option(
+            help="Write per-request records to this Parquet file.",
+            rich_help_panel=_OUT,
+            parser=OutputFile(),
+        ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the summary as JSON.", rich_help_panel=_OUT)
+        Path | None,
+        typer.Option(
+            "--json", help="Write the summary as JSON.", rich_help_panel=_OUT, parser=OutputFile()
+        ),
     ] = None,
     metrics_url: Annotated[
         str | None,
@@ -187,6 +321,7 @@ def load(
             help="Server's Prometheus page, for its queue/compute time per request "
             "(default for Triton: port 8002 of its host; '' for none).",
             rich_help_panel=_OUT,
+            parser=Url(empty=True),
         ),
     ] = None,
     trial_id: Annotated[
@@ -202,6 +337,7 @@ def load(
 
     from servebench.cli.load_server import (
         ServerMetrics,
+        checked_connect,
         default_metrics_url,
         explain,
         protocol_hint,
@@ -211,8 +347,6 @@ def load(
     from servebench.load import LoadSettings, StabilitySettings, run
 
     try:
-        _check_output(records, "--records")
-        _check_output(json_out, "--json")
         arrivals = _arrivals(
             rate,
             poisson,
@@ -260,9 +394,9 @@ def load(
             rate_tolerance=rate_tolerance,
             lag_ratio=lag_ratio,
         )
-        asyncio.run(_checked_connect(factory, protocol, url, model, batch_size, seed))
+        asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed))
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if metrics_url is None:
         metrics_url = default_metrics_url(protocol, url)
     quiet = settings.mode == "closed" and settings.processes == 1
@@ -275,12 +409,11 @@ def load(
             on_measure_start=metrics.start if metrics is not None else None,
         )
     except InferenceError as exc:  # the server went away after the check above
-        raise _fail(asyncio.run(explain(exc, protocol, url, model))) from None
+        raise fail(asyncio.run(explain(exc, protocol, url, model))) from None
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except (RuntimeError, OSError) as exc:  # a worker process, or the records file, failed
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_FAILED) from None
+        raise fail(str(exc), EXIT_FAILED) from None
     server = metrics.summary() if metrics is not None else None
     print_load_summary(
         summary, url=url, records=records, server=server, late_threshold_s=late_threshold_ms / 1e3
@@ -298,35 +431,6 @@ def load(
         json_out.write_text(json.dumps(document, indent=2) + "\n")
     if summary.verdict != "VALID":
         raise typer.Exit(EXIT_INVALID)
-
-
-def _fail(message: str) -> typer.Exit:
-    """One line on stderr and exit 2: the message names what to fix, a traceback would not."""
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_USAGE)
-
-
-def _check_output(path: Path | None, option: str) -> None:
-    """Refuse an output path that cannot be written before the load, not after it."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise ValueError(f"{option} {path}: is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"{option} {path}: folder {path.parent} does not exist")
-
-
-async def _checked_connect(
-    factory: Any, protocol: str, url: str, model: str, batch_size: int, seed: int
-) -> None:
-    """`preflight`, with a failed connect turned into a ValueError carrying the sentence."""
-    from servebench.cli.load_server import explain, preflight
-    from servebench.clients.base import InferenceError
-
-    try:
-        await preflight(factory, protocol, url, batch_size, seed)
-    except InferenceError as exc:
-        raise ValueError(await explain(exc, protocol, url, model)) from None
 
 
 def _arrivals(

@@ -1,7 +1,8 @@
 """What `servebench load` asks the server besides the load itself.
 
 - `preflight`: one connect before the load, so that a wrong address, model, version or
-  protocol is one sentence naming it (exit 2) instead of a traceback or a run of failures;
+  protocol is one sentence naming it (exit 2) instead of a traceback or a run of failures
+  (`checked_connect`: the same, as a ValueError; `servebench ui` checks its target so);
 - `explain`: that sentence, with the protocol the address seems to speak when it is not
   the one asked for (`servebench.clients.sniff`);
 - `ServerMetrics`: the server's own queue and compute time per request over the measured
@@ -45,6 +46,22 @@ async def preflight(
             await _reachable(url)
     finally:
         await client.close()
+
+
+async def checked_connect(
+    factory: Callable[[], InferenceClient],
+    protocol: str,
+    url: str,
+    model: str,
+    batch_size: int,
+    seed: int,
+) -> None:
+    """`preflight`, with a failed connect turned into a ValueError carrying the sentence
+    (`servebench load` and `servebench ui` check their target with it before they start)."""
+    try:
+        await preflight(factory, protocol, url, batch_size, seed)
+    except InferenceError as exc:
+        raise ValueError(await explain(exc, protocol, url, model)) from None
 
 
 async def _reachable(url: str) -> None:

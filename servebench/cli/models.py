@@ -8,12 +8,34 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from servebench.cli import usage
+from servebench.cli.values import (
+    InputDir,
+    InputFile,
+    InputPath,
+    Number,
+    OutputDir,
+    OutputFile,
+    Port,
+)
+from servebench.cli.values import seed as seed_type
+from servebench.common.limits import (
+    MAX_BATCH,
+    MAX_DELAY_US,
+    MAX_FAMILY_SIZE,
+    MAX_HEADS,
+    MAX_KERNEL_SIZE,
+    MAX_OUTPUTS,
+    MAX_SEQ_LEN,
+    MAX_THREADS,
+)
 
 if TYPE_CHECKING:
     from servebench.servers.local import LocalTritonServer
@@ -25,10 +47,7 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
-def fail(message: str) -> typer.Exit:
-    """Print a one-line error (no traceback: the message says what to fix) and exit 2."""
-    console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code=2)
+fail = usage.fail
 
 
 def _csv_ints(text: str, option: str) -> list[int]:
@@ -47,7 +66,15 @@ def _shape(text: str, option: str) -> list[int]:
 
 @app.command()
 def generate(
-    out: Annotated[Path, typer.Option("--out", "-o", help="spec list to write (.yaml or .json)")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="spec list to write (.yaml or .json)",
+            parser=OutputFile(make_parents=True),
+        ),
+    ],
     types: Annotated[str, typer.Option(help="grid: layer types, comma-separated")] = "dense",
     depths: Annotated[str, typer.Option(help="grid: depths, comma-separated")] = "2",
     widths: Annotated[str, typer.Option(help="grid: widths, comma-separated")] = "64",
@@ -55,19 +82,40 @@ def generate(
         list[str] | None,
         typer.Option(help="per-type served input, e.g. conv=32x32x3 or dense=128 (repeatable)"),
     ] = None,
-    num_outputs: Annotated[int, typer.Option(help="classifier outputs")] = 10,
-    heads: Annotated[int | None, typer.Option(help="attention heads")] = None,
-    seq_len: Annotated[
-        int | None, typer.Option(help="sequence length (lstm/gru/attention)")
+    num_outputs: Annotated[
+        int, typer.Option(help="classifier outputs", parser=Number(int, ge=1, le=MAX_OUTPUTS))
+    ] = 10,
+    heads: Annotated[
+        int | None, typer.Option(help="attention heads", parser=Number(int, ge=1, le=MAX_HEADS))
     ] = None,
-    kernel_size: Annotated[int | None, typer.Option(help="conv kernel size")] = None,
+    seq_len: Annotated[
+        int | None,
+        typer.Option(
+            help="sequence length (lstm/gru/attention)", parser=Number(int, ge=1, le=MAX_SEQ_LEN)
+        ),
+    ] = None,
+    kernel_size: Annotated[
+        int | None,
+        typer.Option(help="conv kernel size", parser=Number(int, ge=1, le=MAX_KERNEL_SIZE)),
+    ] = None,
     residual: Annotated[bool | None, typer.Option(help="conv residual blocks")] = None,
     spec: Annotated[
         Path | None,
-        typer.Option(help="spec file: used as the family itself, or as the base with --mutate"),
+        typer.Option(
+            help="spec file: used as the family itself, or as the base with --mutate",
+            parser=InputFile(),
+        ),
     ] = None,
-    mutate: Annotated[int, typer.Option(help="seeded random mutants of the base spec")] = 0,
-    seed: Annotated[int, typer.Option(help="mutation seed")] = 0,
+    mutate: Annotated[
+        int,
+        typer.Option(
+            help="seeded random mutants of the base spec",
+            parser=Number(
+                int, ge=0, le=MAX_FAMILY_SIZE - 1, why="a family holds the base and its mutants"
+            ),
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="mutation seed", parser=seed_type())] = 0,
     resnet50: Annotated[bool, typer.Option(help="add the ResNet-50 reference (224x224x3)")] = False,
     force: Annotated[bool, typer.Option(help="overwrite an existing output file")] = False,
 ) -> None:
@@ -108,8 +156,11 @@ def generate(
     except (SpecError, OSError) as err:
         raise fail(str(err)) from None
     family = dedupe(family)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_specs(family, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_specs(family, out)
+    except OSError as err:  # the disk filled, or the folder changed since it was checked
+        raise fail(f"cannot write {out}: {err.strerror or err}", code=1) from None
     console.print(f"wrote {len(family)} specs to {out}")
 
 
@@ -129,7 +180,7 @@ def _family_from(path: Path):
 
 @app.command("list")
 def list_models(
-    source: Annotated[Path, typer.Argument(help="spec file or export folder")],
+    source: Annotated[Path, typer.Argument(help="spec file or export folder", parser=InputPath())],
 ) -> None:
     """Table of the family: id, type, depth, width, parameters, GFLOPs per sample."""
     from model_zoo.counting import count
@@ -152,23 +203,38 @@ def list_models(
 
 @app.command()
 def export(
-    source: Annotated[Path, typer.Argument(help="spec file")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="export folder")],
-    to: Annotated[str, typer.Option(help="triton, tfs or both")] = "both",
-    max_batch_size: Annotated[int, typer.Option(help="Triton max_batch_size")] = 32,
+    source: Annotated[Path, typer.Argument(help="spec file", parser=InputFile())],
+    out: Annotated[Path, typer.Option("--out", "-o", help="export folder", parser=OutputDir())],
+    to: Annotated[
+        Literal["triton", "tfs", "both"], typer.Option(help="triton, tfs or both")
+    ] = "both",
+    max_batch_size: Annotated[
+        int,
+        typer.Option(help="Triton max_batch_size", parser=Number(int, ge=0, le=MAX_BATCH)),
+    ] = 32,
     dynamic_batching: Annotated[bool, typer.Option(help="Triton dynamic batching")] = True,
     preferred_batch_sizes: Annotated[
         str, typer.Option(help="Triton preferred sizes, e.g. 4,8")
     ] = "",
-    max_queue_delay_us: Annotated[int, typer.Option(help="Triton max queue delay (µs)")] = 0,
-    instances: Annotated[int, typer.Option(help="Triton instance count")] = 1,
+    max_queue_delay_us: Annotated[
+        int,
+        typer.Option(help="Triton max queue delay (µs)", parser=Number(int, ge=0, le=MAX_DELAY_US)),
+    ] = 0,
+    instances: Annotated[
+        int, typer.Option(help="Triton instance count", parser=Number(int, ge=1, le=MAX_THREADS))
+    ] = 1,
     instance_kind: Annotated[str, typer.Option(help="KIND_CPU or KIND_GPU")] = "KIND_CPU",
     tfs_batching: Annotated[
         bool, typer.Option(help="write TF Serving batching_parameters.txt")
     ] = False,
-    tfs_batch_timeout_us: Annotated[int, typer.Option(help="TFS batch_timeout_micros")] = 1000,
-    tfs_batch_threads: Annotated[int, typer.Option(help="TFS num_batch_threads")] = 2,
-    seed: Annotated[int, typer.Option(help="weight seed")] = 0,
+    tfs_batch_timeout_us: Annotated[
+        int,
+        typer.Option(help="TFS batch_timeout_micros", parser=Number(int, ge=0, le=MAX_DELAY_US)),
+    ] = 1000,
+    tfs_batch_threads: Annotated[
+        int, typer.Option(help="TFS num_batch_threads", parser=Number(int, ge=1, le=MAX_THREADS))
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="weight seed", parser=seed_type())] = 0,
     check: Annotated[bool, typer.Option(help="parity check after export")] = True,
     force: Annotated[bool, typer.Option(help="replace models already in the folder")] = False,
 ) -> None:
@@ -183,9 +249,7 @@ def export(
     from model_zoo.export.tfs_batching import TfsBatching
     from model_zoo.parity import ParityError
 
-    formats = {"triton": ("triton",), "tfs": ("tfs",), "both": ("triton", "tfs")}.get(to)
-    if formats is None:
-        raise fail(f"--to: expected triton, tfs or both, got {to!r}")
+    formats = {"triton": ("triton",), "tfs": ("tfs",), "both": ("triton", "tfs")}[to]
     specs = _family_from(source)
     try:
         settings = TritonSettings(
@@ -224,12 +288,14 @@ def export(
         )  # fmt: skip
     except (ExportExistsError, OnnxExportError, ParityError) as err:
         raise fail(str(err)) from None
+    except OSError as err:
+        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
     console.print(f"export folder: {out}")
 
 
 @app.command()
 def check(
-    export_dir: Annotated[Path, typer.Argument(help="a `models export` folder")],
+    export_dir: Annotated[Path, typer.Argument(help="a `models export` folder", parser=InputDir())],
 ) -> None:
     """Parity: the same seeded input through torch, onnxruntime and TensorFlow.
 
@@ -335,16 +401,24 @@ def _smoke_infer(http_url: str, model: str) -> str:
 
 @app.command()
 def serve(
-    repository: Annotated[Path, typer.Argument(help="export folder or Triton repository")],
+    repository: Annotated[
+        Path, typer.Argument(help="export folder or Triton repository", parser=InputDir())
+    ],
     models: Annotated[str, typer.Option(help="models to load, comma-separated (default all)")] = "",
     once: Annotated[
         bool, typer.Option(help="load, answer one inference per model, print, and stop")
     ] = False,
-    run_dir: Annotated[Path | None, typer.Option(help="where the server log goes")] = None,
-    http_port: Annotated[int | None, typer.Option(help="HTTP port (default: a free one)")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help="gRPC port (default: a free one)")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="where the server log goes", parser=OutputDir())
+    ] = None,
+    http_port: Annotated[
+        int | None, typer.Option(help="HTTP port (default: a free one)", parser=Port())
+    ] = None,
+    grpc_port: Annotated[
+        int | None, typer.Option(help="gRPC port (default: a free one)", parser=Port())
+    ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="metrics port (default: a free one)")
+        int | None, typer.Option(help="metrics port (default: a free one)", parser=Port())
     ] = None,
 ) -> None:
     """Start the local Triton on an exported repository and print its URLs until Ctrl-C.

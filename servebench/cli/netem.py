@@ -8,17 +8,16 @@ import sys
 
 import typer
 
+from servebench.cli.usage import fail
+from servebench.cli.values import Address, Number
+from servebench.cli.values import seed as seed_type
+
 app = typer.Typer(
     help="Emulated network links (wired, Wi-Fi, LTE, 3G, custom YAML, Mahimahi traces).",
     no_args_is_help=True,
 )
 
 _PROFILE_HELP = "A built-in profile name (see `servebench netem profiles`) or a YAML file."
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 @app.command("profiles")
@@ -51,9 +50,13 @@ def profiles_command() -> None:
 @app.command("proxy")
 def proxy_command(
     profile: str = typer.Option(..., "--profile", "-p", help=_PROFILE_HELP),
-    to: str = typer.Option(..., "--to", help="The server's host:port."),
-    listen: str = typer.Option("127.0.0.1:0", "--listen", help="host:port to listen on."),
-    seed: int | None = typer.Option(None, help="Seed jitter and loss for a repeatable run."),
+    to: str = typer.Option(..., "--to", help="The server's host:port.", parser=Address()),
+    listen: str = typer.Option(
+        "127.0.0.1:0", "--listen", help="host:port to listen on.", parser=Address(listen=True)
+    ),
+    seed: int | None = typer.Option(
+        None, help="Seed jitter and loss for a repeatable run.", parser=seed_type()
+    ),
 ) -> None:
     """Run a link in front of a server until Ctrl-C; prints the address to use first."""
     from servebench.netem import NetemError, parse_address, resolve_link
@@ -64,7 +67,7 @@ def proxy_command(
         target = parse_address(to, "--to")
         listen_at = parse_address(listen, "--listen")
     except NetemError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if not _local_only(listen_at.host):
         typer.echo(
             f"warning: --listen {listen_at}: other machines can connect to this link too "
@@ -87,7 +90,7 @@ def proxy_command(
     try:
         proxy = run_proxy(link, target, listen_at, seed=seed, until=until_signal)
     except OSError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     stats = proxy.stats()
     typer.echo(
         f"stopped: {stats.connections_opened} connections, "
@@ -112,9 +115,17 @@ def _local_only(host: str) -> bool:
 @app.command("check")
 def check_command(
     profile: str = typer.Argument(..., help=_PROFILE_HELP),
-    duration: float = typer.Option(2.0, help="Seconds each bulk transfer should last.", min=0.1),
-    pings: int = typer.Option(20, help="Ping-pong round trips to time.", min=4),
-    seed: int | None = typer.Option(None, help="Seed jitter and loss for a repeatable run."),
+    duration: float = typer.Option(
+        2.0,
+        help="Seconds each bulk transfer should last.",
+        parser=Number(float, ge=0.1, le=3600, unit=" s"),
+    ),
+    pings: int = typer.Option(
+        20, help="Ping-pong round trips to time.", parser=Number(int, ge=4, le=100_000)
+    ),
+    seed: int | None = typer.Option(
+        None, help="Seed jitter and loss for a repeatable run.", parser=seed_type()
+    ),
 ) -> None:
     """Measure RTT and throughput through the link against a local server; compare."""
     from rich.console import Console
@@ -126,7 +137,7 @@ def check_command(
     try:
         report = check_profile(resolve_link(profile), duration_s=duration, pings=pings, seed=seed)
     except NetemError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     table = Table(title=f"link '{report.profile.name}': configured vs measured")
     for column in ("quantity", "unit", "configured", "measured", "error"):
         table.add_column(column, justify="left" if column in ("quantity", "unit") else "right")

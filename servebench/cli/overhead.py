@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from servebench.cli.scenario import end_run
+from servebench.cli.usage import fail
+from servebench.cli.values import Number, OutputDir
 from servebench.overhead.probes import PROBES
 
 app = typer.Typer(
@@ -24,11 +26,6 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 PROBE_NAMES = ", ".join([*PROBES, "serving"])
 
 
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
 @app.command()
 def run(
     probes: Annotated[
@@ -36,13 +33,19 @@ def run(
         typer.Option(help=f"comma-separated probes (default: all of {PROBE_NAMES})"),
     ] = None,
     repeats: Annotated[
-        int, typer.Option(help="repetitions per side, interleaved host/container")
+        int,
+        typer.Option(
+            help="repetitions per side, interleaved host/container",
+            parser=Number(int, ge=1, le=1000),
+        ),
     ] = 5,
     quick: Annotated[
         bool, typer.Option("--quick", help="small problem sizes: a smoke test, not a measurement")
     ] = False,
     host_only: Annotated[bool, typer.Option("--host-only", help="run the host side only")] = False,
-    out: Annotated[Path, typer.Option("--out", help="results root")] = Path("results"),
+    out: Annotated[Path, typer.Option("--out", help="results root", parser=OutputDir())] = Path(
+        "results"
+    ),
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
 ) -> None:
     """Run each probe on the host and in a container of the servebench image, interleaved
@@ -61,7 +64,7 @@ def run(
             probes=names, repeats=repeats, quick=quick, host_only=host_only, output=out
         )
     except ValueError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
     def on_step(step: Step, outcome: int | str) -> None:
         what = f"{outcome} figures" if isinstance(outcome, int) else outcome
@@ -72,7 +75,7 @@ def run(
     try:
         outcome = OverheadRunner(settings, on_step=on_step).run()
     except ResultDirError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     print_overhead(outcome.directory.path)
     if report:
         written = write_report(outcome.directory.path)

@@ -16,32 +16,41 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servebench.cli.usage import fail
+from servebench.cli.values import Number, RunDir
+from servebench.common.limits import MAX_BATCH, MAX_RATE, MAX_SECONDS
+
 if TYPE_CHECKING:
     from servebench.analysis.loader import RunData
-    from servebench.analysis.recommend import Candidate, LinkCost, Recommendation
+    from servebench.analysis.recommend import Candidate, LinkCost, Query, Recommendation
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+# A target load is served by many replicas, each within a scenario's max_rate: a million of
+# them is past any deployment (and past what the replica search tries).
+MAX_QPS = MAX_RATE * 10_000
 
 
 def recommend(
     run_dirs: Annotated[
-        list[Path], typer.Argument(help="run directories (results/<run-id>); one per machine")
+        list[Path],
+        typer.Argument(help="run directories (results/<run-id>); one per machine", parser=RunDir()),
     ],
     qps: Annotated[
         float | None,
         typer.Option(
             "--qps",
             help="requests per second to serve (default: rank by cost per million inferences)",
+            parser=Number(float, gt=0, le=MAX_QPS, why="10,000 replicas at a scenario's max_rate"),
         ),
     ] = None,
     slo_p99_ms: Annotated[
         float | None,
-        typer.Option("--slo-p99-ms", help="p99 bound (default: the runs' p99 SLO)"),
+        typer.Option(
+            "--slo-p99-ms",
+            help="p99 bound (default: the runs' p99 SLO)",
+            parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
+        ),
     ] = None,
     link: Annotated[
         str, typer.Option(help="the link clients reach the server over (a profile name)")
@@ -55,7 +64,10 @@ def recommend(
     ] = "measured",
     headroom: Annotated[
         float,
-        typer.Option(help="share of each replica's max rate kept free, 0 to below 1"),
+        typer.Option(
+            help="share of each replica's max rate kept free, 0 to 0.99",
+            parser=Number(float, ge=0, le=0.99),
+        ),
     ] = 0.0,
     instances: Annotated[
         str | None,
@@ -65,7 +77,12 @@ def recommend(
         str | None,
         typer.Option(help="only this model (its id, or its name without the hash: conv-d2-w32)"),
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="only requests of this batch size")] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="only requests of this batch size", parser=Number(int, ge=1, le=MAX_BATCH)
+        ),
+    ] = None,
     as_instance: Annotated[
         list[str] | None,
         typer.Option(
@@ -73,7 +90,9 @@ def recommend(
             help="RUN=TYPE: the instance type a run's machine stands for (repeatable)",
         ),
     ] = None,
-    top: Annotated[int, typer.Option(min=1, help="how many options to print")] = 5,
+    top: Annotated[
+        int, typer.Option(help="how many options to print", parser=Number(int, ge=1, le=10_000))
+    ] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for machines")] = False,
 ) -> None:
     """The cheapest measured setting × instance × replica count that keeps p99 within the
@@ -90,9 +109,9 @@ def recommend(
     from servebench.pricing import PriceError, load_prices
 
     try:
-        runs = [load_run(path, records=False) for path in run_dirs]
+        runs = [load_run(path, records=False, trials=True) for path in run_dirs]
     except ResultDirError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     try:
         mapping = _as_instance(as_instance or [], run_dirs, runs)
         prices = load_prices()
@@ -108,9 +127,10 @@ def recommend(
             model=model,
             batch_size=batch_size,
         )
+        _check_measured(runs, query)
         result = decide(priced, query)
     except (RecommendError, PriceError) as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     if as_json:
         print(json.dumps(to_json(result), indent=2))
     else:
@@ -140,6 +160,40 @@ def _as_instance(pairs: list[str], paths: list[Path], runs: list[RunData]) -> di
         for n in matches:
             mapping[n] = instance
     return mapping
+
+
+def _check_measured(runs: list[RunData], query: Query) -> None:
+    """--model, --batch-size and --link name something the runs measured: otherwise no
+    option is left, and the answer ("no trial over link direct") would blame another option."""
+    from servebench.analysis.recommend import DIRECT, RecommendError
+
+    ok = [run.ok_trials for run in runs]
+    models = sorted({str(m) for trials in ok for m in trials["model"].dropna()})
+    if query.model is not None and not any(query.wants_model(m) for m in models):
+        raise RecommendError(
+            f"--model {query.model}: no run measured that model "
+            f"(measured: {', '.join(models) or 'none'})"
+        )
+    if query.batch_size is not None:
+        sizes = sorted({int(b) for trials in ok for b in trials["batch_size"].fillna(1)})
+        if query.batch_size not in sizes:
+            raise RecommendError(
+                f"--batch-size {query.batch_size}: no run measured that batch size "
+                f"(measured: {', '.join(map(str, sizes)) or 'none'})"
+            )
+    links = sorted({str(x) for trials in ok for x in trials["link"].dropna()})
+    wanted = DIRECT if query.estimate else query.link
+    if links and wanted not in links:
+        hint = (
+            f"; --link-model analytic estimates {query.link} from direct trials"
+            if not query.estimate and DIRECT in links
+            else ""
+        )
+        option = f"--link {query.link}" if not query.estimate else "--link-model analytic"
+        raise RecommendError(
+            f"{option}: no run measured a trial over link {wanted} "
+            f"(measured: {', '.join(links)}){hint}"
+        )
 
 
 def _runs_slo(runs: list[RunData]) -> float:

@@ -18,6 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+from servebench.cli.usage import fail
+from servebench.cli.values import Number, OutputDir, OutputFile, RunDir
+
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -38,39 +41,32 @@ app = typer.Typer(
 )
 
 
-def _fail(err: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
 @app.command()
 def html(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory, results/<run-id>")],
+    run_dir: Annotated[
+        Path, typer.Argument(help="a run directory, results/<run-id>", parser=RunDir())
+    ],
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="where to write (default RUN_DIR/report.html)"),
+        typer.Option(
+            "--output",
+            "-o",
+            help="where to write (default RUN_DIR/report.html)",
+            parser=OutputFile(),
+        ),
     ] = None,
 ) -> None:
     """Write RUN_DIR/report.html: one self-contained page, no network needed to open it."""
     from servebench.analysis.loader import ResultDirError
     from servebench.analysis.report import write_report
 
-    if output is not None and output.is_dir():
-        raise _fail(ValueError(f"--output {output}: is a folder; give a file name"))
-    if output is not None and not output.parent.is_dir():
-        raise _fail(ValueError(f"--output {output}: folder {output.parent} does not exist"))
     try:
         report = write_report(run_dir, output)
     except ResultDirError as err:
-        raise _fail(err) from None
+        raise fail(str(err)) from None
     except OSError as err:  # no space, no permission: say where, without a traceback
         target = err.filename or output or run_dir
-        console.print(
-            f"[red]error:[/red] cannot write {escape(str(target))}: {escape(err.strerror or str(err))}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(code=1) from None
+        raise fail(f"cannot write {target}: {err.strerror or err}", code=1) from None
     for ident in report.empty:
         console.print(f"[dim]{ident}: no data for this plot[/dim]", highlight=False)
     for problem in report.errors:
@@ -82,11 +78,14 @@ def html(
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="the baseline run directory")],
-    run_b: Annotated[Path, typer.Argument(help="the run to compare with it")],
+    run_a: Annotated[Path, typer.Argument(help="the baseline run directory", parser=RunDir())],
+    run_b: Annotated[Path, typer.Argument(help="the run to compare with it", parser=RunDir())],
     floor: Annotated[
         float,
-        typer.Option(help="smallest relative difference ever flagged (run-to-run drift)", min=0),
+        typer.Option(
+            help="smallest relative difference ever flagged (run-to-run drift)",
+            parser=Number(float, ge=0, le=10),
+        ),
     ] = 0.10,
     all_trials: Annotated[
         bool, typer.Option("--all/--flagged", help="list every trial, or only flagged ones")
@@ -97,9 +96,9 @@ def compare(
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
-        a, b = load_run(run_a), load_run(run_b)
+        a, b = load_run(run_a, trials=True), load_run(run_b, trials=True)
     except ResultDirError as err:
-        raise _fail(err) from None
+        raise fail(str(err)) from None
     result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
     table = Table(title=f"B/A: {b.run_id} vs {a.run_id}", title_justify="left")
     table.add_column("trial")
@@ -142,7 +141,8 @@ def host_peak(
     cache_dir: Annotated[
         Path | None,
         typer.Option(
-            help="where host_peak.json lives (default $SERVEBENCH_CACHE_DIR or ~/.cache/servebench)"
+            help="where host_peak.json lives (default $SERVEBENCH_CACHE_DIR or ~/.cache/servebench)",
+            parser=OutputDir(),
         ),
     ] = None,
 ) -> None:

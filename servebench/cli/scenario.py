@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servebench.cli.usage import fail, say
+from servebench.cli.values import Number, OutputDir, RunDir, ScenarioFile
+
 app = typer.Typer(help="Validate, plan and run scenario files.", no_args_is_help=True)
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -22,8 +25,7 @@ def _load(path: Path):
         return load_scenario(path)
     except ScenarioError as err:
         for problem in err.problems:
-            # escaped: a value quoted back from the file may look like rich markup ("[/x]")
-            console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+            say(problem)
         raise typer.Exit(code=2) from None
 
 
@@ -35,8 +37,7 @@ def _plan(path: Path):
     try:
         return expand(scenario, path.parent)
     except (SpecError, FileNotFoundError) as err:
-        console.print(f"[red]error:[/red] {escape(f'{path}: models: {err}')}", highlight=False)
-        raise typer.Exit(code=2) from None
+        raise fail(f"{path}: models: {err}") from None
 
 
 # `scenario run`'s exit status by run status (docs/scenarios.md, "Exit status"): CI jobs
@@ -75,7 +76,9 @@ def _duration(seconds: float) -> str:
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="scenario files")]) -> None:
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="scenario files", parser=ScenarioFile())],
+) -> None:
     """Check scenario files; every problem is reported with file, line and field."""
     failed = 0
     for path in files:
@@ -98,8 +101,11 @@ def validate(files: Annotated[list[Path], typer.Argument(help="scenario files")]
 
 @app.command()
 def plan(
-    file: Annotated[Path, typer.Argument(help="scenario file")],
-    limit: Annotated[int, typer.Option(help="trials to list (0: all)")] = 50,
+    file: Annotated[Path, typer.Argument(help="scenario file", parser=ScenarioFile())],
+    limit: Annotated[
+        int,
+        typer.Option(help="trials to list (0: all)", parser=Number(int, ge=0, le=1_000_000)),
+    ] = 50,
 ) -> None:
     """Print the trials a run would do, their count and the estimated wall time."""
     result = _plan(file)
@@ -123,12 +129,14 @@ def plan(
 
 @app.command()
 def run(
-    file: Annotated[Path, typer.Argument(help="scenario file")],
+    file: Annotated[Path, typer.Argument(help="scenario file", parser=ScenarioFile())],
     output: Annotated[
-        Path | None, typer.Option(help="results root (default: the scenario's)")
+        Path | None,
+        typer.Option(help="results root (default: the scenario's)", parser=OutputDir()),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="an earlier run directory: run only its missing trials")
+        Path | None,
+        typer.Option(help="an earlier run directory: run only its missing trials", parser=RunDir()),
     ] = None,
     force: Annotated[
         bool,
@@ -151,8 +159,7 @@ def run(
     try:
         outcome = runner.run()
     except ResultDirError as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2) from None
+        raise fail(str(err)) from None
     print_summary(outcome.directory.path, console)
     if report:
         written = write_report(outcome.directory.path)

@@ -13,10 +13,23 @@ from typing import Annotated
 
 import typer
 
+from servebench.cli.usage import fail, say
+from servebench.cli.values import (
+    Address,
+    Number,
+    OutputDir,
+    Port,
+    ScenarioFile,
+    Timespan,
+    Url,
+)
 from servebench.clients.registry import model_protocols
+from servebench.common.limits import MAX_BATCH, MAX_CONCURRENCY
 
 # Unknown options after the known ones go to Locust (`servebench ui s.yaml -- --processes 2`).
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+# Each Locust user is one connection with requests in flight, as a closed-loop level is.
+USERS = Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency")
 
 
 def ui(
@@ -26,20 +39,25 @@ def ui(
         typer.Argument(
             help="scenario file: its first server (a local Triton is started), model, "
             "batch size and link preconfigure the users",
-            exists=True,
-            dir_okay=False,
+            parser=ScenarioFile(),
         ),
     ] = None,
     host: Annotated[
-        str | None, typer.Option(help="server's HTTP/REST base URL (instead of the scenario's)")
+        str | None,
+        typer.Option(help="server's HTTP/REST base URL (instead of the scenario's)", parser=Url()),
     ] = None,
-    grpc_host: Annotated[str | None, typer.Option(help="server's gRPC host:port")] = None,
+    grpc_host: Annotated[
+        str | None, typer.Option(help="server's gRPC host:port", parser=Address())
+    ] = None,
     model: Annotated[str | None, typer.Option(help="served model name")] = None,
     model_version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: Annotated[
         str | None, typer.Option(help=f"one of {', '.join(model_protocols())}")
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="samples per request")] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(help="samples per request", parser=Number(int, ge=1, le=MAX_BATCH)),
+    ] = None,
     link: Annotated[
         str | None, typer.Option(help="emulated link: a built-in profile or a YAML file")
     ] = None,
@@ -47,18 +65,29 @@ def ui(
         str | None, typer.Option(help="which of the scenario's servers (default: the first)")
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help="web UI port on 127.0.0.1 (default: a free one)")
+        int | None,
+        typer.Option(help="web UI port on 127.0.0.1 (default: a free one)", parser=Port()),
     ] = None,
     headless: Annotated[bool, typer.Option(help="run without the web UI")] = False,
-    users: Annotated[int, typer.Option("--users", "-u", help="Locust users")] = 4,
+    users: Annotated[int, typer.Option("--users", "-u", help="Locust users", parser=USERS)] = 4,
     spawn_rate: Annotated[
-        float | None, typer.Option("--spawn-rate", "-r", help="users started per second")
+        float | None,
+        typer.Option(
+            "--spawn-rate",
+            "-r",
+            help="users started per second",
+            parser=Number(float, gt=0, le=MAX_CONCURRENCY),
+        ),
     ] = None,
     run_time: Annotated[
-        str | None, typer.Option("--run-time", "-t", help="stop after, e.g. 30s, 2m (headless)")
+        str | None,
+        typer.Option(
+            "--run-time", "-t", help="stop after, e.g. 30s, 2m (headless)", parser=Timespan()
+        ),
     ] = None,
     results: Annotated[
-        Path | None, typer.Option(help="results folder (default: the scenario's output)")
+        Path | None,
+        typer.Option(help="results folder (default: the scenario's output)", parser=OutputDir()),
     ] = None,
 ) -> None:
     """Start Locust's web UI (or a headless run) preconfigured for a model; print its URL.
@@ -77,8 +106,7 @@ def ui(
     from servebench.servers.base import ServerError
 
     if headless and not run_time:
-        typer.echo("error: --headless needs --run-time (e.g. -t 30s)", err=True)
-        raise typer.Exit(code=2)
+        raise fail("--headless needs --run-time (e.g. -t 30s)")
     with tempfile.TemporaryDirectory(prefix="servebench-ui-") as tmp:
         workdir = Path(tmp)
         try:
@@ -110,11 +138,10 @@ def ui(
             )
         except ScenarioError as err:
             for problem in err.problems:
-                typer.echo(f"error: {problem}", err=True)
+                say(problem)
             raise typer.Exit(code=2) from None
         except (LaunchError, ServerError) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(code=2) from None
+            raise fail(str(err)) from None
     if (run_path / "run.json").is_file():
         typer.echo(f"results: {run_path}  (servebench report {run_path})")
     raise typer.Exit(code=code)

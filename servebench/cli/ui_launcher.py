@@ -333,6 +333,41 @@ def check_port_free(port: int) -> None:
         )
 
 
+def check_target(setup: UiSetup) -> None:
+    """What `servebench load` checks before it starts, checked before Locust starts: the
+    link is one there is, and a server given by address answers for the model, its version,
+    protocol and batch size (a local Triton is checked when it starts). LaunchError if not:
+    otherwise the mistake would surface in Locust's own output, after the swarm started."""
+    import asyncio
+    import functools
+
+    from servebench.cli.load_server import checked_connect
+    from servebench.clients.factory import create_client
+    from servebench.netem import NetemError, get_profile
+
+    target = setup.target
+    try:
+        get_profile(target.link)
+    except (NetemError, ValueError) as err:
+        raise LaunchError(f"--link {target.link}: {err}") from None
+    if setup.local is not None:
+        return
+    grpc = REGISTRY[target.protocol].transport == "grpc"
+    option, address = ("--grpc-host", target.grpc_host) if grpc else ("--host", target.host)
+    if not address:
+        raise LaunchError(f"{option}: protocol {target.protocol} needs the server's address")
+    factory = functools.partial(
+        create_client, target.protocol, address, target.model, version=target.version or None
+    )
+    try:
+        factory()
+        asyncio.run(
+            checked_connect(factory, target.protocol, address, target.model, target.batch_size, 0)
+        )
+    except ValueError as err:
+        raise LaunchError(str(err)) from None
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
     """True once 127.0.0.1:port accepts; False if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
@@ -426,6 +461,7 @@ def launch(
     run_path = results / run_id
     if port is not None and not headless:
         check_port_free(port)
+    check_target(setup)
     ui_port = None if headless else (port or free_ports(1)[0])
     facts_file = None
     if setup.facts is not None:

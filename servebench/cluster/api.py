@@ -4,7 +4,8 @@
                                   name (the file name errors cite), priority, gpus,
                                   label=k=v (repeatable); header X-Servebench-Submitter
     GET    /jobs[?state=S...]     the jobs, in submission order
-    GET    /jobs/{id}             one job and its transitions
+    GET    /jobs/{id}             one job and its transitions (every job says `unschedulable`:
+                                  why no follower can run it while it waits, else null)
     POST   /jobs/{id}/cancel      cancel it (DELETE /jobs/{id} does the same)
     GET    /jobs/{id}/results     its result directory as tar.gz
     GET    /followers             the followers, their labels, queues and running jobs
@@ -117,6 +118,7 @@ def _job_json(leader: Leader, job_id: str, history: bool = False) -> dict[str, A
     job = leader.store.get(job_id)
     data = job.as_dict()
     data["has_results"] = leader.result_dir(job_id) is not None
+    data["unschedulable"] = leader.unschedulable(job)
     if history:
         data["history"] = [
             {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -87,6 +87,28 @@ class Needs:
         return follower.gpus >= self.gpus and all(
             follower.labels.get(k) == v for k, v in self.labels.items()
         )
+
+
+def why_unschedulable(needs: Needs, followers: Iterable[FollowerInfo]) -> str | None:
+    """Why none of `followers` can ever run a job with `needs` (None if one can, or if
+    there is no follower yet: one that fits may still join). The job stays queued; this
+    is what its status says, so it is not mistaken for a job that waits its turn."""
+    followers = list(followers)
+    if not followers or any(needs.fits(f) for f in followers):
+        return None
+    parts = []
+    most = max(f.gpus for f in followers)
+    if needs.gpus > most:
+        parts.append(f"needs GPU={needs.gpus}, followers have at most {most}")
+    for key, value in needs.labels.items():
+        if not any(f.labels.get(key) == value for f in followers):
+            seen = sorted({f.labels[key] for f in followers if key in f.labels})
+            have = f"followers have {key}={', '.join(seen)}" if seen else f"no follower has {key}"
+            parts.append(f"needs {key}={value}, {have}")
+    if not parts:  # each need is met somewhere, never all on one follower
+        wanted = ", ".join([f"GPU={needs.gpus}", *(f"{k}={v}" for k, v in needs.labels.items())])
+        parts.append(f"needs {wanted} on one follower; none has them all")
+    return "unschedulable: " + "; ".join(parts)
 
 
 @dataclass(frozen=True)

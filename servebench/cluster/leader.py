@@ -39,7 +39,15 @@ from typing import IO, Any
 from servebench.cluster import archive, execute
 from servebench.cluster.errors import ClusterError
 from servebench.cluster.follower import GPU, META_KEY, SLOT
-from servebench.cluster.job import TERMINAL, FollowerInfo, Job, JobState, Needs, new_job
+from servebench.cluster.job import (
+    TERMINAL,
+    FollowerInfo,
+    Job,
+    JobState,
+    Needs,
+    new_job,
+    why_unschedulable,
+)
 from servebench.cluster.policy import FollowerPool, Policy
 from servebench.cluster.store import JobStore
 
@@ -269,10 +277,28 @@ class Leader:
 
     def add(self, job: Job) -> None:
         """Queue a job `new_job` made (validated). Dispatching happens on the loop's next
-        pass, so jobs added one after another without awaiting arrive together."""
+        pass, so jobs added one after another without awaiting arrive together. A job no
+        follower can run is queued flagged (its reason says what it needs), at once, so the
+        submitter hears it in the answer."""
         self.store.add(job)
         log.info("job %s: queued (%s from %s)", job.id, job.scenario_name, job.submitter)
+        self._flag(self.store.get(job.id))
         self._wake.set()
+
+    def unschedulable(self, job: Job) -> str | None:
+        """Why no follower that has joined can run a waiting job (None: one can, or the
+        job is not waiting)."""
+        if job.state is not JobState.QUEUED:
+            return None
+        return why_unschedulable(job.needs, (f.info for f in self.followers.values()))
+
+    def _flag(self, job: Job) -> None:
+        """Say in a queued job's reason when no follower can run it (and stop saying it
+        once one that can has joined: placing it then gives it a new reason)."""
+        why = self.unschedulable(job)
+        if why is not None and why != job.reason:
+            self.store.note(job.id, why)
+            log.warning("job %s: %s", job.id, why)
 
     async def cancel(self, job_id: str, by: str = "a user") -> Job:
         """Cancel a job (KeyError if unknown). A queued or placed job is cancelled at once;
@@ -351,7 +377,8 @@ class Leader:
     def _place(self, job: Job, now: float) -> None:
         name = self.policy.place(job, self.pool, now)
         if name is None:
-            return  # no follower fits now; it stays queued and is tried every pass
+            self._flag(job)  # no follower fits now: it stays queued, tried every pass
+            return
         job = self.store.transition(
             job.id, JobState.PLACED, reason=f"placed on {name} ({self.policy.name})", follower=name
         )

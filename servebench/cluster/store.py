@@ -243,6 +243,17 @@ class JobStore:
             )
         return self.get(job_id)
 
+    def note(self, job_id: str, reason: str) -> Job:
+        """Change a waiting (queued) job's reason without moving it, e.g. to say that no
+        follower can run it; no transition is recorded (the job did not move)."""
+        with self._write() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            if JobState(row[0]) is JobState.QUEUED:
+                db.execute("UPDATE jobs SET reason = ? WHERE id = ?", (reason, job_id))
+        return self.get(job_id)
+
     def record_result(self, job_id: str, result_path: str) -> None:
         """Note that a running job's result is on the leader's disk, before it is marked
         done: a leader killed in between finds it in `recover` and does not run it again."""

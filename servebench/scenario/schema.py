@@ -20,20 +20,36 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from model_zoo.mutate import DEFAULT_INPUT_SHAPES, MAX_FAMILY_SIZE
-from model_zoo.spec import (
-    KNOB_DEFAULTS,
+from model_zoo.mutate import DEFAULT_INPUT_SHAPES
+from model_zoo.spec import KNOB_DEFAULTS, LayerType, ModelSpec
+from servebench.clients.endpoints import grpc_target, http_base
+
+# Every bound is servebench.common.limits' (the command line applies the same ones): hard
+# ceilings, beyond which a value is a slip whatever the study, and the `Limits` defaults.
+from servebench.common.limits import (
+    MAX_BATCH,
+    MAX_COLD_START_REPEATS,
+    MAX_CONCURRENCY,
+    MAX_DELAY_US,
     MAX_DEPTH,
+    MAX_FAMILY_SIZE,
+    MAX_GPUS,
     MAX_HEADS,
     MAX_KERNEL_SIZE,
     MAX_OUTPUTS,
+    MAX_RATE,
+    MAX_REQUESTS,
     MAX_SAMPLE_ELEMENTS,
+    MAX_SEARCH_STEPS,
+    MAX_SECONDS,
+    MAX_SEED,
     MAX_SEQ_LEN,
+    MAX_STABILITY_WINDOWS,
+    MAX_THREADS,
+    MAX_TRIAL_S,
     MAX_WIDTH,
-    LayerType,
-    ModelSpec,
+    MIN_RATE,
 )
-from servebench.clients.endpoints import grpc_target, http_base
 from servebench.common.validation import OnePassModel, Problem, known, rule
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 from servebench.netem.errors import UnknownLinkError
@@ -42,14 +58,6 @@ from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
-# Hard ceilings: beyond these a value is a slip, whatever the study.
-MAX_BATCH = 65_536  # samples in one request (the byte cap in `Limits` usually bites first)
-MAX_DELAY_US = 60_000_000  # batcher queue delay / timeout: one minute
-MAX_THREADS = 1024  # server threads, instances per model
-MAX_SECONDS = 3600.0  # a request timeout, a think time
-MAX_GPUS = 64
-MIN_RATE = 0.001  # requests per second; below it a trial's length is unbounded
-MAX_COLD_START_REPEATS = 20  # each is a full server restart and model load: minutes
 Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
 DelayUs = Annotated[int, Field(ge=0, le=MAX_DELAY_US)]
 Threads = Annotated[int, Field(ge=0, le=MAX_THREADS)]
@@ -81,10 +89,10 @@ class Limits(Strict):
 
     max_models: Annotated[int, Field(gt=0, le=MAX_FAMILY_SIZE)] = 1000
     max_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 100_000
-    max_rate: Annotated[float, Field(gt=0, le=10_000_000)] = 100_000.0
-    max_concurrency: Annotated[int, Field(gt=0, le=1_000_000)] = 10_000
-    max_requests: Annotated[int, Field(gt=0, le=10_000_000_000)] = 10_000_000
-    max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = 86_400.0
+    max_rate: Annotated[float, Field(gt=0, le=10_000_000)] = MAX_RATE
+    max_concurrency: Annotated[int, Field(gt=0, le=1_000_000)] = MAX_CONCURRENCY
+    max_requests: Annotated[int, Field(gt=0, le=10_000_000_000)] = MAX_REQUESTS
+    max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = MAX_TRIAL_S
     max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = 256.0
     max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = 4096.0
     warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
@@ -404,7 +412,7 @@ def _address_reason(err: ValueError) -> str:
 class StabilityConfig(Strict):
     window_s: PositiveFloat = 5.0
     tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.1
-    max_windows: Annotated[int, Field(gt=0, le=1000)] = 10
+    max_windows: Annotated[int, Field(gt=0, le=MAX_STABILITY_WINDOWS)] = 10
 
     @rule("window_s", "max_windows")
     def _bounded(self, context: Mapping[str, Any]) -> Iterator[Problem]:
@@ -420,7 +428,7 @@ class SearchConfig(Strict):
     min_rate: PositiveFloat = 1.0
     max_rate: PositiveFloat = 1000.0
     precision: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    max_steps: Annotated[int, Field(gt=0, le=100)] = 12
+    max_steps: Annotated[int, Field(gt=0, le=MAX_SEARCH_STEPS)] = 12
 
     @rule("min_rate", "max_rate")
     def _ordered(self, context: Mapping[str, Any]) -> Iterator[Problem]:
@@ -570,7 +578,7 @@ def infinite_field(profile: LinkProfile) -> str | None:
 class Scenario(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    seed: Annotated[int, Field(ge=0, lt=2**64)] = 0  # numpy's generators take no other
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0  # numpy's generators take no other
     output: Path = Path("results")
     models: ModelsSection
     servers: list[ServerSection] = Field(min_length=1)
