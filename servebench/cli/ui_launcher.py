@@ -334,22 +334,18 @@ def check_port_free(port: int) -> None:
 
 
 def check_target(setup: UiSetup) -> None:
-    """What `servebench load` checks before it starts, checked before Locust starts: the
-    link is one there is, and a server given by address answers for the model, its version,
-    protocol and batch size (a local Triton is checked when it starts). LaunchError if not:
-    otherwise the mistake would surface in Locust's own output, after the swarm started."""
+    """What `servebench load` checks before it starts, checked before Locust starts: a
+    server given by address answers for the model, its version, protocol and batch size (a
+    local Triton is checked when it starts; `--link` is checked by `resolve`). LaunchError
+    if not: otherwise the mistake would surface in Locust's own output, after the swarm
+    started."""
     import asyncio
     import functools
 
     from servebench.cli.load_server import checked_connect
     from servebench.clients.factory import create_client
-    from servebench.netem import NetemError, get_profile
 
     target = setup.target
-    try:
-        get_profile(target.link)
-    except (NetemError, ValueError) as err:
-        raise LaunchError(f"--link {target.link}: {err}") from None
     if setup.local is not None:
         return
     grpc = REGISTRY[target.protocol].transport == "grpc"
