@@ -223,6 +223,19 @@ def test_an_unreachable_leader_is_one_line(closed_port: str):
     assert_one_line_error(result, "cannot reach the leader", closed_port)
 
 
+@pytest.mark.parametrize("url", ["127.0.0.1:8642", "http://", "ftp://127.0.0.1:8642"])
+def test_a_leader_url_without_a_scheme_or_host_is_one_line(
+    url: str, monkeypatch: pytest.MonkeyPatch
+):
+    """As --leader-url (checked where it is parsed) and as $SERVEBENCH_CLUSTER_URL; before,
+    urllib's "unknown url type" came out as a traceback."""
+    result = CliRunner().invoke(cli, ["cluster", "status", "--once", "--leader-url", url])
+    assert_one_line_error(result, f"--leader-url {url}")
+    monkeypatch.setenv("SERVEBENCH_CLUSTER_URL", url)
+    result = CliRunner().invoke(cli, ["cluster", "cancel", "j1"])
+    assert_one_line_error(result, f"$SERVEBENCH_CLUSTER_URL {url}")
+
+
 def test_a_second_leader_on_one_state_dir_is_refused(tmp_path: Path):
     from servebench.cluster.leader import StateLock
 

@@ -51,7 +51,7 @@ def test_check_reports_bad_input():
 def test_proxy_rejects_a_bad_target():
     result = runner.invoke(app, ["netem", "proxy", "--profile", "lte", "--to", "nohost"])
     assert result.exit_code == 2
-    assert "--to: 'nohost' has no port" in result.output
+    assert "--to nohost: 'nohost' has no port" in result.output
 
 
 def test_proxy_runs_until_interrupted(tmp_path: Path):

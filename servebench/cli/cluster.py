@@ -28,7 +28,7 @@ from rich.table import Table
 
 from servebench.cli import cluster_simulate
 from servebench.cli.usage import fail, say
-from servebench.cli.values import Host, Number, OutputDir, Port, ScenarioFile, Url
+from servebench.cli.values import BadValue, Host, Number, OutputDir, Port, ScenarioFile, Url
 from servebench.common.limits import MAX_GPUS
 
 app = typer.Typer(
@@ -342,8 +342,15 @@ def follower(
 
 
 def _api(url: str | None, token: str | None) -> Any:
-    from servebench.cluster.api_client import LeaderApi
+    """The leader's API at --leader-url (checked as it was parsed), else at
+    $SERVEBENCH_CLUSTER_URL, checked here the same way, else the default."""
+    from servebench.cluster.api_client import URL_ENV, LeaderApi
 
+    if url is None and os.environ.get(URL_ENV):
+        try:
+            url = Url()(os.environ[URL_ENV])
+        except BadValue as err:
+            raise fail(f"${URL_ENV} {err.value}: {err.reason}") from None
     return LeaderApi(url, token)
 
 

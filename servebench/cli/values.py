@@ -270,7 +270,8 @@ class Endpoint(Value):
 
 
 class Address(Value):
-    """host:port (a gRPC target, a proxy's peer); `listen`: port 0 means a free one."""
+    """host:port (a gRPC target, a proxy's peer), read by netem's one host:port parser;
+    the host must be a host name or IP address; `listen`: port 0 means a free one."""
 
     kind = "address"
 
@@ -278,19 +279,19 @@ class Address(Value):
         self.listen = listen
 
     def __call__(self, text: Any) -> str:
+        from servebench.netem import AddressError, parse_address
+
         raw = str(text).strip()
         if "://" in raw:
             raise BadValue(text, "give host:port, without a scheme")
-        host, sep, port = raw.rpartition(":")
-        if not sep or not host:
-            raise BadValue(text, "give host:port, like 127.0.0.1:8001")
-        Host()(host)
         try:
-            number = int(port)
-        except ValueError:
-            raise BadValue(text, f"port {port!r} is not a number") from None
-        if not (0 if self.listen else 1) <= number <= 65535:
-            raise BadValue(text, f"port {number} is outside {0 if self.listen else 1}-65535")
+            address = parse_address(raw, "address")
+        except AddressError as err:
+            raise BadValue(text, str(err).removeprefix("address: ")) from None
+        if not is_host(address.host):
+            raise BadValue(text, f"host {address.host!r} is not a host name or IP address")
+        if address.port == 0 and not self.listen:
+            raise BadValue(text, "port 0 is no server's port")
         return raw
 
 
