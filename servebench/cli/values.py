@@ -350,7 +350,7 @@ class OutputDir(Value):
     def __call__(self, text: Any) -> Path:
         path = Path(text)
         if path.exists() and not path.is_dir():
-            raise BadValue(text, "is a file; give a folder")
+            raise BadValue(text, "is a file, not a directory")
         _writable(_folder_for(path, text, make=True), text)
         return path
 
@@ -431,7 +431,7 @@ class InputDir(Value):
         if not path.exists():
             raise BadValue(text, f"no such {self.what}")
         if not path.is_dir():
-            raise BadValue(text, f"is a file; give a {self.what}")
+            raise BadValue(text, "is a file, not a directory")
         return path
 
 
