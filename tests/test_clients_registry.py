@@ -30,12 +30,9 @@ from servebench.scenario.schema import ServerSection
 
 ROOT = Path(__file__).resolve().parents[1] / "servebench"
 CLIENTS = ROOT / "clients"
-# The protocol modules of the registry (its client and codec entries).
+# The protocol modules of the registry (where its clients and their codecs are).
 PROTOCOL_MODULES = {
-    target.partition(":")[0]
-    for spec in PROTOCOLS.values()
-    for target in (spec.client, spec.codec)
-    if target is not None
+    f"servebench.clients.{spec.client.partition(':')[0]}" for spec in PROTOCOLS.values()
 }
 # Where a model protocol's name may be written outside servebench.clients: the Locust
 # user classes that each speak one protocol (public API), and Locust's default protocol.

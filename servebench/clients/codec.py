@@ -37,9 +37,11 @@ from servebench.clients.base import (
     ModelSignature,
     Payload,
     TensorSpec,
+    check_batch_size,
     check_outputs,
+    random_inputs,
 )
-from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.endpoints import grpc_target, http_base, path_segment
 from servebench.clients.errors import http_status
 
 Request = TypeVar("Request")
@@ -136,15 +138,41 @@ class ModelCodec(ABC):
         """
 
     @abstractmethod
+    def read_signature(self) -> Generator[Any, Any, ModelSignature]:
+        """Yield each control request, receive its answer; return the signature."""
+
     def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
-        """The request for a seeded random batch, encoded once for every send."""
+        """The request for a seeded random batch, encoded once for every send.
+
+        Every protocol checks the batch and draws its inputs the same way, so that two
+        protocols given one seed send the same tensors; only the encoding is theirs.
+        """
+        check_batch_size(signature, batch_size)
+        inputs = random_inputs(signature.inputs, batch_size, seed)
+        encoded = self._encode(signature, inputs)
+        return Payload(
+            batch_size=batch_size,
+            inputs=inputs,
+            encoded=encoded,
+            request_bytes=self._request_bytes(encoded),
+        )
+
+    @abstractmethod
+    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> Any:
+        """The request holding `inputs` as the edges send it (`Payload.encoded`)."""
+
+    @staticmethod
+    @abstractmethod
+    def _request_bytes(encoded: Any) -> int:
+        """What `Payload.request_bytes` counts of an encoded request."""
 
 
 class HttpCodec(ModelCodec):
     """A protocol over HTTP/1.1: control reads are GETs, an inference is one POST.
 
-    `probe_path` (with `{model}` for the model name) is the cheap GET `sniff` asks an
-    unknown address, and `answers_probe` says whether its JSON answer is this protocol's.
+    `read_signature` yields each URL to GET and is sent its `HttpAnswer`. `probe_path`
+    (with `{model}` for the model name) is the cheap GET `sniff` asks an unknown address,
+    and `answers_probe` says whether its JSON answer is this protocol's.
     """
 
     probe_path: ClassVar[str]
@@ -153,14 +181,21 @@ class HttpCodec(ModelCodec):
         super().__init__(model, version)
         self.base = http_base(url)
 
+    def _model_path(self, api: str) -> str:
+        """`<base>/<api>/models/<model>[/versions/<version>]`, where both HTTP APIs (KServe
+        v2, TF Serving v1) put a model's endpoints."""
+        path = f"{self.base}/{api}/models/{path_segment(self.model)}"
+        return f"{path}/versions/{path_segment(self.version)}" if self.version else path
+
     @property
     @abstractmethod
     def infer_url(self) -> URL:
         """Where a payload is POSTed."""
 
-    @abstractmethod
-    def read_signature(self) -> Generator[URL, HttpAnswer, ModelSignature]:
-        """Yield each URL to GET, receive its answer; return the signature."""
+    @staticmethod
+    def _request_bytes(encoded: HttpBody) -> int:
+        """The body's size, without HTTP headers."""
+        return len(encoded.data)
 
     @abstractmethod
     def _read(self, body: bytes, headers: Mapping[str, str], specs: tuple[TensorSpec, ...]) -> Any:
@@ -195,8 +230,9 @@ class HttpCodec(ModelCodec):
 class GrpcCodec(ModelCodec):
     """A protocol over gRPC: every call unary, requests serialized once per payload.
 
-    `probe_path` is a method `sniff` calls with an empty request: a server without it
-    answers UNIMPLEMENTED.
+    `read_signature` yields each `GrpcCall` and is sent its answer message. `probe_path`
+    is a method `sniff` calls with an empty request: a server without it answers
+    UNIMPLEMENTED.
     """
 
     probe_path: ClassVar[str]
@@ -216,9 +252,10 @@ class GrpcCodec(ModelCodec):
     def infer_response(self) -> Any:
         """The message class of an inference answer."""
 
-    @abstractmethod
-    def read_signature(self) -> Generator[GrpcCall, Any, ModelSignature]:
-        """Yield each call, receive its answer message; return the signature."""
+    @staticmethod
+    def _request_bytes(encoded: bytes) -> int:
+        """The serialized message's size, without gRPC and HTTP/2 framing."""
+        return len(encoded)
 
     @abstractmethod
     def _read(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, np.ndarray]:

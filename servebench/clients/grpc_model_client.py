@@ -16,14 +16,8 @@ from typing import Any, ClassVar
 
 import grpc
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    InferResult,
-    ModelSignature,
-    Payload,
-)
-from servebench.clients.codec import GrpcCall, GrpcCodec, drive_async
+from servebench.clients.base import ErrorKind, InferenceError, InferResult, Payload
+from servebench.clients.codec import GrpcCall, GrpcCodec
 from servebench.clients.errors import grpc_failure
 from servebench.clients.grpc_calls import Answer, open_channels, raw_unary, sized_parser
 from servebench.clients.lean_grpc import TRANSPORTS, LeanGrpcPool
@@ -40,49 +34,28 @@ def choose_transport(transport: str) -> str:
 class GrpcModelClient(ModelClient):
     """A model client over gRPC: a codec, channels, round-robin unary calls, close.
 
-    A protocol's client names its codec (`codec_class`); `options` go to the codec.
     `channels` > 1 spreads requests round-robin over that many HTTP/2 connections (one
     connection multiplexes every request otherwise). `timeout` is each request's gRPC
-    deadline (None: the load engine's own timeout applies); `connect_timeout` bounds each
-    control call in `connect()`. A given `signature` is trusted as the expected answer and
-    `connect()` then asks the server nothing. `transport`: `auto` or `lean` (the lean
-    HTTP/2 transport), or `grpcio` (grpc.aio channels).
+    deadline. `transport`: `auto` or `lean` (the lean HTTP/2 transport), or `grpcio`
+    (grpc.aio channels); the other settings (`connect_timeout`, signature, the codec's
+    options) are `ModelClient`'s.
     """
 
     codec_class: ClassVar[type[GrpcCodec]]
     codec: GrpcCodec
     _read_infer: Callable[[bytes], Answer]  # set by connect() on the lean transport
 
-    def __init__(
-        self,
-        url: str,
-        model: str,
-        *,
-        version: str | None = None,
-        channels: int = 1,
-        timeout: float | None = None,
-        connect_timeout: float = 10.0,
-        signature: ModelSignature | None = None,
-        transport: str = "auto",
-        **options: Any,
-    ) -> None:
-        codec = self.codec_class(url, model, version=version, **options)
-        chosen = choose_transport(transport)
-        super().__init__(
-            pool_field="channels",
-            pool_size=channels,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            signature=signature,
-        )
-        self.codec = codec
+    def __init__(self, url: str, model: str, *, channels: int = 1, **settings: Any) -> None:
+        super().__init__(url, model, pool_field="channels", pool_size=channels, **settings)
         self.channels = channels
-        self.transport = chosen
         self._channels: list[grpc.aio.Channel] = []
         self._calls: list = []
         self._next = 0
         self._pool: LeanGrpcPool | None = None
         self._infer_headers = b""
+
+    def _choose_transport(self, transport: str) -> str:
+        return choose_transport(transport)
 
     async def connect(self) -> None:
         """Open the channels and read the signature (unless given); InferenceError on failure."""
@@ -94,29 +67,16 @@ class GrpcModelClient(ModelClient):
             await self._connect_lean()
             return
         channels = open_channels(codec.target, self.channels)
-        try:
-            if self._signature is None:
-                self._signature = await drive_async(
-                    codec.read_signature(), lambda call: self._control(channels[0], call)
-                )
-        except BaseException:
-            for channel in channels:
-                await channel.close()
-            raise
+        await self._read_signature(
+            lambda call: self._control(channels[0], call), lambda: _close_all(channels)
+        )
         self._channels = channels
         self._calls = [raw_unary(c, codec.infer_path, codec.infer_response) for c in channels]
 
     async def _connect_lean(self) -> None:
         host, _, port = self.codec.target.rpartition(":")
         pool = LeanGrpcPool(host.strip("[]"), int(port), self.channels)
-        try:
-            if self._signature is None:
-                self._signature = await drive_async(
-                    self.codec.read_signature(), lambda call: self._control_lean(pool, call)
-                )
-        except BaseException:
-            await pool.close()
-            raise
+        await self._read_signature(lambda call: self._control_lean(pool, call), pool.close)
         self._pool = pool
         self._infer_headers = pool.headers(self.codec.infer_path, self.timeout)
         self._read_infer = sized_parser(self.codec.infer_response)
@@ -188,8 +148,12 @@ class GrpcModelClient(ModelClient):
         if pool is not None:
             await pool.close()
         channels, self._channels, self._calls = self._channels, [], []
-        for channel in channels:
-            await channel.close()
+        await _close_all(channels)
+
+
+async def _close_all(channels: list[grpc.aio.Channel]) -> None:
+    for channel in channels:
+        await channel.close()
 
 
 def _message(answer: Answer, where: str) -> Any:

@@ -16,22 +16,11 @@ from typing import Any, ClassVar
 import aiohttp
 from yarl import URL
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    InferResult,
-    ModelSignature,
-    Payload,
-)
-from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec, drive_async
+from servebench.clients.base import InferResult, Payload
+from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec
 from servebench.clients.errors import http_failure
-from servebench.clients.lean_http import (
-    LeanHttpPool,
-    choose_transport,
-    encode_request,
-    host_header,
-    pool_for,
-)
+from servebench.clients.http_edge import HttpEdge, wire_request
+from servebench.clients.lean_http import LeanHttpPool, choose_transport, pool_for
 from servebench.clients.model_client import ModelClient
 from servebench.clients.timing import TimedBody
 
@@ -44,52 +33,28 @@ ANSWER_HEADERS = ("Content-Encoding", "Inference-Header-Content-Length")
 IDENTITY = {"Accept-Encoding": "identity"}
 
 
-class HttpModelClient(ModelClient):
-    """A model client over HTTP: a codec, a connection pool, session open and close.
+class HttpModelClient(ModelClient, HttpEdge):
+    """A model client over HTTP: a codec on `connections` keep-alive connections.
 
-    A protocol's client names its codec (`codec_class`); `options` go to the codec. From
-    `connections` keep-alive connections; `timeout` bounds each request (None: the load
-    engine's own timeout applies); `connect_timeout` bounds each control call in
-    `connect()`. A given `signature` is trusted as the expected answer and `connect()`
-    then asks the server nothing. `transport`: `auto` (lean on http://, aiohttp on
-    https://), `lean` or `aiohttp`.
+    `transport`: `auto` (lean on http://, aiohttp on https://), `lean` or `aiohttp`; the
+    other settings (timeouts, signature, the codec's options) are `ModelClient`'s.
     """
 
     codec_class: ClassVar[type[HttpCodec]]
     codec: HttpCodec
 
-    def __init__(
-        self,
-        url: str,
-        model: str,
-        *,
-        version: str | None = None,
-        connections: int = 64,
-        timeout: float | None = None,
-        connect_timeout: float = 10.0,
-        signature: ModelSignature | None = None,
-        transport: str = "auto",
-        **options: Any,
-    ) -> None:
-        codec = self.codec_class(url, model, version=version, **options)
-        chosen = choose_transport(transport, codec.base)
-        super().__init__(
-            pool_field="connections",
-            pool_size=connections,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            signature=signature,
-        )
-        self.codec = codec
+    def __init__(self, url: str, model: str, *, connections: int = 64, **settings: Any) -> None:
+        super().__init__(url, model, pool_field="connections", pool_size=connections, **settings)
         self.connections = connections
-        self.transport = chosen
         self._session: aiohttp.ClientSession | None = None
         self._pool: LeanHttpPool | None = None
-        self._host = host_header(codec.base)
-        self._infer_where = str(codec.infer_url)
+        self._infer_where = str(self.codec.infer_url)
         # Each payload's request as it goes on the wire, by the payload's encoded body
         # (kept here too, so its id cannot be reused while the entry lives).
         self._wire: dict[int, tuple[HttpBody, bytes]] = {}
+
+    def _choose_transport(self, transport: str) -> str:
+        return choose_transport(transport, self.codec.base)
 
     async def connect(self) -> None:
         """Open the pool and read the signature (unless given); InferenceError on failure."""
@@ -97,39 +62,12 @@ class HttpModelClient(ModelClient):
             return
         if self.transport == "lean":
             pool = pool_for(self.codec.base, self.connections, ANSWER_HEADERS)
-            try:
-                if self._signature is None:
-                    self._signature = await drive_async(
-                        self.codec.read_signature(), lambda url: self._get_lean(pool, url)
-                    )
-            except BaseException:
-                await pool.close()
-                raise
+            await self._read_signature(lambda url: self._get_lean(pool, url), pool.close)
             self._pool = pool
             return
-        session = self._new_session()
-        try:
-            if self._signature is None:
-                self._signature = await drive_async(
-                    self.codec.read_signature(), lambda url: self._get(session, url)
-                )
-        except BaseException:
-            await session.close()
-            raise
+        session = self._new_session(IDENTITY)
+        await self._read_signature(lambda url: self._get(session, url), session.close)
         self._session = session
-
-    def _new_session(self) -> aiohttp.ClientSession:
-        """A pool of `connections` keep-alive connections with `timeout` on each request."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            headers=IDENTITY,
-            auto_decompress=False,
-            trust_env=False,
-        )
 
     async def _get(self, session: aiohttp.ClientSession, url: URL) -> HttpAnswer:
         """A control read, bounded by `connect_timeout`."""
@@ -143,7 +81,7 @@ class HttpModelClient(ModelClient):
 
     async def _get_lean(self, pool: LeanHttpPool, url: URL) -> HttpAnswer:
         """A control read on the lean transport, bounded by `connect_timeout`."""
-        request = encode_request("GET", url.raw_path_qs, self._host, None, IDENTITY)
+        request = wire_request("GET", url, None, IDENTITY)
         status, body, headers, _, _ = await pool.request(request, str(url), self.connect_timeout)
         return HttpAnswer(status, body, headers)
 
@@ -152,11 +90,7 @@ class HttpModelClient(ModelClient):
         entry = self._wire.get(id(request))
         if entry is None or entry[0] is not request:
             headers = {**IDENTITY, **request.headers}
-            url = self.codec.infer_url
-            entry = (
-                request,
-                encode_request("POST", url.raw_path_qs, self._host, request.data, headers),
-            )
+            entry = (request, wire_request("POST", self.codec.infer_url, request.data, headers))
             self._wire[id(request)] = entry
         return entry[1]
 
@@ -177,13 +111,7 @@ class HttpModelClient(ModelClient):
             receive_s=perf_counter() - arrived,
         )
 
-    async def infer(self, payload: Payload) -> InferResult:
-        pool = self._pool
-        if pool is not None:
-            return await self._infer_lean(pool, payload)
-        session = self._session
-        if session is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+    async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:
         request: HttpBody = payload.encoded
         url = self.codec.infer_url
         body = TimedBody(request.data)
@@ -204,10 +132,5 @@ class HttpModelClient(ModelClient):
         )
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
         self._wire.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await super().close()

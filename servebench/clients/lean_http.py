@@ -332,14 +332,8 @@ class LeanHttpPool:
 
     def _release(self, conn: _Connection) -> None:
         """A connection whose answer was read: to the next waiter, else back to idle."""
-        if conn.closed:
+        if conn.closed or (self._waiters and self._hand_over(conn)):
             return
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(conn)
-                return
         self._idle.append(conn)
 
     def _lost(self, conn: _Connection) -> None:
@@ -347,12 +341,18 @@ class LeanHttpPool:
         self._open.discard(conn)
         if conn in self._idle:
             self._idle.remove(conn)
+        self._hand_over(None)
+
+    def _hand_over(self, conn: _Connection | None) -> bool:
+        """Wake the first request still waiting with `conn` (None: there is room to open
+        one); False when none waits."""
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                return
+                waiter.set_result(conn)
+                return True
+        return False
 
     async def close(self) -> None:
         """Close every connection; requests still in flight fail as connection resets."""

@@ -22,27 +22,16 @@ from time import perf_counter
 import aiohttp
 from yarl import URL
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    InferResult,
-    ModelSignature,
-    Payload,
-)
-from servebench.clients.lean_http import (
-    LeanHttpPool,
-    choose_transport,
-    encode_request,
-    host_header,
-    pool_for,
-)
+from servebench.clients.base import ErrorKind, InferenceError, InferResult, ModelSignature, Payload
+from servebench.clients.http_edge import HttpEdge, wire_request
+from servebench.clients.lean_http import LeanHttpPool, choose_transport, pool_for
 from servebench.clients.timing import TimedBody
 
 DEFAULT_BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0.1,0.2,0.3,0.4]}]}'
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
 
 
-class RawHttpClient:
+class RawHttpClient(HttpEdge):
     """POST (or GET) one fixed body to one URL with a pool of keep-alive connections.
 
     `transport`: `auto` (lean on http://, aiohttp on https://), `lean` or `aiohttp`.
@@ -98,9 +87,7 @@ class RawHttpClient:
                 body_or_none: bytes | None = self.body
             else:
                 body_or_none = None
-            self._wire = encode_request(
-                self.method, parsed.raw_path_qs, host_header(parsed), body_or_none, send_headers
-            )
+            self._wire = wire_request(self.method, parsed, body_or_none, send_headers)
 
     async def connect(self) -> None:
         """Ready the pool; connections open on first use, so this asks the server nothing."""
@@ -109,16 +96,8 @@ class RawHttpClient:
         if self.transport == "lean":
             self._pool = pool_for(self.url, self.connections)
             return
-        connector = aiohttp.TCPConnector(
-            limit=self.connections, limit_per_host=self.connections, ttl_dns_cache=None
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            auto_decompress=False,
-            trust_env=False,
-            headers=self.headers,
+        self._session = self._new_session(
+            self.headers,
             # Only Host, Content-Type and Content-Length go out, as with hey and wrk; no
             # Accept-Encoding either, since answers are counted, not decompressed.
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
@@ -136,13 +115,7 @@ class RawHttpClient:
             batch_size=batch_size, inputs={}, encoded=encoded, request_bytes=len(self.body)
         )
 
-    async def infer(self, payload: Payload) -> InferResult:
-        pool = self._pool
-        if pool is not None:
-            return await self._infer_lean(pool, payload)
-        session = self._session
-        if session is None:
-            raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")
+    async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:
         data = (
             TimedBody(payload.encoded, content_type=self.content_type)
             if payload.encoded is not None
@@ -199,11 +172,3 @@ class RawHttpClient:
             send_s=sent_at - start,
             receive_s=perf_counter() - arrived,
         )
-
-    async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None

@@ -8,8 +8,9 @@ protocol sniffer (`sniff`). Adding a protocol is one entry here plus its module 
 `servebench.clients`: a codec (`codec.HttpCodec` or `codec.GrpcCodec`: requests and
 answers, no I/O) and a client (the codec on an async transport).
 
-Code is named as "module:Class" and imported on use: the Triton and TF Serving modules
-pull in tritonclient and TensorFlow, which must not load because another protocol exists.
+A client is named as "module:Class" of `servebench.clients` and imported on use (the
+Triton and TF Serving modules pull in tritonclient and TensorFlow, which must not load
+because another protocol exists); a model protocol's client names its codec.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ProtocolSpec:
     is where that server listens for it unless told otherwise; `metrics_port` where the
     server publishes Prometheus metrics by default (None: not on a port of its own). Both
     come from `servebench.common.wellknown`, which the container launchers read too.
+    `client` is the client class, as "module:Class" of `servebench.clients`.
     """
 
     name: str
@@ -47,14 +49,15 @@ class ProtocolSpec:
     default_port: int | None
     metrics_port: int | None
     client: str
-    codec: str | None = None
 
     def client_class(self) -> type:
-        return _load(self.client)
+        module, _, name = self.client.partition(":")
+        return getattr(importlib.import_module(f"servebench.clients.{module}"), name)
 
     def codec_class(self) -> Any:
-        """The codec class (None for a protocol with no model format, like `http`)."""
-        return None if self.codec is None else _load(self.codec)
+        """The codec class the client speaks through (`codec_class`); None for a protocol
+        with no model format, like `http`."""
+        return getattr(self.client_class(), "codec_class", None)
 
     def accepts(self, option: str) -> bool:
         """Whether the codec takes keyword `option` (Locust passes only those it takes)."""
@@ -67,29 +70,12 @@ class ProtocolSpec:
 PROTOCOLS: dict[str, ProtocolSpec] = {
     spec.name: spec
     for spec in (
-        ProtocolSpec(
-            "triton-http", "http", "triton", TRITON_HTTP_PORT, TRITON_METRICS_PORT,
-            client="servebench.clients.triton_http:TritonHttpClient",
-            codec="servebench.clients.triton_http:TritonHttpCodec",
-        ),
-        ProtocolSpec(
-            "triton-grpc", "grpc", "triton", TRITON_GRPC_PORT, TRITON_METRICS_PORT,
-            client="servebench.clients.triton_grpc:TritonGrpcClient",
-            codec="servebench.clients.triton_grpc:TritonGrpcCodec",
-        ),
-        ProtocolSpec(
-            "tfs-rest", "http", "tfs", TFS_REST_PORT, None,
-            client="servebench.clients.tfs_rest:TfsRestClient",
-            codec="servebench.clients.tfs_rest:TfsRestCodec",
-        ),
-        ProtocolSpec(
-            "tfs-grpc", "grpc", "tfs", TFS_GRPC_PORT, None,
-            client="servebench.clients.tfs_grpc:TfsGrpcClient",
-            codec="servebench.clients.tfs_grpc:TfsGrpcCodec",
-        ),
-        ProtocolSpec(
-            "http", "http", None, None, None, client="servebench.clients.rawhttp:RawHttpClient"
-        ),
+        # name, transport, server, default_port, metrics_port, client
+        ProtocolSpec("triton-http", "http", "triton", TRITON_HTTP_PORT, TRITON_METRICS_PORT, "triton_http:TritonHttpClient"),
+        ProtocolSpec("triton-grpc", "grpc", "triton", TRITON_GRPC_PORT, TRITON_METRICS_PORT, "triton_grpc:TritonGrpcClient"),
+        ProtocolSpec("tfs-rest", "http", "tfs", TFS_REST_PORT, None, "tfs_rest:TfsRestClient"),
+        ProtocolSpec("tfs-grpc", "grpc", "tfs", TFS_GRPC_PORT, None, "tfs_grpc:TfsGrpcClient"),
+        ProtocolSpec("http", "http", None, None, None, "rawhttp:RawHttpClient"),
     )
 }  # fmt: skip
 
@@ -100,8 +86,8 @@ def names() -> list[str]:
 
 
 def model_protocols() -> tuple[str, ...]:
-    """The protocols that talk to a model server (those with a codec), in table order."""
-    return tuple(name for name, spec in PROTOCOLS.items() if spec.codec is not None)
+    """The protocols that talk to a model server (and so have a codec), in table order."""
+    return tuple(name for name, spec in PROTOCOLS.items() if spec.server is not None)
 
 
 def protocol(name: str) -> ProtocolSpec:
@@ -118,8 +104,3 @@ def for_server(server: str, transport: str) -> ProtocolSpec:
         if spec.server == server and spec.transport == transport:
             return spec
     raise ValueError(f"no protocol for server kind {server!r} over {transport!r}")
-
-
-def _load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)

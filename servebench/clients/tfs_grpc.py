@@ -19,15 +19,9 @@ from collections.abc import Generator
 from types import SimpleNamespace
 from typing import Any
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    ModelSignature,
-    Payload,
-    TensorSpec,
-    check_batch_size,
-    random_inputs,
-)
+import numpy as np
+
+from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
 from servebench.clients.codec import GrpcCall, GrpcCodec
 from servebench.clients.grpc_calls import method_path
 from servebench.clients.grpc_model_client import GrpcModelClient
@@ -129,17 +123,12 @@ class TfsGrpcCodec(GrpcCodec):
             apis, metadata, self.model, self.signature_name, self.version, self.where
         )
 
-    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
+    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> bytes:
         apis = load_apis()
-        check_batch_size(signature, batch_size)
-        arrays = random_inputs(signature.inputs, batch_size, seed)
         request = apis.predict.PredictRequest(model_spec=self._model_spec(apis))
-        for name, array in arrays.items():
+        for name, array in inputs.items():
             request.inputs[name].CopyFrom(apis.tensor_proto.to_tensor_proto(array))
-        encoded = request.SerializeToString()
-        return Payload(
-            batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
-        )
+        return request.SerializeToString()
 
     def _read(self, response: Any, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
         return decode_outputs(load_apis(), response, specs, self.where)

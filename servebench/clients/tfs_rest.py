@@ -24,17 +24,8 @@ from typing import Any
 import numpy as np
 from yarl import URL
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    ModelSignature,
-    Payload,
-    TensorSpec,
-    check_batch_size,
-    random_inputs,
-)
+from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
 from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec, json_object
-from servebench.clients.endpoints import path_segment
 from servebench.clients.errors import http_status
 from servebench.clients.http_model_client import HttpModelClient
 from servebench.clients.tfs_signature import DEFAULT_SIGNATURE, tfs_signature
@@ -75,9 +66,7 @@ class TfsRestCodec(HttpCodec):
         super().__init__(url, model, version)
         self.request_format = request_format
         self.signature_name = signature_name
-        model_path = f"{self.base}/v1/models/{path_segment(model)}"
-        if self.version:
-            model_path += f"/versions/{self.version}"
+        model_path = self._model_path("v1")
         self.status_url = URL(model_path, encoded=True)
         self.metadata_url = URL(f"{model_path}/metadata", encoded=True)
         self._predict_url = URL(f"{model_path}:predict", encoded=True)
@@ -101,26 +90,18 @@ class TfsRestCodec(HttpCodec):
             metadata, self.model, self.signature_name, self.version, str(self.metadata_url)
         )
 
-    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
-        check_batch_size(signature, batch_size)
-        arrays = random_inputs(signature.inputs, batch_size, seed)
+    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> HttpBody:
         document: dict[str, Any] = {"signature_name": self.signature_name}
+        lists = {name: array.tolist() for name, array in inputs.items()}
         if self.request_format == "columnar":
-            document["inputs"] = {name: array.tolist() for name, array in arrays.items()}
-        elif len(arrays) == 1:
-            document["instances"] = next(iter(arrays.values())).tolist()
-        else:
-            lists = {name: array.tolist() for name, array in arrays.items()}
-            document["instances"] = [
-                {name: rows[i] for name, rows in lists.items()} for i in range(batch_size)
-            ]
+            document["inputs"] = lists
+        elif len(lists) == 1:
+            document["instances"] = next(iter(lists.values()))
+        else:  # one object per batch row, holding that row of every input
+            rows = zip(*lists.values(), strict=True)
+            document["instances"] = [dict(zip(lists, row, strict=True)) for row in rows]
         body = json.dumps(document, separators=(",", ":")).encode()
-        return Payload(
-            batch_size=batch_size,
-            inputs=arrays,
-            encoded=HttpBody(body, _JSON_HEADERS),
-            request_bytes=len(body),
-        )
+        return HttpBody(body, _JSON_HEADERS)
 
     def _read(
         self, body: bytes, headers: Mapping[str, str], specs: tuple[TensorSpec, ...]

@@ -22,15 +22,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import np_to_triton_dtype
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    ModelSignature,
-    Payload,
-    TensorSpec,
-    check_batch_size,
-    random_inputs,
-)
+from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
 from servebench.clients.codec import GrpcCall, GrpcCodec
 from servebench.clients.grpc_calls import method_path
 from servebench.clients.grpc_model_client import GrpcModelClient
@@ -83,22 +75,17 @@ class TritonGrpcCodec(GrpcCodec):
             raise InferenceError(ErrorKind.SERVER_ERROR, f"{self.where}: not ready")
         return triton_signature(_as_json(metadata), _as_json(config.config), self.version)
 
-    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
-        check_batch_size(signature, batch_size)
-        arrays = random_inputs(signature.inputs, batch_size, seed)
+    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> bytes:
         request = service_pb2.ModelInferRequest(model_name=self.model, model_version=self.version)
         for spec in signature.inputs:
-            array = arrays[spec.name]
+            array = inputs[spec.name]
             request.inputs.add(
                 name=spec.name, datatype=np_to_triton_dtype(array.dtype), shape=array.shape
             )
             request.raw_input_contents.append(array.tobytes())
         for spec in signature.outputs:
             request.outputs.add(name=spec.name)
-        encoded = request.SerializeToString()
-        return Payload(
-            batch_size=batch_size, inputs=arrays, encoded=encoded, request_bytes=len(encoded)
-        )
+        return request.SerializeToString()
 
     def _read(
         self, response: service_pb2.ModelInferResponse, specs: tuple[TensorSpec, ...]

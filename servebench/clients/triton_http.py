@@ -23,17 +23,8 @@ import tritonclient.http as triton_http
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from yarl import URL
 
-from servebench.clients.base import (
-    ErrorKind,
-    InferenceError,
-    ModelSignature,
-    Payload,
-    TensorSpec,
-    check_batch_size,
-    random_inputs,
-)
+from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
 from servebench.clients.codec import HttpAnswer, HttpBody, HttpCodec, json_object
-from servebench.clients.endpoints import path_segment
 from servebench.clients.errors import http_status
 from servebench.clients.http_model_client import HttpModelClient
 from servebench.clients.triton_signature import triton_signature
@@ -55,9 +46,7 @@ class TritonHttpCodec(HttpCodec):
     ) -> None:
         super().__init__(url, model, version)
         self.binary_data = binary_data
-        model_path = f"{self.base}/v2/models/{path_segment(model)}"
-        if self.version:
-            model_path += f"/versions/{path_segment(self.version)}"
+        model_path = self._model_path("v2")
         self.metadata_url = URL(model_path, encoded=True)
         self.config_url = URL(f"{model_path}/config", encoded=True)
         self.ready_url = URL(f"{model_path}/ready", encoded=True)
@@ -86,23 +75,21 @@ class TritonHttpCodec(HttpCodec):
             raise http_status(answer.status, answer.body, self.where)
         return json_object(answer.body, self.where)
 
-    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
-        check_batch_size(signature, batch_size)
-        arrays = random_inputs(signature.inputs, batch_size, seed)
-        inputs = []
+    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> HttpBody:
+        tensors = []
         for spec in signature.inputs:
-            array = arrays[spec.name]
+            array = inputs[spec.name]
             tensor = triton_http.InferInput(
                 spec.name, list(array.shape), np_to_triton_dtype(array.dtype)
             )
             tensor.set_data_from_numpy(array, binary_data=self.binary_data)
-            inputs.append(tensor)
+            tensors.append(tensor)
         outputs = [
             triton_http.InferRequestedOutput(spec.name, binary_data=self.binary_data)
             for spec in signature.outputs
         ]
         body, json_size = triton_http.InferenceServerClient.generate_request_body(
-            inputs, outputs=outputs
+            tensors, outputs=outputs
         )
         headers = {"Content-Type": "application/json"}
         if json_size is not None:
@@ -110,12 +97,7 @@ class TritonHttpCodec(HttpCodec):
                 "Content-Type": "application/octet-stream",
                 "Inference-Header-Content-Length": str(json_size),
             }
-        return Payload(
-            batch_size=batch_size,
-            inputs=arrays,
-            encoded=HttpBody(body, headers),
-            request_bytes=len(body),
-        )
+        return HttpBody(body, headers)
 
     def _read(
         self, body: bytes, headers: Mapping[str, str], specs: tuple[TensorSpec, ...]
