@@ -13,6 +13,7 @@ the end), the two reads read it back. Sizes: a 1 GiB file and 256 MiB of random 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ from typing import Any
 
 from servebench.overhead.measure import Measurement
 from servebench.overhead.probes import ProbeContext
-from servebench.overhead.probes.folders import disk_folders, filesystem_type, work_folder
-from servebench.overhead.probes.tool import require, run_tool
+from servebench.overhead.probes.folders import DiskTarget, on_each_disk
+from servebench.overhead.probes.tool import require, run_parsed
 
 PROBE = "fio"
 IODEPTH = 16
@@ -97,43 +98,44 @@ def _argv(binary: str, job: Job, target: Path, file_mib: int, io_mib: int) -> li
     ]
 
 
+def _jobs(binary: str, random_mib: int, disk: DiskTarget) -> list[Measurement]:
+    """The jobs in order on one folder: the write makes the file the reads read."""
+    found: list[Measurement] = []
+    for job in JOBS:
+        io_mib = random_mib if job.rw == "randread" else disk.file_mib
+        done, (value, section) = run_parsed(
+            _argv(binary, job, disk.path, disk.file_mib, io_mib),
+            functools.partial(parse_output, job=job),
+            where=f"{disk.name} {job.name}",
+            timeout_s=TIMEOUT_S,
+        )
+        suffix, unit = job_metric(job)
+        found.append(
+            Measurement(
+                probe=PROBE,
+                metric=f"{disk.name}_{suffix}",
+                value=value,
+                unit=unit,
+                better="higher",
+                cpu_s=done.cpu_s,
+                wall_s=done.wall_s,
+                detail={
+                    **disk.detail,
+                    "io_mib": io_mib,
+                    "block": job.block,
+                    "iodepth": IODEPTH,
+                    "ioengine": ENGINE,
+                    "fio_runtime_ms": int(section["runtime"]),
+                },
+            )
+        )
+    return found
+
+
 def run(context: ProbeContext) -> list[Measurement]:
-    """The three jobs on each folder, in order (the write makes the file the reads read)."""
+    """The three jobs on each folder (`_jobs`)."""
     binary = require("fio", "fio")
     file_mib, random_mib = QUICK_FILE_MIB, QUICK_RANDOM_MIB
     if not context.quick:
         file_mib, random_mib = FULL_FILE_MIB, FULL_RANDOM_MIB
-    found: list[Measurement] = []
-    for name, parent in disk_folders(context):
-        fstype = filesystem_type(parent)
-        with work_folder(parent, "fio-") as folder:
-            target = folder / "fio.dat"
-            for job in JOBS:
-                io_mib = random_mib if job.rw == "randread" else file_mib
-                done = run_tool(_argv(binary, job, target, file_mib, io_mib), timeout_s=TIMEOUT_S)
-                try:
-                    value, section = parse_output(done.stdout, job)
-                except ValueError as err:
-                    raise RuntimeError(f"{name} {job.name}: {err}") from None
-                suffix, unit = job_metric(job)
-                found.append(
-                    Measurement(
-                        probe=PROBE,
-                        metric=f"{name}_{suffix}",
-                        value=value,
-                        unit=unit,
-                        better="higher",
-                        cpu_s=done.cpu_s,
-                        wall_s=done.wall_s,
-                        detail={
-                            "filesystem": fstype,
-                            "file_mib": file_mib,
-                            "io_mib": io_mib,
-                            "block": job.block,
-                            "iodepth": IODEPTH,
-                            "ioengine": ENGINE,
-                            "fio_runtime_ms": int(section["runtime"]),
-                        },
-                    )
-                )
-    return found
+    return on_each_disk(context, PROBE, file_mib, functools.partial(_jobs, binary, random_mib))

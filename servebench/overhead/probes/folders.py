@@ -12,13 +12,32 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from servebench.overhead.probes import ProbeContext
 
 MOUNTINFO = Path("/proc/self/mountinfo")
+Figure = TypeVar("Figure")
+
+
+@dataclass(frozen=True)
+class DiskTarget:
+    """One folder as a disk probe sees it: `name` prefixes each metric, and `path` is the
+    probe's file of `file_mib` MiB, in a fresh work folder on a `filesystem`."""
+
+    name: str
+    filesystem: str
+    path: Path
+    file_mib: int
+
+    @property
+    def detail(self) -> dict[str, str | int]:
+        """What every figure measured here says of where: the filesystem, the file size."""
+        return {"filesystem": self.filesystem, "file_mib": self.file_mib}
 
 
 def disk_folders(context: ProbeContext) -> list[tuple[str, Path]]:
@@ -56,3 +75,19 @@ def work_folder(parent: Path, prefix: str) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder)
+
+
+def on_each_disk(
+    context: ProbeContext,
+    probe: str,
+    file_mib: int,
+    measure: Callable[[DiskTarget], list[Figure]],
+) -> list[Figure]:
+    """What `measure` finds on each disk folder in turn, its file (`<probe>.dat`) in a work
+    folder of its own that is removed afterwards, also when `measure` fails."""
+    found: list[Figure] = []
+    for name, parent in disk_folders(context):
+        fstype = filesystem_type(parent)
+        with work_folder(parent, f"{probe}-") as folder:
+            found += measure(DiskTarget(name, fstype, folder / f"{probe}.dat", file_mib))
+    return found

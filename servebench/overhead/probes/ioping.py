@@ -22,6 +22,7 @@ Metric names say where and how: `scratch_random_direct_p50_s`, `overlay_sequenti
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -32,8 +33,8 @@ import numpy as np
 from servebench.common.quantiles import percentiles
 from servebench.overhead.measure import Measurement
 from servebench.overhead.probes import ProbeContext
-from servebench.overhead.probes.folders import disk_folders, filesystem_type, work_folder
-from servebench.overhead.probes.tool import ToolRun, require, run_tool
+from servebench.overhead.probes.folders import DiskTarget, on_each_disk
+from servebench.overhead.probes.tool import require, run_parsed
 
 PROBE = "ioping"
 REQUEST_BYTES = 4096
@@ -108,10 +109,32 @@ def latency_measurements(
     return found
 
 
-def _ping(binary: str, target: Path, pattern: str, mode: str, requests: int) -> ToolRun:
+def _argv(binary: str, target: Path, pattern: str, mode: str, requests: int) -> list[str]:
     argv = [binary, "-J", "-c", str(requests), "-i", "0", "-s", str(REQUEST_BYTES)]
-    argv += ["-e", SEED, *PATTERNS[pattern], *MODES[mode], str(target)]
-    return run_tool(argv, timeout_s=TIMEOUT_S)
+    return [*argv, "-e", SEED, *PATTERNS[pattern], *MODES[mode], str(target)]
+
+
+def _read_four_ways(binary: str, requests: int, disk: DiskTarget) -> list[Measurement]:
+    """Write the file, then read it each way (pattern by mode)."""
+    write_target(disk.path, disk.file_mib)
+    found: list[Measurement] = []
+    for pattern in PATTERNS:
+        for mode in MODES:
+            done, (times, stat) = run_parsed(
+                _argv(binary, disk.path, pattern, mode, requests),
+                parse_output,
+                where=f"{disk.name} {pattern} {mode}",
+                timeout_s=TIMEOUT_S,
+            )
+            found += latency_measurements(
+                f"{disk.name}_{pattern}_{mode}",
+                times,
+                stat,
+                cpu_s=done.cpu_s,
+                wall_s=done.wall_s,
+                detail={**disk.detail, "request_bytes": REQUEST_BYTES},
+            )
+    return found
 
 
 def run(context: ProbeContext) -> list[Measurement]:
@@ -120,29 +143,4 @@ def run(context: ProbeContext) -> list[Measurement]:
     mib, requests = QUICK_FILE_MIB, QUICK_REQUESTS
     if not context.quick:
         mib, requests = FULL_FILE_MIB, FULL_REQUESTS
-    found: list[Measurement] = []
-    for name, parent in disk_folders(context):
-        fstype = filesystem_type(parent)
-        with work_folder(parent, "ioping-") as folder:
-            target = folder / "ioping.dat"
-            write_target(target, mib)
-            for pattern in PATTERNS:
-                for mode in MODES:
-                    done = _ping(binary, target, pattern, mode, requests)
-                    try:
-                        times, stat = parse_output(done.stdout)
-                    except ValueError as err:
-                        raise RuntimeError(f"{name} {pattern} {mode}: {err}") from None
-                    found += latency_measurements(
-                        f"{name}_{pattern}_{mode}",
-                        times,
-                        stat,
-                        cpu_s=done.cpu_s,
-                        wall_s=done.wall_s,
-                        detail={
-                            "filesystem": fstype,
-                            "file_mib": mib,
-                            "request_bytes": REQUEST_BYTES,
-                        },
-                    )
-    return found
+    return on_each_disk(context, PROBE, mib, functools.partial(_read_four_ways, binary, requests))

@@ -16,12 +16,15 @@ import resource
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from servebench.overhead.errors import OverheadError
 from servebench.overhead.probes import ProbeUnavailable
+
+Parsed = TypeVar("Parsed")
 
 
 class ToolFailed(OverheadError, RuntimeError):
@@ -81,3 +84,15 @@ def run_tool(
         last = lines[-1].strip() if lines else "no output"
         raise ToolFailed(f"{name} exited with status {done.returncode}: {last}")
     return ToolRun(stdout=done.stdout, cpu_s=cpu_s, wall_s=wall_s)
+
+
+def run_parsed(
+    argv: Sequence[str], parse: Callable[[str], Parsed], *, where: str, timeout_s: float
+) -> tuple[ToolRun, Parsed]:
+    """`run_tool`, then `parse` its stdout; output `parse` refuses (ValueError) is a
+    RuntimeError that names `where` (which folder and job), so a probe says which run."""
+    done = run_tool(argv, timeout_s=timeout_s)
+    try:
+        return done, parse(done.stdout)
+    except ValueError as err:
+        raise RuntimeError(f"{where}: {err}") from None
