@@ -14,17 +14,21 @@ def missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def load_text(row: Any) -> str:
-    """'rate 50/s', 'conc 8', 'search', or '' — the load level with its kind."""
+# How a load level reads, by its kind: in labels, and compact (the terminal table's narrow
+# column: an open-loop rate, closed-loop clients).
+_LOAD_FORMATS = {"rate": ("rate {}/s", "{}/s"), "concurrency": ("conc {}", "c{}")}
+
+
+def load_text(row: Any, *, compact: bool = False) -> str:
+    """'rate 50/s', 'conc 8' (compact: '50/s', 'c8'), 'search', or '' — the load level
+    with its kind."""
     kind, level = _get(row, "load_kind"), _get(row, "load_level")
     if missing(level):
         return "" if missing(kind) else str(kind)
-    level_text = f"{level:g}"
-    if kind == "rate":
-        return f"rate {level_text}/s"
-    if kind == "concurrency":
-        return f"conc {level_text}"
-    return f"{kind or 'load'} {level_text}"
+    formats = _LOAD_FORMATS.get(kind)
+    if formats is None:
+        return f"{kind or 'load'} {level:g}"
+    return formats[compact].format(f"{level:g}")
 
 
 def trial_label(row: Any) -> str:

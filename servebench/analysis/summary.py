@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servebench.analysis.labels import (
+    load_text,
     missing,
     money,
     ms,
@@ -139,7 +140,7 @@ def terminal_summary(trials: pd.DataFrame, width: int) -> TerminalSummary:
         _Column("model", [_text(r.get("model")) for r in rows], False, 2, 10),
         _Column("batch", [_batch(r.get("batch_size")) for r in rows], False, 3),
         _Column("link", [_text(r.get("link")) for r in rows], False, 4, 6),
-        _Column("load", [_load(r) for r in rows], False, 5),
+        _Column("load", [load_text(r, compact=True) or "–" for r in rows], False, 5),
     ]
     shared = [
         f"{c.header} {c.cells[0]}"
@@ -259,18 +260,6 @@ def _short_models(names: list[str]) -> list[str]:
 
 def _text(value: Any) -> str:
     return "–" if missing(value) or value == "" else str(value)
-
-
-def _load(row: dict[str, Any]) -> str:
-    """'4/s' (open-loop rate), 'c8' (8 closed-loop clients), 'search', or the kind."""
-    kind, level = row.get("load_kind"), row.get("load_level")
-    if missing(level):
-        return _text(kind)
-    if kind == "rate":
-        return f"{level:g}/s"
-    if kind == "concurrency":
-        return f"c{level:g}"
-    return f"{kind or 'load'} {level:g}"
 
 
 def _batch(value: Any) -> str:
