@@ -14,7 +14,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from servebench.cluster.api import DEFAULT_PORT, SUBMITTER_HEADER, TOKEN_ENV
@@ -22,6 +22,8 @@ from servebench.cluster.errors import ClusterError
 
 URL_ENV = "SERVEBENCH_CLUSTER_URL"
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+# A request's query: (name, value) pairs, in order, a name as often as it is given.
+Query = Sequence[tuple[str, str]]
 
 
 class ApiError(ClusterError):
@@ -82,21 +84,11 @@ class LeaderApi:
     def followers(self) -> list[dict[str, Any]]:
         return self._json("GET", "/followers")["followers"]
 
-    def _json(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None = None,
-        body: bytes | None = None,
-    ) -> Any:
+    def _json(self, method: str, path: str, query: Query = (), body: bytes | None = None) -> Any:
         return json.loads(self._request(method, path, query, body))
 
     def _request(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None = None,
-        body: bytes | None = None,
+        self, method: str, path: str, query: Query = (), body: bytes | None = None
     ) -> bytes:
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         headers = {SUBMITTER_HEADER: submitter_name()}

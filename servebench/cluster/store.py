@@ -164,12 +164,11 @@ class JobStore:
 
     def add(self, job: Job, now: float | None = None) -> None:
         """Store a new job and its submission as the first transition."""
-        row = _row(job)
         with self._write() as db:
             db.execute(
                 f"INSERT INTO jobs ({', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_COLUMNS))})",
-                [row[c] for c in _COLUMNS],
+                _row(job),
             )
             db.execute(
                 "INSERT INTO transitions (job_id, from_state, to_state, at, reason, follower) "
@@ -348,25 +347,15 @@ class JobStore:
         return [Ratio(*r) for r in rows]
 
 
-def _row(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "scenario_name": job.scenario_name,
-        "scenario_text": job.scenario_text,
-        "submitter": job.submitter,
-        "priority": job.priority,
+def _row(job: Job) -> list[Any]:
+    """`job` as values of `_COLUMNS` (what `_job` reads back): its fields as they are, but
+    its needs as `gpus` and JSON `labels` and its state as text."""
+    stored = {
         "gpus": job.needs.gpus,
         "labels": json.dumps(dict(job.needs.labels), sort_keys=True),
-        "estimate_s": job.estimate_s,
         "state": str(job.state),
-        "submitted_at": job.submitted_at,
-        "attempts": job.attempts,
-        "follower": job.follower,
-        "result_path": job.result_path,
-        "reason": job.reason,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
     }
+    return [stored[c] if c in stored else getattr(job, c) for c in _COLUMNS]
 
 
 def _job(row: tuple[Any, ...]) -> Job:
