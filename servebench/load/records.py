@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.clients.base import ErrorKind
+from servebench.common.parquet import ParquetFile
 from servebench.results import RECORD_SCHEMA, conform_records
 
 # Error kinds travel through the hot path as small ints; code 0 means success.
@@ -200,7 +201,7 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
-class ParquetRecordWriter:
+class ParquetRecordWriter(ParquetFile):
     """Streams record batches into one Parquet file, one row group per batch.
 
     The file is valid once closed; `close` runs in the engine's `finally`, so an
@@ -215,9 +216,7 @@ class ParquetRecordWriter:
             raise ValueError(f"records file {self.path}: is a directory")
         if not self.path.parent.is_dir():
             raise ValueError(f"records file {self.path}: folder {self.path.parent} does not exist")
-        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
-            self.path, RECORD_SCHEMA, compression=compression
-        )
+        super().__init__(self.path, RECORD_SCHEMA, compression=compression)
         self._lock = threading.Lock()
         self.rows = 0
 
@@ -231,15 +230,7 @@ class ParquetRecordWriter:
 
     def close(self) -> None:
         with self._lock:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
-
-    def __enter__(self) -> ParquetRecordWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            super().close()
 
 
 class MemoryRecordSink:

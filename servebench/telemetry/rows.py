@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from servebench.common.parquet import ParquetFile
+
 SCHEMA = pa.schema(
     [
         ("trial_id", pa.string()),
@@ -87,7 +89,7 @@ def read_telemetry(path: Path) -> list[TelemetryRow]:
     return table_to_rows(pq.read_table(path, schema=SCHEMA))
 
 
-class TelemetryWriter:
+class TelemetryWriter(ParquetFile):
     """Appends batches of rows to one Parquet file, one row group each.
 
     The file is valid once closed: a process killed before `close` leaves no footer and
@@ -96,9 +98,8 @@ class TelemetryWriter:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.path, SCHEMA)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(path, SCHEMA)
 
     def write(self, rows: Iterable[TelemetryRow]) -> None:
         if self._writer is None:
@@ -106,17 +107,6 @@ class TelemetryWriter:
         table = rows_to_table(rows)
         if table.num_rows:
             self._writer.write_table(table)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def __enter__(self) -> TelemetryWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def write_telemetry(rows: Iterable[TelemetryRow], path: Path) -> Path:
