@@ -58,7 +58,7 @@ def _outside_clients() -> list[Path]:
 
 def test_every_consumer_sees_the_registry_protocols():
     assert names() == sorted(PROTOCOLS)
-    assert set(model_protocols()) == {n for n, s in PROTOCOLS.items() if s.codec is not None}
+    assert set(model_protocols()) == {n for n, s in PROTOCOLS.items() if s.codec_class()}
     assert model_protocols() == locust_settings.PROTOCOLS
     for name in names():  # the factory builds every one, without a connection
         create_client(name, "127.0.0.1:1" if name != "http" else "http://127.0.0.1:1", "m")
