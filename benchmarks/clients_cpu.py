@@ -32,7 +32,7 @@ from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
-from servebench.servers import LocalTritonServer
+from servebench.servers.kinds import create_server
 
 CONCURRENCY = 8
 
@@ -108,7 +108,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp:
         out = Path(tmp)
         export = export_triton(build_torch(spec), spec, out, TritonSettings(max_batch_size=64))
-        with LocalTritonServer(out / PYTHON_REPOSITORY, load_models=[export.name]) as server:
+        served = create_server(
+            "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
+        )
+        with served as server:
             http, grpc = server.endpoints.http_address, server.endpoints.grpc_address
             name, n = export.name, args.requests
             cases = {

@@ -47,7 +47,7 @@ from servebench.cluster.job import TERMINAL, JobState, new_job
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import FIFO_REFERENCE, make_policy
 from servebench.cluster.store import JobStore
-from servebench.servers.registry import create_server
+from servebench.servers.kinds import create_server
 from servebench.telemetry.host_peak import host_peaks
 
 SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)

@@ -31,7 +31,7 @@ from servebench.clients.base import InferenceError
 from servebench.scenario.runner import client_probe
 from servebench.servers.base import Server, ServerError
 from servebench.servers.cold_start import PhaseTime, Probe, measure_cold_start
-from servebench.servers.registry import create_server
+from servebench.servers.kinds import create_server
 
 MODELS = [
     resnet50_spec(224),

@@ -26,16 +26,15 @@ import pandas as pd
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
-from servebench.servers import LocalTritonServer
+from servebench.servers.base import Server
+from servebench.servers.kinds import create_server
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "servebench" / "locust" / "locustfile.py"
 USERS = 8
 
 
-def swarm(
-    server: LocalTritonServer, model: str, protocol: str, batch: int, seconds: int, out: Path
-):
+def swarm(server: Server, model: str, protocol: str, batch: int, seconds: int, out: Path):
     run_id = f"{protocol}-b{batch}-{len(list(out.glob('*')))}"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run(
@@ -64,8 +63,10 @@ def main() -> None:
         export = export_triton(
             build_torch(spec, seed=0), spec, out / "export", TritonSettings(max_batch_size=64)
         )
-        with LocalTritonServer(
-            out / "export" / PYTHON_REPOSITORY, load_models=[export.name]
+        with create_server(
+            "triton-local",
+            model_repository=out / "export" / PYTHON_REPOSITORY,
+            load_models=[export.name],
         ) as server:
             print(f"{'protocol':<12} batch  CPU us/req   req/s  p50 ms  (median of {args.repeats})")
             for protocol in ("triton-http", "triton-grpc"):

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from servebench.servers.kinds import create_server
 from servebench.servers.local import LocalTritonServer
-from servebench.servers.registry import create_server
 from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
 
 

@@ -17,7 +17,7 @@ from servebench.results import COLD_START_COLUMNS, COLD_START_PHASES
 from servebench.scenario.runner import ScenarioRunner, client_probe
 from servebench.servers.base import ServerModelError
 from servebench.servers.cold_start import PhaseTime, measure_cold_start
-from servebench.servers.registry import create_server
+from servebench.servers.kinds import create_server
 
 # A server started here has no container: every phase but the container's start.
 LOCAL_PHASES = tuple(p for p in COLD_START_PHASES if p != "container_start")
@@ -106,7 +106,7 @@ def test_settings_are_checked(local) -> None:
     probe = client_probe("triton", "http", timeout_s=1.0)
     with pytest.raises(ValueError, match="repeats: must be >= 1"):
         measure_cold_start(local, ["m"], probe, repeats=0)
-    remote = create_server("remote", api="triton", http_url="http://127.0.0.1:9")
+    remote = create_server("triton-remote", http_url="http://127.0.0.1:9")
     with pytest.raises(ValueError, match="did not start it"):
         measure_cold_start(remote, ["m"], probe)
 

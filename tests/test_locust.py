@@ -367,12 +367,14 @@ def test_concatenated_chunks_keep_every_column():
 def test_setup_from_the_quickstart_scenario(tmp_path):
     scenario = ROOT / "scenarios" / "quickstart.yaml"
     setup = setup_from_scenario(scenario, None, tmp_path)
-    assert setup.local is not None  # a local Triton to export and start
+    assert setup.to_start is not None  # a local Triton to export and start
+    assert setup.to_start.setting.server.server_kind.name == "triton-local"
     assert setup.target.protocol == "triton-http"
-    assert setup.target.model == setup.local.spec.id and setup.target.model.startswith("dense-")
+    assert setup.target.model == setup.to_start.spec.id
+    assert setup.target.model.startswith("dense-")
     assert setup.target.batch_size == 1 and setup.target.link == "direct"
     setup = resolve(setup, {"host": "http://127.0.0.1:9", "link": "lte", "batch_size": None})
-    assert setup.local is None  # an address given: nothing is started
+    assert setup.to_start is None  # an address given: nothing is started
     assert setup.target.link == "lte" and setup.target.batch_size == 1
 
 
@@ -388,9 +390,29 @@ def test_setup_takes_a_batch_size_its_settings_serve(tmp_path):
         "links: [wifi]\n"
     )
     setup = setup_from_scenario(scenario, None, tmp_path)
-    assert setup.local is not None and setup.local.settings["max_batch_size"] == 4
+    assert setup.to_start is not None and setup.to_start.setting.values["max_batch_size"] == 4
     assert setup.target.batch_size == 2 and setup.target.link == "wifi"
     assert setup.run_prefix == "ui-batch-locust"
+
+
+def test_every_server_servebench_starts_is_started_as_a_run_starts_it(tmp_path):
+    """A container server is started through its kind like a local one; a remote one is
+    only addressed."""
+    scenario = ROOT / "scenarios" / "tfs_vs_triton.yaml"
+    for name, kind in (("tfs", "tfs-docker"), ("triton", "triton-docker")):
+        setup = resolve(setup_from_scenario(scenario, name, tmp_path), {})
+        assert setup.to_start is not None and setup.target.host == ""
+        assert setup.to_start.setting.server.server_kind.name == kind
+    remote = tmp_path / "remote.yaml"
+    remote.write_text(
+        "name: ui-remote\n"
+        "models: {specs: [{layer_type: dense, depth: 2, width: 16, input_shape: [8]}]}\n"
+        "servers: [{name: r, kind: tfs, launch: remote, url: 'http://127.0.0.1:9'}]\n"
+        "workload: {mode: closed, concurrency: [1], duration_s: 1}\n"
+    )
+    setup = setup_from_scenario(remote, None, tmp_path)
+    assert setup.to_start is None and setup.target.host == "http://127.0.0.1:9"
+    assert setup.target.protocol == "tfs-rest"
 
 
 def test_launcher_refuses_what_it_cannot_start(tmp_path):
@@ -398,9 +420,6 @@ def test_launcher_refuses_what_it_cannot_start(tmp_path):
         resolve(UiSetup(Target(model="m")), {})
     with pytest.raises(LaunchError, match="--model"):
         resolve(UiSetup(Target(host="http://h:1")), {})
-    docker = UiSetup(Target(model="m"), server_name="tfs", server_launch="docker")
-    with pytest.raises(LaunchError, match="'tfs' is a docker server"):
-        resolve(docker, {})
     with pytest.raises(LaunchError, match=r"--server: .* has no server 'x'"):
         setup_from_scenario(ROOT / "scenarios" / "quickstart.yaml", "x", tmp_path)
 

@@ -9,8 +9,8 @@ import pytest
 
 from servebench.scenario.runner import client_probe
 from servebench.servers.base import Server, ServerModelError, ServerStartError
+from servebench.servers.kinds import KINDS, create_server, server_kind
 from servebench.servers.local import LocalTritonServer
-from servebench.servers.registry import SERVER_KINDS, create_server, server_settings
 from servebench.servers.remote import RemoteServer
 
 
@@ -33,15 +33,18 @@ def _closed_port() -> int:
 
 
 def test_registry_names_every_kind() -> None:
-    assert set(SERVER_KINDS) == {"triton-local", "triton-docker", "tfs-docker", "remote"}
-    assert all(issubclass(cls, Server) for cls in SERVER_KINDS.values())
-    assert "model_repository" in server_settings("triton-docker")
+    assert set(KINDS) == {"triton-local", "triton-docker", "tfs-docker", "triton-remote",
+                          "tfs-remote"}  # fmt: skip
+    assert all(issubclass(kind.server_class(), Server) for kind in KINDS.values())
+    assert "model_repository" in server_kind("triton-docker").accepted_settings()
     with pytest.raises(ValueError, match="unknown 'tfs-local'; expected one of triton-local"):
         create_server("tfs-local")
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) colour; accepted: api, http_url"):
-        create_server("remote", api="triton", http_url="http://127.0.0.1:1", colour="red")
+    # A remote kind fixes its API: the caller gives only where it is.
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) colour; accepted: http_url"):
+        create_server("triton-remote", http_url="http://127.0.0.1:1", colour="red")
     with pytest.raises(ValueError, match=r"missing setting\(s\) http_url"):
-        create_server("remote", api="triton")
+        create_server("tfs-remote")
+    assert create_server("tfs-remote", http_url="http://127.0.0.1:1").api == "tfs"
 
 
 def test_remote_settings_are_checked() -> None:
@@ -71,7 +74,7 @@ def test_remote_attaches_to_a_running_triton(local, triton_batching_model) -> No
     name = triton_batching_model.name
     ep = local.endpoints
     remote = create_server(
-        "remote", api="triton", http_url=ep.http_url + "/", grpc_address=ep.grpc_address,
+        "triton-remote", http_url=ep.http_url + "/", grpc_address=ep.grpc_address,
         metrics_url=ep.metrics_url, ready_timeout_s=10,
     )  # fmt: skip
     with remote:

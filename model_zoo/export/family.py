@@ -20,7 +20,12 @@ from pathlib import Path
 from model_zoo.export.onnx import ExportExistsError
 from model_zoo.export.tfs import export_savedmodel, write_server_files
 from model_zoo.export.tfs_batching import TfsBatching
-from model_zoo.export.triton import STANDARD_REPOSITORY, TritonSettings, export_triton
+from model_zoo.export.triton import (
+    ONNX_FILENAME,
+    STANDARD_REPOSITORY,
+    TritonSettings,
+    export_triton,
+)
 from model_zoo.parity import ParityReport, check_parity
 from model_zoo.spec import ModelSpec, SpecError, load_specs, save_specs
 from model_zoo.torch_builder import build_torch
@@ -29,7 +34,17 @@ from servebench.common.textfile import read_text
 FAMILY_FILE = "family.yaml"
 EXPORT_FILE = "export.json"
 TFS_DIR = "tfs"
-FORMATS = ("triton", "tfs")
+# The export formats, named once: each server kind (servebench.servers.kinds) names the one
+# it serves. Triton's is the standard repository and its python-backend twin; TF Serving's,
+# SavedModels under TFS_DIR.
+TRITON_FORMAT = "triton"
+TFS_FORMAT = "tfs"
+FORMATS = (TRITON_FORMAT, TFS_FORMAT)
+# Where each format's file for a model lies under an export folder: (folder, glob).
+_EXPORTED_FILE = {
+    TRITON_FORMAT: (STANDARD_REPOSITORY, f"*/{ONNX_FILENAME}"),
+    TFS_FORMAT: (TFS_DIR, "*/saved_model.pb"),
+}
 
 
 @dataclass
@@ -70,9 +85,9 @@ def export_family(
         raise ValueError(f"formats: unknown {sorted(unknown)}; expected {', '.join(FORMATS)}")
     out = Path(out)
     for spec in specs:
-        if "triton" in formats:
+        if TRITON_FORMAT in formats:
             _claim(out / STANDARD_REPOSITORY / spec.id, force)
-        if "tfs" in formats:
+        if TFS_FORMAT in formats:
             _claim(out / TFS_DIR / spec.id, force)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -83,10 +98,17 @@ def export_family(
         )
         if on_model is not None:
             on_model(exported[-1])
-    if "tfs" in formats:
+    if TFS_FORMAT in formats:
         write_server_files(out / TFS_DIR, _savedmodel_names(out / TFS_DIR), tfs_batching)
     _record(out, specs, exported, formats, triton_settings, tfs_batching, seed)
     return exported
+
+
+def is_exported(out: Path, spec: ModelSpec, fmt: str) -> bool:
+    """Whether the export folder `out` holds `spec` in format `fmt` (a resumed run skips
+    what it has)."""
+    folder, pattern = _EXPORTED_FILE[fmt]
+    return any((Path(out) / folder / spec.id).glob(pattern))
 
 
 def _export_one(spec, out, formats, triton_settings, seed, version, check, force):
@@ -94,12 +116,12 @@ def _export_one(spec, out, formats, triton_settings, seed, version, check, force
     started = time.perf_counter()
     module = build_torch(spec, seed=seed)
     result.seconds["build"] = time.perf_counter() - started
-    if "triton" in formats:
+    if TRITON_FORMAT in formats:
         started = time.perf_counter()
         triton = export_triton(module, spec, out, triton_settings, version=version, force=force)
         result.onnx_path = triton.onnx_path
-        result.seconds["triton"] = time.perf_counter() - started
-    if "tfs" in formats:
+        result.seconds[TRITON_FORMAT] = time.perf_counter() - started
+    if TFS_FORMAT in formats:
         from model_zoo.keras_builder import build_keras  # imports TensorFlow: only when asked
 
         started = time.perf_counter()
@@ -109,7 +131,7 @@ def _export_one(spec, out, formats, triton_settings, seed, version, check, force
         result.savedmodel_dir = export_savedmodel(
             build_keras(spec, module), spec, out / TFS_DIR, version
         )
-        result.seconds["tfs"] = time.perf_counter() - started
+        result.seconds[TFS_FORMAT] = time.perf_counter() - started
     if check:
         started = time.perf_counter()
         result.parity = check_parity(

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
+from servebench.common.serving_apis import serving_api
 from servebench.results import TRIAL_SCHEMA
 
 FORMATS = ("perf_analyzer", "csv", "parquet", "json")
@@ -128,7 +129,7 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
     for row in usable.to_dict("records"):
         closed = row.get("load_kind") in ("concurrency", "users") or row.get("mode") == "closed"
         mode = CONCURRENCY if closed else REQUEST_RATE
-        server_stats = row.get("server_kind") != "tfs"
+        server_stats = _has_stage_times(row)
         key = (row["setting"], row["model"], row["batch_size"], row["link"], mode, server_stats)
         if key not in files:
             files[key] = PerfAnalyzerFile(
@@ -148,6 +149,14 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
     if untimed:
         notes.append(f"empty cells where the run did not measure: {', '.join(sorted(untimed))}")
     return [f for f in files.values() if f.rows], notes
+
+
+def _has_stage_times(row: dict[str, Any]) -> bool:
+    """Whether perf_analyzer would show the server's split for this row's server: unless
+    its API is one known to publish no per-stage times (TF Serving); a raw HTTP endpoint
+    or a name servebench does not know keeps the columns, empty where unmeasured."""
+    api = serving_api(str(row.get("server_kind") or ""))
+    return api is None or api.stage_times
 
 
 def _chosen_rates(trials: pd.DataFrame) -> dict[str, float]:

@@ -245,11 +245,12 @@ def export(
         TritonSettings,
         TritonSettingsError,
     )
-    from model_zoo.export.family import export_family
+    from model_zoo.export.family import FORMATS, export_family
     from model_zoo.export.tfs_batching import TfsBatching
     from model_zoo.parity import ParityError
 
-    formats = {"triton": ("triton",), "tfs": ("tfs",), "both": ("triton", "tfs")}[to]
+    # `to` is one of the export formats or "both" (the option's type checked it).
+    formats = FORMATS if to == "both" else (to,)
     specs = _family_from(source)
     try:
         settings = TritonSettings(
@@ -427,7 +428,7 @@ def serve(
     tritonserver process dies on its own, so a supervisor or CI job sees the failure.
     """
     from servebench.servers.base import ServerError
-    from servebench.servers.local import LocalTritonServer
+    from servebench.servers.kinds import create_server
 
     repo = _local_repository(repository)
     names = [n for n in models.split(",") if n] or sorted(
@@ -436,7 +437,8 @@ def serve(
     died = ""
     try:
         ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
-        with LocalTritonServer(repo, run_dir=run_dir, **ports) as server:
+        server = create_server("triton-local", model_repository=repo, run_dir=run_dir, **ports)
+        with server:
             ep = server.endpoints
             console.print(
                 f"tritonserver (pid {server.pid}) ready in {server.startup_s:.2f} s "

@@ -37,8 +37,8 @@ def ui(
     scenario: Annotated[
         Path | None,
         typer.Argument(
-            help="scenario file: its first server (a local Triton is started), model, "
-            "batch size and link preconfigure the users",
+            help="scenario file: its first server (started as a run starts it; a remote "
+            "one is only addressed), model, batch size and link preconfigure the users",
             parser=ScenarioFile(),
         ),
     ] = None,

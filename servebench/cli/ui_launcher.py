@@ -6,9 +6,11 @@ Locust on the adapter's locustfile.
 
 From a scenario file it takes the first trial of its first server (or `--server NAME`),
 as `servebench.scenario.plan.expand` orders them: the first model, settings combination,
-link and a batch size that combination serves; a local Triton server is exported
-(`export_family`) and started here, and stopped when Locust ends. Without a scenario,
-`--host` and `--model` say where to send. Anything given on the command line wins.
+link and a batch size that combination serves. A server servebench starts (any kind whose
+launch starts one: the local Triton, a container) is exported and built by its server kind
+exactly as a scenario run builds it (`servebench.scenario.deploy`), started here, and
+stopped when Locust ends; a remote one is only addressed. Without a scenario, `--host` and
+`--model` say where to send. Anything given on the command line wins.
 
 Locust runs as a subprocess (`python -m locust -f servebench/locust/locustfile.py ...`),
 not as a library in this process, because:
@@ -21,7 +23,7 @@ not as a library in this process, because:
 
 This module imports no Locust. The child gets its own session, so a Ctrl-C here reaches it
 once, forwarded: Locust then stops the swarm, writes the results and exits, and this
-process stops the local Triton after it.
+process stops the server it started after it.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ import yaml
 
 import servebench.locust as adapter
 from servebench.clients.registry import PROTOCOLS as REGISTRY
-from servebench.clients.registry import for_server
 from servebench.common.errors import ServebenchError
 from servebench.locust.facts import TrialFacts
 from servebench.locust.results import check_run_id
@@ -54,6 +55,7 @@ from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
 if TYPE_CHECKING:
     from model_zoo.spec import ModelSpec
+    from servebench.scenario.plan import ServerSetting
     from servebench.scenario.schema import Scenario
 
 LOCUSTFILE = Path(adapter.__file__).with_name("locustfile.py")
@@ -79,17 +81,18 @@ class Target:
 
 
 @dataclass
-class LocalModel:
-    """What a scenario's local Triton serves: the model to export, with its settings."""
+class ServerToStart:
+    """What `servebench ui` starts for a scenario's server: its first trial's model on that
+    trial's setting, which the server's kind builds as a scenario run does."""
 
     spec: ModelSpec
-    settings: dict[str, Any]
+    setting: ServerSetting
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class UiSetup:
-    """What `launch` starts: the users' target, and the local server to start, if any.
+    """What `launch` starts: the users' target, and the server to start, if any.
 
     One trial's worth of a scenario (`servebench.scenario.plan.Plan` lists them all),
     plus what `servebench ui` needs around it: where results go, under which name, and
@@ -98,12 +101,11 @@ class UiSetup:
     """
 
     target: Target
-    local: LocalModel | None = None
+    to_start: ServerToStart | None = None
     scenario: Path | None = None
     run_prefix: str = "locust"
     results_dir: Path = Path("results")
     server_name: str = ""
-    server_launch: str = ""
     facts: TrialFacts | None = None
 
 
@@ -125,24 +127,23 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
     trial = next(t for t in plan.trials if t.setting.server is server)
     target = Target(
         model=trial.model.id,
-        protocol=for_server(server.kind, server.protocol).name,
+        protocol=server.client_protocol.name,
         batch_size=trial.batch_size,
         link=_link_argument(trial.link, workdir),
     )
-    local = None
-    if server.launch == "remote":
+    to_start = None
+    if server.server_kind.launch.starts:
+        to_start = ServerToStart(trial.model, trial.setting, scenario.seed)
+    else:
         target.host = server.url or ""
         target.grpc_host = server.grpc_url or ""
-    elif server.launch == "local":
-        local = LocalModel(trial.model, trial.setting.values, scenario.seed)
     return UiSetup(
         target,
-        local,
+        to_start,
         scenario=path,
         run_prefix=f"{scenario.name}-locust",
         results_dir=scenario.output,
         server_name=server.name,
-        server_launch=server.launch,
         facts=scenario_facts(scenario, plan.models),
     )
 
@@ -190,18 +191,12 @@ def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
     """Apply command-line values (None: keep the scenario's) and check the result."""
     target = replace(setup.target, **{k: v for k, v in overrides.items() if v is not None})
     if target.host or target.grpc_host:
-        setup = replace(setup, local=None)  # an address given: talk to it, start nothing
-    elif setup.server_launch == "docker":
-        raise LaunchError(
-            f"server {setup.server_name!r} is a docker server: servebench ui starts only a "
-            "local Triton; start it yourself (docker/) and pass --host (and --grpc-host), "
-            "or pick another server with --server"
-        )
+        setup = replace(setup, to_start=None)  # an address given: talk to it, start nothing
     if target.protocol not in PROTOCOLS:
         raise LaunchError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if not target.model:
         raise LaunchError("--model: give the served model's name (or a scenario file)")
-    if setup.local is None and not (target.host or target.grpc_host):
+    if setup.to_start is None and not (target.host or target.grpc_host):
         raise LaunchError("--host: give the server's address (or a scenario file)")
     if target.batch_size < 1:
         raise LaunchError(f"--batch-size: must be >= 1, got {target.batch_size}")
@@ -261,39 +256,27 @@ def locust_argv(
 
 
 @contextlib.contextmanager
-def local_triton(
-    local: LocalModel, workdir: Path, say: Callable[[str], None]
+def started_server(
+    to_start: ServerToStart, workdir: Path, say: Callable[[str], None]
 ) -> Iterator[tuple[str, str]]:
-    """Export the model, serve it on the local Triton; yields (http url, grpc address)."""
-    from model_zoo.export import PYTHON_REPOSITORY
-    from model_zoo.export.family import export_family
-    from servebench.scenario.deploy import triton_settings
-    from servebench.servers.registry import create_server
+    """Export the model, have its server kind build the server as a scenario run does, start
+    it with the model loaded; yields (http url, grpc address) and stops it after."""
+    from servebench.scenario.deploy import build_server, export_for, start_serving
 
-    say(f"exporting {local.spec.id} for the local Triton ...")
-    export = workdir / "export"
-    export_family(
-        [local.spec],
-        export,
-        formats=("triton",),
-        triton_settings=triton_settings(local.settings),
-        seed=local.seed,
-    )
-    server = create_server(
-        "triton-local",
-        model_repository=export / PYTHON_REPOSITORY,
-        run_dir=workdir / "triton",
-        load_models=[local.spec.id],
-    )
-    say("starting the local Triton ...")
-    server.start()
+    kind = to_start.setting.server.server_kind
+    label = f"{kind.launch.name} {kind.api.title}"
+    say(f"exporting {to_start.spec.id} for the {label} ...")
+    export_for([kind], [to_start.spec], workdir, seed=to_start.seed)
+    server = build_server(to_start.setting, 0, [to_start.spec], workdir)
+    say(f"starting the {label} ...")
     try:
+        start_serving(server, [to_start.spec.id])
         ep = server.endpoints
-        say(f"local Triton ready: {ep.http_url} (gRPC {ep.grpc_address})")
+        say(f"{label} ready: {ep.http_url} (gRPC {ep.grpc_address})")
         yield ep.http_url, ep.grpc_address or ""
     finally:
         server.stop()
-        say("local Triton stopped")
+        say(f"{label} stopped")
 
 
 def own_options(extra: list[str]) -> tuple[str | None, list[str]]:
@@ -322,7 +305,7 @@ def own_options(extra: list[str]) -> tuple[str | None, list[str]]:
 
 def check_port_free(port: int) -> None:
     """Refuse a web UI port that is taken before anything starts (Locust would fail late,
-    with a traceback, after a local Triton was exported and started)."""
+    with a traceback, after a server was exported and started)."""
     if not 1 <= port <= 65535:
         raise LaunchError(f"--port: {port} is outside 1-65535")
     error = bind_error(port)
@@ -336,7 +319,7 @@ def check_port_free(port: int) -> None:
 def check_target(setup: UiSetup) -> None:
     """What `servebench load` checks before it starts, checked before Locust starts: a
     server given by address answers for the model, its version, protocol and batch size (a
-    local Triton is checked when it starts; `--link` is checked by `resolve`). LaunchError
+    server servebench starts is checked when it starts; `--link` is checked by `resolve`). LaunchError
     if not: otherwise the mistake would surface in Locust's own output, after the swarm
     started."""
     import asyncio
@@ -346,7 +329,7 @@ def check_target(setup: UiSetup) -> None:
     from servebench.clients.factory import create_client
 
     target = setup.target
-    if setup.local is not None:
+    if setup.to_start is not None:
         return
     grpc = REGISTRY[target.protocol].transport == "grpc"
     option, address = ("--grpc-host", target.grpc_host) if grpc else ("--host", target.host)
@@ -446,7 +429,7 @@ def launch(
 ) -> tuple[int, Path]:
     """Start what the setup needs, run Locust, stop it all; returns (exit code, run dir).
 
-    `workdir` holds the export and the local Triton's run folder (the caller removes it).
+    `workdir` holds the export and the started server's folder (the caller removes it).
     """
     target = setup.target
     given, extra = own_options(extra)
@@ -464,8 +447,9 @@ def launch(
         facts_file = workdir / "trial-facts.json"
         facts_file.write_text(setup.facts.to_json())
     with contextlib.ExitStack() as stack:
-        if setup.local is not None:
-            http_url, grpc_address = stack.enter_context(local_triton(setup.local, workdir, say))
+        if setup.to_start is not None:
+            started = started_server(setup.to_start, workdir, say)
+            http_url, grpc_address = stack.enter_context(started)
             target = replace(target, host=http_url, grpc_host=grpc_address)
         argv = locust_argv(
             target,

@@ -23,10 +23,13 @@ from servebench.overhead.measure import Better, Measurement, Side
 from servebench.overhead.probes import ProbeUnavailable
 from servebench.overhead.sides import ProbeFailed, container_problem
 from servebench.results import TrialRow
+from servebench.servers.kinds import server_kind
 
 SERVING_PROBE = "serving"
 SERVING_DIR = "serving"
 CONCURRENCY = 4
+# The server kind each side runs: the same Triton, started on the host or in a container.
+SIDE_KINDS: dict[Side, str] = {"host": "triton-local", "container": "triton-docker"}
 
 # Trial-row column → (metric, unit, which direction is better).
 _ROW_METRICS: dict[str, tuple[str, str, Better]] = {
@@ -39,12 +42,11 @@ _ROW_METRICS: dict[str, tuple[str, str, Better]] = {
 
 def serving_scenario(side: Side, name: str, output: Path, *, quick: bool) -> dict[str, Any]:
     """The scenario one repetition runs: one small dense model, one Triton setting, a
-    closed loop of `CONCURRENCY` clients on the direct link. Only `launch` (and the
-    image) differ between the sides."""
+    closed loop of `CONCURRENCY` clients on the direct link. Only the server kind (its
+    `launch`, and the image) differs between the sides."""
     server: dict[str, Any] = {
         "name": "triton",
-        "kind": "triton",
-        "launch": "local" if side == "host" else "docker",
+        **server_kind(SIDE_KINDS[side]).scenario_fields(),
         "protocol": "http",
         "settings": {"max_batch_size": 8, "dynamic_batching": False, "instance_count": 1},
     }

@@ -54,7 +54,7 @@ from servebench.results import (
     no_space,
     no_space_reason,
 )
-from servebench.scenario.deploy import build_server, client_target, export_models
+from servebench.scenario.deploy import build_server, client_target, export_models, start_serving
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
@@ -373,7 +373,7 @@ class ScenarioRunner:
         if cold and server.owns_process:
             where = {"server": setting.server.name, "setting": setting.id}
             probe = client_probe(
-                setting.server.kind,
+                setting.server.server_kind.api.name,
                 setting.server.protocol,
                 timeout_s=self.scenario.workload.timeout_s,
                 seed=self.scenario.seed,
@@ -387,10 +387,7 @@ class ScenarioRunner:
                 on_time=lambda measured: directory.add_cold_start({**where, **measured.row()}),
             )
             return
-        await asyncio.to_thread(server.start)
-        if server.manages_models:
-            for model in ids:
-                await asyncio.to_thread(server.load_model, model)
+        await asyncio.to_thread(start_serving, server, ids)
 
     # -- after the trials -------------------------------------------------------------------
 
@@ -426,11 +423,12 @@ async def _tick(progress: Progress, task: TaskID, every_s: float = 0.25) -> None
         await asyncio.sleep(every_s)
 
 
-def client_probe(kind: str, protocol: str, *, timeout_s: float, seed: int = 0) -> Probe:
-    """The cold-start probe for a server of `kind` ("triton", "tfs") over `protocol`
-    ("http", "grpc"): the client the trials use, so the first inference is timed as their
-    requests are sent. It runs its own event loop, as the measurement runs in a thread."""
-    client_protocol = for_server(kind, protocol).name
+def client_probe(api: str, protocol: str, *, timeout_s: float, seed: int = 0) -> Probe:
+    """The cold-start probe for a server of API `api` (`ServerKind.api.name`) over
+    `protocol` ("http", "grpc"): the client the trials use, so the first inference is timed
+    as their requests are sent. It runs its own event loop, as the measurement runs in a
+    thread."""
+    client_protocol = for_server(api, protocol).name
 
     def probe(server: Server, model: str, count: int) -> list[float]:
         _, url = client_target(server, protocol)

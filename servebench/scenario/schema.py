@@ -10,27 +10,24 @@ and `limits:` (the `Limits` section) where one might, so that a slip — an extr
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import KNOB_DEFAULTS, LayerType, ModelSpec
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.registry import ProtocolSpec, for_server
 
 # Every bound is servebench.common.limits' (the command line applies the same ones): hard
 # ceilings, beyond which a value is a slip whatever the study, and the `Limits` defaults.
 from servebench.common.limits import (
-    MAX_BATCH,
     MAX_COLD_START_REPEATS,
     MAX_CONCURRENCY,
-    MAX_DELAY_US,
     MAX_DEPTH,
     MAX_FAMILY_SIZE,
     MAX_GPUS,
@@ -45,7 +42,6 @@ from servebench.common.limits import (
     MAX_SEED,
     MAX_SEQ_LEN,
     MAX_STABILITY_WINDOWS,
-    MAX_THREADS,
     MAX_TRIAL_S,
     MAX_WIDTH,
     MIN_RATE,
@@ -54,21 +50,12 @@ from servebench.common.validation import OnePassModel, Problem, known, rule
 from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
 from servebench.netem.errors import UnknownLinkError
 from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
+from servebench.servers.errors import ServerKindError
+from servebench.servers.kinds import KINDS, LAUNCHES, ServerKind, api_names, scenario_kind
+from servebench.servers.settings import Batch, SettingsMatrix
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
-
-Batch = Annotated[int, Field(gt=0, le=MAX_BATCH)]
-DelayUs = Annotated[int, Field(ge=0, le=MAX_DELAY_US)]
-Threads = Annotated[int, Field(ge=0, le=MAX_THREADS)]
-Instances = Annotated[int, Field(gt=0, le=MAX_THREADS)]
-
-# A setting to try: one value, or a non-empty list of them ("try each").
-BoolEach = bool | Annotated[list[bool], Field(min_length=1)]
-BatchEach = Batch | Annotated[list[Batch], Field(min_length=1)]
-DelayEach = DelayUs | Annotated[list[DelayUs], Field(min_length=1)]
-ThreadsEach = Threads | Annotated[list[Threads], Field(min_length=1)]
-InstancesEach = Instances | Annotated[list[Instances], Field(min_length=1)]
 
 
 class Strict(OnePassModel):
@@ -225,93 +212,23 @@ class ModelsSection(Strict):
 
 # ----------------------------------------------------------------------------- servers
 
-
-def as_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else [value]
-
-
-class TritonSettingsMatrix(Strict):
-    """Triton model-config settings; a list means "try each" (the settings matrix)."""
-
-    max_batch_size: BatchEach = 32
-    dynamic_batching: BoolEach = True
-    max_queue_delay_us: DelayEach = 0
-    preferred_batch_sizes: list[Batch] = Field(default_factory=list)
-    instance_count: InstancesEach = 1
-    instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
-
-    def combinations(self) -> list[dict[str, Any]]:
-        # Queue delay and preferred sizes mean nothing without the dynamic batcher, so
-        # "batching off" is one setting, not one per delay.
-        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
-            if combo["dynamic_batching"]:
-                return combo
-            return {**combo, "max_queue_delay_us": 0, "preferred_batch_sizes": []}
-
-        return _unique(normalize(c) for c in _combinations(self))
-
-
-class TfsSettingsMatrix(Strict):
-    """TF Serving flags and batching parameters; a list means "try each"."""
-
-    enable_batching: BoolEach = False
-    max_batch_size: BatchEach = 32
-    batch_timeout_us: DelayEach = 1000
-    num_batch_threads: InstancesEach = 2
-    max_enqueued_batches: Annotated[int, Field(gt=0, le=1_000_000)] = 100
-    rest_api_num_threads: Instances | None = None
-    intra_op_threads: ThreadsEach = 0
-    inter_op_threads: ThreadsEach = 0
-
-    def combinations(self) -> list[dict[str, Any]]:
-        defaults = {k: TfsSettingsMatrix.model_fields[k].default for k in _TFS_BATCHING}
-
-        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
-            return combo if combo["enable_batching"] else {**combo, **defaults}
-
-        return _unique(normalize(c) for c in _combinations(self))
-
-
-_TFS_BATCHING = ("max_batch_size", "batch_timeout_us", "num_batch_threads", "max_enqueued_batches")
-
-
-def _unique(combos: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen: dict[str, dict[str, Any]] = {}
-    for combo in combos:
-        seen.setdefault(json.dumps(combo, sort_keys=True), combo)
-    return list(seen.values())
-
-
-def _choices(settings: BaseModel) -> dict[str, list[Any]]:
-    """Each setting's values to try (a list is "try each"; preferred sizes are one value)."""
-    return {
-        n: as_list(getattr(settings, n)) if n != "preferred_batch_sizes" else [getattr(settings, n)]
-        for n in type(settings).model_fields
-    }
-
-
-def _combinations(settings: BaseModel) -> list[dict[str, Any]]:
-    """The cartesian product of list-valued settings, in field order."""
-    choices = _choices(settings)
-    names = list(choices)
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices.values())]
-
-
-def matrix_size(settings: BaseModel) -> int:
-    """Combinations before collapsing the ones that mean the same, counted without listing."""
-    return math.prod(len(values) for values in _choices(settings).values())
-
-
-_NO_LOCAL_TFS = (
-    "TF Serving has no local launcher here; use docker (a Docker engine) "
-    "or remote (url of a running server)"
-)
+# Literal types built from the registry (`servers.kinds`), which owns these words; the YAML
+# spells them exactly as before.
+ApiName = Literal[api_names()]  # type: ignore[valid-type]
+LaunchName = Literal[tuple(LAUNCHES)]  # type: ignore[valid-type]
+_MODES = tuple(dict.fromkeys(mode for kind in KINDS.values() for mode in kind.model_control))
+ModelControl = Literal[_MODES]  # type: ignore[valid-type]
+# What a server section's launch-specific fields are called in messages.
+_FIELD_NOUNS = {"url": "an address", "grpc_url": "an address", "image": "an image"}
 
 
 class ServerSection(Strict):
+    """One server of a scenario: `kind` (the API it serves) and `launch` name its entry in
+    the server-kind registry (`server_kind`), whose rules the checks below read."""
+
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: Literal["triton", "tfs"]
-    launch: Literal["local", "docker", "remote"] = "local"
+    kind: ApiName
+    launch: LaunchName = "local"
     protocol: Literal["http", "grpc"] = "http"
     url: str | None = Field(default=None, description="remote: the HTTP/REST base URL")
     grpc_url: str | None = Field(default=None, description="remote: host:port for gRPC")
@@ -319,55 +236,99 @@ class ServerSection(Strict):
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
     # remote: "none" (the server serves its own model config; servebench only checks each
     # model is ready) or "explicit" (a Triton in explicit mode; servebench loads them).
-    model_control: Literal["none", "explicit"] = "none"
+    model_control: ModelControl = "none"
     ready_timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 30.0
     settings: dict[str, Any] = Field(default_factory=dict)
 
     @rule("kind", "launch")
     def _launcher_exists(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if self.kind == "tfs" and self.launch == "local":
-            yield ("launch",), _NO_LOCAL_TFS
+        try:
+            scenario_kind(self.kind, self.launch)
+        except ServerKindError as err:
+            yield ("launch",), str(err)
 
     @rule("launch", "protocol", "url", "grpc_url")
     def _addresses(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if self.launch == "remote":
+        launch = LAUNCHES[self.launch]
+        if "url" in launch.takes:
             # The HTTP/REST URL is always needed: readiness and model state are read there.
             if not self.url:
-                yield ("url",), "a remote server needs its HTTP/REST address"
+                yield ("url",), f"a {launch.name} server needs its HTTP/REST address"
             if self.protocol == "grpc" and not self.grpc_url:
-                yield ("grpc_url",), "a remote grpc server needs its gRPC address"
+                yield ("grpc_url",), f"a {launch.name} grpc server needs its gRPC address"
         for name in ("url", "grpc_url"):
-            if getattr(self, name) and self.launch != "remote":
-                yield (name,), "only remote servers take an address"
+            if getattr(self, name) and name not in launch.takes:
+                yield (name,), _only_launches_take(name)
         if self.url and (problem := _http_address_problem(self.url)):
             yield ("url",), problem
         if self.grpc_url and (problem := _grpc_address_problem(self.grpc_url)):
             yield ("grpc_url",), problem
 
-    @rule("launch", "settings")
-    def _remote_settings(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if self.launch == "remote" and self.settings:
-            yield ("settings",), "a remote server's settings cannot be changed"
+    @rule("kind", "launch", "settings")
+    def _settings_taken(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        kind = _kind_or_none(self.kind, self.launch)
+        if kind is not None and kind.settings is None and self.settings:
+            yield ("settings",), f"a {kind.launch.name} server's settings cannot be changed"
 
     @rule("launch", "kind", "model_control")
     def _model_control(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if self.model_control == "explicit" and self.launch != "remote":
-            yield ("model_control",), "only for remote servers (servebench loads its own)"
-        elif self.model_control == "explicit" and self.kind != "triton":
-            yield ("model_control",), "explicit is Triton's mode; TF Serving has none"
+        kind = _kind_or_none(self.kind, self.launch)
+        if kind is None or self.model_control in kind.model_control:
+            return
+        takers = [k for k in KINDS.values() if self.model_control in k.model_control]
+        launches = list(dict.fromkeys(k.launch.name for k in takers))
+        if kind.launch.name not in launches:
+            where = " or ".join(launches)
+            yield ("model_control",), f"only for {where} servers (servebench loads its own)"
+        else:
+            owner = " or ".join(dict.fromkeys(k.api.title for k in takers))
+            yield (
+                ("model_control",),
+                f"{self.model_control} is {owner}'s mode; {kind.api.title} has none",
+            )
 
     @rule("launch", "image")
     def _image_for_docker(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if self.image and self.launch != "docker":
-            yield ("image",), "only docker servers take an image"
+        if self.image and "image" not in LAUNCHES[self.launch].takes:
+            yield ("image",), _only_launches_take("image")
 
     @property
-    def settings_type(self) -> type[TritonSettingsMatrix | TfsSettingsMatrix]:
-        return TritonSettingsMatrix if self.kind == "triton" else TfsSettingsMatrix
+    def server_kind(self) -> ServerKind:
+        """The registry entry this section means (a `ServerKindError` on a pair validation
+        refuses)."""
+        return scenario_kind(self.kind, self.launch)
 
     @property
-    def settings_model(self) -> TritonSettingsMatrix | TfsSettingsMatrix:
-        return self.settings_type.model_validate(self.settings)
+    def client_protocol(self) -> ProtocolSpec:
+        """The protocol trials speak to this server: its API's over `protocol` (http,
+        grpc), from the clients registry."""
+        return for_server(self.server_kind.api.name, self.protocol)
+
+    @property
+    def settings_type(self) -> type[SettingsMatrix] | None:
+        """The settings matrix the kind takes; None for a kind that takes none (a server
+        servebench attaches to) or a kind and launch that name no kind."""
+        kind = _kind_or_none(self.kind, self.launch)
+        return kind.settings if kind is not None else None
+
+    @property
+    def settings_model(self) -> SettingsMatrix:
+        settings_type = self.settings_type
+        if settings_type is None:
+            raise ValueError(f"server {self.name}: a {self.launch} server has no settings")
+        return settings_type.model_validate(self.settings)
+
+
+def _kind_or_none(api: str, launch: str) -> ServerKind | None:
+    try:
+        return scenario_kind(api, launch)
+    except ServerKindError:
+        return None
+
+
+def _only_launches_take(field: str) -> str:
+    takers = " or ".join(n for n, launch in LAUNCHES.items() if field in launch.takes)
+    return f"only {takers} servers take {_FIELD_NOUNS[field]}"
 
 
 # A host name or an IP address (IPv6 in brackets, as URLs write it); what yarl accepts

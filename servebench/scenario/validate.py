@@ -31,11 +31,7 @@ from servebench.scenario.schema import (
     ResNetReference,
     Scenario,
     ServerSection,
-    TfsSettingsMatrix,
-    TritonSettingsMatrix,
-    as_list,
     infinite_field,
-    matrix_size,
     over_limit,
 )
 from servebench.scenario.source import (
@@ -45,6 +41,7 @@ from servebench.scenario.source import (
     format_location,
     load_source,
 )
+from servebench.servers.settings import SettingsMatrix, as_list, matrix_size
 
 
 class ScenarioError(ServebenchError, ValueError):
@@ -234,7 +231,7 @@ class _Checks:
         self.scenario = scenario
         self.limits = limits
         self.base_dir = source.path.parent
-        self.matrices: list[tuple[ServerSection, TritonSettingsMatrix | TfsSettingsMatrix]] = []
+        self.matrices: list[tuple[ServerSection, SettingsMatrix]] = []
         self.family: list[ModelSpec] = []  # the export folder's models, once read
 
     def problem(self, location: Location, value: Any, expected: str) -> str:
@@ -251,13 +248,14 @@ class _Checks:
         for i, server in enumerate(self.scenario.__dict__.get("servers") or []):
             if server is None or not known(server, "kind", "launch", "settings"):
                 continue
-            if server.launch == "remote":
+            settings_type = server.settings_type
+            if settings_type is None:  # a kind whose settings are its own, or no kind
                 continue
             location = ("servers", i, "settings")
             try:
-                matrix = server.settings_type.model_validate(server.settings, context=context)
+                matrix = settings_type.model_validate(server.settings, context=context)
             except ValidationError as err:
-                problems += _format(err, self.source, server.settings_type, location)
+                problems += _format(err, self.source, settings_type, location)
                 continue
             combinations = matrix_size(matrix)
             if combinations > self.limits.max_trials:

@@ -3,11 +3,13 @@
 A benchmark needs the same few things from each: bring it up (or attach), know when it is
 ready, load and unload a model and time it, know where to send requests and scrape
 metrics, know which process to watch, and stop it. `Server` is that contract; the kinds
-(`triton-local`, `triton-docker`, `tfs-docker`, `remote`) differ only in how they start.
+(`servers.kinds`: triton-local, triton-docker, tfs-docker, triton-remote, tfs-remote)
+differ only in how they start.
 
-Model control and readiness go through the server's own HTTP API (see `control`), so the
-default implementations here serve every kind that speaks that API; a kind overrides only
-what its server does differently (TF Serving loads models by reloading its config).
+Model control and readiness go through the server's own HTTP API, asked through the
+control plane of the API it speaks (`control.control_plane`), so the default
+implementations here serve every kind; a kind overrides only what its server does
+differently (TF Serving loads models by reloading its config).
 Every failure is a `ServerError` (defined in `errors`, imported from here by callers).
 """
 
@@ -18,21 +20,19 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from servebench.servers import control
 from servebench.servers.errors import ServerError, ServerModelError, ServerStartError
 
-ServerApi = Literal["triton", "tfs"]
-SERVER_APIS: tuple[str, ...] = ("triton", "tfs")
-
 
 @dataclass(frozen=True)
 class ServerEndpoints:
-    """Where a server answers. `http_url` is Triton's HTTP or TF Serving's REST base URL;
+    """Where a server answers. `api` is the name of the API it speaks
+    (`common.serving_apis`); `http_url` is Triton's HTTP or TF Serving's REST base URL;
     `grpc_address` is `host:port`; `metrics_url` is the Prometheus page, if any."""
 
-    api: ServerApi
+    api: str
     http_url: str
     grpc_address: str | None = None
     metrics_url: str | None = None
@@ -57,6 +57,10 @@ class Server(ABC):
     def __init__(self) -> None:
         self.startup_s: float | None = None
         self.load_s: dict[str, float] = {}
+        # Seconds of `startup_s` the engine took to create and start a container, for the
+        # kinds that run one; the rest is the server's own start-up inside it (cold start
+        # keeps them apart). None where nothing runs in a container.
+        self.container_start_s: float | None = None
 
     # -- lifecycle (per kind) ---------------------------------------------------------
 
@@ -93,22 +97,21 @@ class Server(ABC):
     # -- readiness --------------------------------------------------------------------
 
     @property
-    def api(self) -> ServerApi:
+    def api(self) -> str:
         return self.endpoints.api
+
+    @property
+    def control(self) -> control.ControlPlane:
+        """How this server's API is asked about readiness and models."""
+        return control.control_plane(self.endpoints.api)
 
     def is_ready(self) -> bool:
         """Whether the server says it is ready (Triton's health endpoint; for TF Serving,
         which has none, the REST API answering)."""
-        ep = self.endpoints
-        if ep.api == "triton":
-            return control.triton_ready(ep.http_url)
-        return control.tfs_api_answers(ep.http_url)
+        return self.control.ready(self.endpoints.http_url)
 
     def is_model_ready(self, name: str) -> bool:
-        ep = self.endpoints
-        if ep.api == "triton":
-            return control.triton_model_ready(ep.http_url, name)
-        return control.tfs_model_available(ep.http_url, name)
+        return self.control.model_ready(self.endpoints.http_url, name)
 
     def wait_ready(self, timeout_s: float) -> float:
         """Poll readiness until true; return the seconds waited or raise `ServerStartError`."""
@@ -138,7 +141,7 @@ class Server(ABC):
         This default uses Triton's repository API, which needs the server in explicit
         model-control mode; kinds whose server loads models otherwise override it.
         """
-        ep = self._require_api("triton", "load a model through the repository API")
+        ep = self._loading_endpoints("load a model through the repository API")
         started = time.perf_counter()
         try:
             status, reason = self._send_load(ep.http_url, name, timeout_s)
@@ -168,7 +171,7 @@ class Server(ABC):
 
     def unload_model(self, name: str, timeout_s: float = 60.0) -> None:
         """Unload `name` and wait until its instances are gone."""
-        ep = self._require_api("triton", "unload a model through the repository API")
+        ep = self._loading_endpoints("unload a model through the repository API")
         status, reason = control.triton_unload(ep.http_url, name, timeout_s)
         if status != 200:
             raise ServerModelError(f"{self.describe()}: model {name!r}: unload failed: {reason}")
@@ -178,11 +181,13 @@ class Server(ABC):
                 f"{self.describe()}: model {name!r}: still {stuck} {timeout_s:g} s after unload"
             )
 
-    def _require_api(self, api: ServerApi, what: str) -> ServerEndpoints:
-        ep = self.endpoints
-        if ep.api != api:
-            raise ServerModelError(f"{self.describe()}: cannot {what} on a {ep.api} server")
-        return ep
+    def _loading_endpoints(self, what: str) -> ServerEndpoints:
+        """The endpoints, for a server whose API loads models on request; else the error."""
+        if not self.control.loads_on_request:
+            raise ServerModelError(
+                f"{self.describe()}: cannot {what} on a {self.control.api.title} server"
+            )
+        return self.endpoints
 
     # -- context manager --------------------------------------------------------------
 

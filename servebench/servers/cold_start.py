@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from servebench.results import COLD_START_PHASES
 from servebench.servers.base import Server
-from servebench.servers.docker_engine import DockerServer
 
 # The names cold_start.csv's readers know.
 CONTAINER, READY, LOAD, FIRST, WARM = COLD_START_PHASES
@@ -89,7 +88,7 @@ def measure_cold_start(
         if repeat:
             server.stop()
         ready = server.start()
-        if isinstance(server, DockerServer) and server.container_start_s is not None:
+        if server.container_start_s is not None:
             record(repeat, "", CONTAINER, server.container_start_s)
             ready -= server.container_start_s
         record(repeat, "", READY, ready)

@@ -5,6 +5,9 @@ repository extension `/v2/repository/models/<m>/load`); TF Serving's REST API re
 model state at `/v1/models/<m>`. Every server kind (local, docker, remote) reaches the
 same endpoints, so the calls live here once.
 
+Each API's calls are gathered in one `ControlPlane` (`CONTROL_PLANES`, by API name), so
+a server asks its plane instead of testing which API it speaks.
+
 The standard library is used rather than tritonclient: these are a handful of small REST
 calls, and tritonclient.http brings gevent into a process that may also run asyncio.
 """
@@ -16,8 +19,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from servebench.common.serving_apis import TFS, TRITON, ServingApi
 from servebench.servers.errors import ServerError
 
 POLL_INTERVAL_S = 0.05
@@ -75,20 +80,7 @@ def error_text(body: bytes) -> str:
         return text.strip() or "(no reason given)"
 
 
-def health_url(api: str, base_url: str) -> str:
-    """The URL whose answer says whether a server is up: Triton's health endpoint; for TF
-    Serving, which has none, the status of a model that does not exist (see
-    `tfs_api_answers`)."""
-    if api == "triton":
-        return f"{base_url}/v2/health/ready"
-    return f"{base_url}/v1/models/servebench-health-probe"
-
-
 # -- Triton (KServe v2) ------------------------------------------------------------------
-
-
-def triton_ready(http_url: str) -> bool:
-    return status_of(health_url("triton", http_url)) == 200
 
 
 def triton_model_ready(http_url: str, name: str) -> bool:
@@ -160,7 +152,47 @@ def tfs_model_available(rest_url: str, name: str) -> bool:
     return bool(states) and "AVAILABLE" in states.values()
 
 
-def tfs_api_answers(rest_url: str) -> bool:
-    """Whether TF Serving's REST API is up. It has no health endpoint; an unknown model's
-    status is answered with 404 and a JSON error only once the HTTP server runs."""
-    return status_of(health_url("tfs", rest_url)) in (200, 404)
+# -- one plane per API -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """How servebench asks a server of one API whether it is up and what its models do.
+
+    `health_path` is the URL (under the HTTP/REST base) whose answer says the server is up,
+    when its status is one of `up_statuses`. `loads_on_request`: models load and unload
+    when asked (Triton's repository API, in explicit model-control mode); without it a
+    server serves what its own configuration lists.
+    """
+
+    api: ServingApi
+    health_path: str
+    up_statuses: frozenset[int]
+    model_ready: Callable[[str, str], bool]
+    loads_on_request: bool
+
+    def health_url(self, base_url: str) -> str:
+        return base_url + self.health_path
+
+    def ready(self, base_url: str) -> bool:
+        return status_of(self.health_url(base_url)) in self.up_statuses
+
+
+CONTROL_PLANES: dict[str, ControlPlane] = {
+    plane.api.name: plane
+    for plane in (
+        ControlPlane(TRITON, "/v2/health/ready", frozenset({200}), triton_model_ready, True),
+        # TF Serving has no health endpoint: a model that does not exist is answered with
+        # 404 and a JSON error only once its HTTP server runs.
+        ControlPlane(TFS, "/v1/models/servebench-health-probe", frozenset({200, 404}),
+                     tfs_model_available, False),
+    )
+}  # fmt: skip
+
+
+def control_plane(api: str) -> ControlPlane:
+    """The plane of the API called `api` (a `ServerEndpoints.api`)."""
+    try:
+        return CONTROL_PLANES[api]
+    except KeyError:
+        raise ServerError(f"api: {api!r} is not one of {', '.join(CONTROL_PLANES)}") from None

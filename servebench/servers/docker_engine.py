@@ -239,9 +239,6 @@ class DockerServer(Server):
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.pull = pull
-        # Seconds the engine took to create and start the container, of `startup_s`; the
-        # rest is the server's own start-up inside it (cold start keeps them apart).
-        self.container_start_s: float | None = None
         self._client = None
         self._container = None
         self._endpoints: ServerEndpoints | None = None

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servebench.common.serving_apis import TFS
 from servebench.common.wellknown import TFS_GRPC_PORT, TFS_REST_PORT
 from servebench.servers import control
 from servebench.servers.base import ServerEndpoints, ServerModelError
@@ -198,7 +199,7 @@ class TfsDocker(DockerServer):
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
         rest = f"http://{LOOPBACK}:{host_ports[TFS_REST_PORT]}"
         return ServerEndpoints(
-            api="tfs",
+            api=TFS.name,
             http_url=rest,
             grpc_address=f"{LOOPBACK}:{host_ports[TFS_GRPC_PORT]}",
             metrics_url=rest + METRICS_PATH,

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from servebench.common.serving_apis import TRITON
 from servebench.common.wellknown import (
     TRITON_CPU_IMAGE,
     TRITON_GRPC_PORT,
@@ -173,7 +174,7 @@ class TritonDocker(DockerServer):
 
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
         return ServerEndpoints(
-            api="triton",
+            api=TRITON.name,
             http_url=f"http://{LOOPBACK}:{host_ports[TRITON_HTTP_PORT]}",
             grpc_address=f"{LOOPBACK}:{host_ports[TRITON_GRPC_PORT]}",
             metrics_url=f"http://{LOOPBACK}:{host_ports[TRITON_METRICS_PORT]}/metrics",

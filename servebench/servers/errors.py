@@ -19,3 +19,8 @@ class ServerStartError(ServerError):
 
 class ServerModelError(ServerError):
     """A model did not load, unload or become ready."""
+
+
+class ServerKindError(ServerError, ValueError):
+    """A server kind, or a kind's construction argument, servebench does not know: bad
+    input (a scenario's kind and launch, a caller's settings), named in the message."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
+from servebench.common.serving_apis import TRITON
 from servebench.servers import control
 from servebench.servers.base import (
     Server,
@@ -324,7 +325,7 @@ class LocalTritonServer(Server):
 
 def _loopback_endpoints(http_port: int, grpc_port: int, metrics_port: int) -> ServerEndpoints:
     return ServerEndpoints(
-        api="triton",
+        api=TRITON.name,
         http_url=f"http://{LOOPBACK}:{http_port}",
         grpc_address=f"{LOOPBACK}:{grpc_port}",
         metrics_url=f"http://{LOOPBACK}:{metrics_port}/metrics",

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 
 from servebench.servers import control
 from servebench.servers.base import (
-    SERVER_APIS,
     Server,
-    ServerApi,
     ServerEndpoints,
     ServerModelError,
     ServerStartError,
@@ -53,14 +51,14 @@ MODEL_CONTROL_MODES = ("none", "explicit")
 
 
 class RemoteServer(Server):
-    """A server at user-given URLs; `api` says whether it speaks Triton's or TFS's API."""
+    """A server at user-given URLs; `api` names the API it speaks (`CONTROL_PLANES`)."""
 
     kind = "remote"
     owns_process = False
 
     def __init__(
         self,
-        api: ServerApi,
+        api: str,
         http_url: str,
         *,
         grpc_address: str | None = None,
@@ -70,15 +68,20 @@ class RemoteServer(Server):
         model_control: str = "none",
     ) -> None:
         super().__init__()
-        if api not in SERVER_APIS:
-            raise ValueError(f"api: must be one of {', '.join(SERVER_APIS)}, got {api!r}")
+        if api not in control.CONTROL_PLANES:
+            raise ValueError(
+                f"api: must be one of {', '.join(control.CONTROL_PLANES)}, got {api!r}"
+            )
         if model_control not in MODEL_CONTROL_MODES:
             raise ValueError(
                 f"model_control: must be one of {', '.join(MODEL_CONTROL_MODES)}, "
                 f"got {model_control!r}"
             )
-        if model_control == "explicit" and api != "triton":
-            raise ValueError("model_control: explicit is Triton's mode; TF Serving has none")
+        plane = control.CONTROL_PLANES[api]
+        if model_control == "explicit" and not plane.loads_on_request:
+            raise ValueError(
+                f"model_control: explicit is Triton's mode; {plane.api.title} has none"
+            )
         self.manages_models = model_control == "explicit"
         self._endpoints = ServerEndpoints(
             api=api,
@@ -119,18 +122,19 @@ class RemoteServer(Server):
         return self._endpoints
 
     def load_model(self, name: str, timeout_s: float = 300.0) -> float:
-        if self._endpoints.api == "tfs":
+        if not self.control.loads_on_request:
             raise ServerModelError(
-                f"{self.describe()}: a remote TF Serving loads models from its own config; "
-                f"servebench can only wait until {name!r} is available (wait_model_ready)"
+                f"{self.describe()}: a remote {self.control.api.title} loads models from its "
+                f"own config; servebench can only wait until {name!r} is available "
+                f"(wait_model_ready)"
             )
         return super().load_model(name, timeout_s)
 
     def unload_model(self, name: str, timeout_s: float = 60.0) -> None:
-        if self._endpoints.api == "tfs":
+        if not self.control.loads_on_request:
             raise ServerModelError(
-                f"{self.describe()}: a remote TF Serving unloads models only through its "
-                f"own config; servebench does not change it"
+                f"{self.describe()}: a remote {self.control.api.title} unloads models only "
+                f"through its own config; servebench does not change it"
             )
         super().unload_model(name, timeout_s)
 
@@ -139,7 +143,7 @@ class RemoteServer(Server):
 
     def _why_not_ready(self) -> str:
         ep = self._endpoints
-        probe = control.health_url(ep.api, ep.http_url)
+        probe = self.control.health_url(ep.http_url)
         try:
             status, body, _ = control.request("GET", probe, timeout_s=2.0)
         except OSError as err:
