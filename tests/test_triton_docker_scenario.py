@@ -140,3 +140,21 @@ def test_ctrl_c_mid_trial_ends_the_run_interrupted_and_removes_the_container(
     (trial,) = pd.read_csv(run / "trials.csv").to_dict("records")
     assert trial["status"] == "interrupted" and trial["count"] > 0  # its records were kept
     assert owned_containers(process.pid) == []
+
+
+def test_servebench_ui_starts_the_container_as_a_run_does(tmp_path: Path) -> None:
+    """`servebench ui` on a docker server: its kind builds and starts the container (the
+    registry's one way), Locust measures through it, and the container is gone after."""
+    needs_image(TRITON_CPU_IMAGE)
+    path = write_scenario(tmp_path, TRITON_CPU_IMAGE, link="direct")
+    command = [sys.executable, "-m", "servebench.cli", "ui", str(path), "--headless"]
+    command += ["-u", "2", "-t", "2s", "--results", str(tmp_path / "results")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "docker Triton ready: http://127.0.0.1:" in output
+    assert "docker Triton stopped" in output
+    (run,) = (tmp_path / "results").iterdir()
+    (trial,) = pd.read_csv(run / "trials.csv").to_dict("records")
+    assert trial["count"] > 0 and trial["errors"] == 0
+    assert owned_containers() == []
