@@ -309,33 +309,18 @@ _DROP = {
         **{name: ("--count",) for name in (*_STABILITY, "--stability")},
     }
 }
+
+
+def _schedule(kind: str) -> list[str]:
+    return f"--load-schedule {kind} --load-start 1 --load-step 1 --load-end 2".split()
+
+
 # What a hostile value needs beside it to be read at all (a schedule's numbers are read
 # only with --load-schedule; stability settings only with --stability).
 _WITH = {
     ("load",): {
-        **{
-            f"--load-{n}": [
-                "--load-schedule",
-                "line",
-                "--load-start",
-                "1",
-                "--load-step",
-                "1",
-                "--load-end",
-                "2",
-            ]
-            for n in ("start", "step", "end")
-        },
-        "--load-step-duration": [
-            "--load-schedule",
-            "step",
-            "--load-start",
-            "1",
-            "--load-step",
-            "1",
-            "--load-end",
-            "2",
-        ],
+        **{f"--load-{n}": _schedule("line") for n in ("start", "step", "end")},
+        "--load-step-duration": _schedule("step"),
         **{n: ["--stability"] for n in _STABILITY},
     },
 }
