@@ -309,7 +309,7 @@ def tear(path: Path, keep: float = 0.5) -> None:
 
 def test_sigkilled_run_resumes_and_loses_no_completed_trial(tmp_path: Path, triton_install):
     path = tmp_path / "tiny.yaml"
-    path.write_text(LOCAL.format(rate=40, duration=2.0))
+    path.write_text(LOCAL.format(rate=40, duration=1.0))
     results = tmp_path / "results"
     command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
     process = subprocess.Popen(
@@ -318,13 +318,13 @@ def test_sigkilled_run_resumes_and_loses_no_completed_trial(tmp_path: Path, trit
         stderr=subprocess.DEVNULL,
     )
     try:
-        # Kill it during the second trial: the first is complete, the second in flight.
+        # Kill it during the second trial: the first is complete, the second begun (its
+        # records file is made as it starts, and it lasts a second at least).
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
             if len(list(results.glob(f"*/{RECORDS_DIR}/*.parquet"))) == 2:
                 break
             time.sleep(0.05)
-        time.sleep(0.5)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
     finally:

@@ -194,9 +194,7 @@ def test_a_huge_grid_is_refused_before_any_model_is_built(tmp_path: Path, monkey
     values = ", ".join(str(i) for i in range(1, 201))
     grid = f"  grid: {{types: [dense, conv, lstm, gru, attention], depths: [{values}], "
     grid += f"widths: [{values}]}}\n  specs:"
-    started = time.perf_counter()
-    found = problems(tmp_path, edit("  specs:", grid))
-    assert time.perf_counter() - started < 5
+    found = problems(tmp_path, edit("  specs:", grid))  # `never`: no spec was built
     assert any(
         "3 models.grid: 5 types x 200 depths x 200 widths = 200,000 models; must be <= 1,000; "
         "raise limits.max_models" in p

@@ -104,7 +104,8 @@ def test_remote_that_does_not_answer_fails_with_the_address() -> None:
         match=rf"remote triton at http://127.0.0.1:{port} is not ready after 0.3 s \(.*refused",
     ):
         remote.start()
-    assert time.monotonic() - started < 5
+    # It waited the 0.3 s asked for, not the default 30 s (any wait under that is the former).
+    assert time.monotonic() - started < 30
 
 
 def test_remote_tfs_does_not_load_models() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -227,22 +229,51 @@ def busy_tree():
         proc.wait()
 
 
-def test_process_tree_and_host_under_load(busy_tree) -> None:
+def test_process_tree_cpu_is_the_whole_trees(busy_tree) -> None:
+    """The sampler reports what the leader and its child used together (each gets whatever
+    share the busy machine leaves it); counting the leader alone would read about half.
+
+    Checked against the tree's own CPU counters read inside the sampler's interval: the
+    sampler's window holds ours, so its CPU is at least ours and at most ours plus what
+    the two processes (a core each at most) can use in the moments between its reads and
+    ours, plus a clock tick per process and reading (the kernel counts CPU time in ticks);
+    its interval lies between the gaps of those reads.
+    """
     leader = psutil.Process(busy_tree.pid)
     until(leader.children, what="the spinning child")
     tree = [leader, *leader.children()]
+    sampler = ProcessTreeSampler(busy_tree.pid)
+    t0 = time.monotonic()
+    sampler.sample()
+    t1 = time.monotonic()
+    before = sum(_cpu_seconds(p) for p in tree)
+    tb = time.monotonic()
+    until(lambda: sum(_cpu_seconds(p) for p in tree) - before >= 0.5, what="0.5 s of CPU")
+    ta = time.monotonic()
+    used = sum(_cpu_seconds(p) for p in tree) - before
+    t2 = time.monotonic()
+    (cores,) = [r.value for r in sampler.sample() if r.metric == "cpu_cores"]
+    t3 = time.monotonic()
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    unseen = len(tree) * ((tb - t0) + (t3 - ta)) + 2 * 2 * len(tree) * tick
+    assert used / (t3 - t0) <= cores <= (used + unseen) / (t2 - t1), (used, unseen, cores)
+
+
+def test_recorder_summary_under_load(busy_tree) -> None:
+    leader = psutil.Process(busy_tree.pid)
+    until(leader.children, what="the spinning child")
     recorder = TelemetryRecorder(
         [ProcessTreeSampler(busy_tree.pid), HostSampler()], interval_s=0.1, trial_id="busy"
     )
-    before = sum(_cpu_seconds(p) for p in tree)
     with recorder:
         until(lambda: len(_sample_times(recorder, "server_process")) >= 5, what="5 samples")
-    used = sum(_cpu_seconds(p) for p in tree) - before
-    tree_cores = used / (recorder.stopped_at - recorder.started_at)
     summary = recorder.summary()
-    # The sampler reports what the leader and its child used together (each got whatever
-    # share the busy machine left it); counting the leader alone would read about half.
-    assert summary["server_cpu_mean"] == pytest.approx(tree_cores, rel=0.35)
+    cores = [r.value for r in recorder.rows if r.metric == "cpu_cores"]
+    # The mean over the intervals sampled (not compared with the tree's counters: each
+    # interval's figure carries a clock tick of error per process, which a short closing
+    # interval magnifies; the sampler's own accuracy is the test above).
+    assert summary["server_cpu_mean"] == pytest.approx(sum(cores) / len(cores))
+    assert summary["server_cpu_mean"] > 0
     assert summary["server_rss_max"] > 1_000_000
     assert 0 < summary["host_cpu_mean"] <= 1
     processes = [r.value for r in recorder.rows if r.metric == "processes"]

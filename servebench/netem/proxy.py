@@ -34,6 +34,10 @@ _LEAD_GAIN = 0.05
 _LEAD_CLIP_S = 200e-6
 #: Never schedule deliveries more than this early.
 _LEAD_MAX_S = 500e-6
+#: The most one direction can deliver a piece before its modelled time: the lead is taken
+#: off the arrival stamp and off the delivery, and the batch window takes what is nearly
+#: due. A floor under a link's measured delay leaves this much per direction.
+MAX_EARLY_S = 2 * _LEAD_MAX_S + _BATCH_WINDOW_S
 #: How long stop() waits for aborted sockets to report closed.
 _STOP_WAIT_S = 2.0
 
