@@ -66,28 +66,23 @@ async def _servebench(client, batch: int, requests: int) -> tuple[float, float]:
         await client.close()
 
 
-async def _tritonclient_http(address: str, model: str, batch: int, requests: int):
-    client = triton_http_aio.InferenceServerClient(address, conn_limit=CONCURRENCY)
+async def _tritonclient(
+    protocol: str, address: str, model: str, batch: int, requests: int
+) -> tuple[float, float]:
+    """tritonclient's own aio client of `protocol` ("http", binary tensors, or "grpc")."""
+    if protocol == "http":
+        api, client = (
+            triton_http,
+            triton_http_aio.InferenceServerClient(address, conn_limit=CONCURRENCY),
+        )
+        binary = {"binary_data": True}
+    else:
+        api, client = triton_grpc, triton_grpc_aio.InferenceServerClient(address)
+        binary = {}
     x = np.random.default_rng(0).standard_normal((batch, 8)).astype(np.float32)
-    tensor = triton_http.InferInput("input", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x, binary_data=True)
-    outputs = [triton_http.InferRequestedOutput("output", binary_data=True)]
-
-    async def send():
-        return (await client.infer(model, [tensor], outputs=outputs)).as_numpy("output")
-
-    try:
-        return await _closed_loop(send, requests)
-    finally:
-        await client.close()
-
-
-async def _tritonclient_grpc(address: str, model: str, batch: int, requests: int):
-    client = triton_grpc_aio.InferenceServerClient(address)
-    x = np.random.default_rng(0).standard_normal((batch, 8)).astype(np.float32)
-    tensor = triton_grpc.InferInput("input", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    outputs = [triton_grpc.InferRequestedOutput("output")]
+    tensor = api.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, **binary)
+    outputs = [api.InferRequestedOutput("output", **binary)]
 
     async def send():
         return (await client.infer(model, [tensor], outputs=outputs)).as_numpy("output")
@@ -121,11 +116,11 @@ def main() -> None:
                 "servebench triton-http (json)": lambda b: _servebench(
                     TritonHttpClient(http, name, binary_data=False, connections=CONCURRENCY), b, n
                 ),
-                "tritonclient.http.aio infer (binary)": lambda b: _tritonclient_http(
-                    http, name, b, n
+                "tritonclient.http.aio infer (binary)": lambda b: _tritonclient(
+                    "http", http, name, b, n
                 ),
                 "servebench triton-grpc": lambda b: _servebench(TritonGrpcClient(grpc, name), b, n),
-                "tritonclient.grpc.aio infer": lambda b: _tritonclient_grpc(grpc, name, b, n),
+                "tritonclient.grpc.aio infer": lambda b: _tritonclient("grpc", grpc, name, b, n),
             }
             print(
                 f"{'client':40} {'batch':>5} {'CPU us/req':>11} {'req/s':>7}  (median of {args.repeats})"

@@ -16,17 +16,21 @@ fixed time and then counting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from servebench.servers.kinds import create_server
 from servebench.servers.local import LocalTritonServer
 from servebench.servers.triton_install import TritonInstall, TritonNotInstalledError
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -69,22 +73,25 @@ def triton_install() -> TritonInstall:
         pytest.skip(f"local Triton unavailable: {err}")
 
 
+def _triton_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonFactory]:
+    factory = TritonFactory(tmp_path_factory)
+    yield factory
+    factory.close()
+
+
 @pytest.fixture
 def local_triton(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonFactory]:
-    factory = TritonFactory(tmp_path_factory)
-    yield factory
-    factory.close()
+    yield from _triton_factory(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def local_triton_module(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonFactory]:
-    factory = TritonFactory(tmp_path_factory)
-    yield factory
-    factory.close()
+    """`local_triton` shared by a module's tests (servers started once for all of them)."""
+    yield from _triton_factory(tmp_path_factory)
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,31 @@ def browser():
 
 
 # -- waiting on a condition instead of sleeping a fixed time --------------------------------
+
+
+@pytest.fixture
+def quick_context(tmp_path: Path) -> Any:
+    """An overhead probe's quick-mode context, its scratch and overlay folders made."""
+    from servebench.overhead.probes import ProbeContext
+
+    context = ProbeContext(scratch=tmp_path / "s", overlay=tmp_path / "o", quick=True)
+    context.scratch.mkdir()
+    context.overlay.mkdir()
+    return context
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[int]:
+    """An aiohttp app served on a free loopback port for the block; yields the port."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
 
 
 def until(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "") -> None:

@@ -3,12 +3,11 @@ crashed run leaves behind."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_analysis_rundir import make_run_dir
+from test_analysis_rundir import make_run_dir, run_without_trials
 
 from servebench.analysis.loader import ResultDirError, load_run
 
@@ -92,12 +91,7 @@ def test_crashed_run_reads_per_trial_records(tmp_path: Path) -> None:
 
 
 def test_interrupted_before_first_trial(tmp_path: Path) -> None:
-    run = tmp_path / "r1"
-    run.mkdir()
-    (run / "run.json").write_text(
-        json.dumps({"run_id": "r1", "status": "interrupted", "reason": "SIGINT"})
-    )
-    data = load_run(run)
+    data = load_run(run_without_trials(tmp_path, "r1", "interrupted", "SIGINT"))
     assert data.trials.empty and data.records is None and data.cold_start is None
     assert data.status == "interrupted"
 

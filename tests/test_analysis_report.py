@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from rich.console import Console
-from test_analysis_rundir import make_run_dir
+from test_analysis_rundir import make_run_dir, run_without_trials
 from typer.testing import CliRunner
 
 from servebench.analysis.report import LOCUST_NOTE, write_report
@@ -131,12 +131,7 @@ def test_missing_inputs_become_sentences(tmp_path: Path) -> None:
 
 
 def test_run_with_no_trials_still_reports(tmp_path: Path) -> None:
-    run = tmp_path / "r"
-    run.mkdir()
-    (run / "run.json").write_text(
-        json.dumps({"run_id": "r", "status": "failed", "reason": "tritonserver not found"})
-    )
-    result = write_report(run)
+    result = write_report(run_without_trials(tmp_path, "r", "failed", "tritonserver not found"))
     page = result.path.read_text()
     assert "Run failed: tritonserver not found" in page
     assert result.errors == []

@@ -313,6 +313,16 @@ def make_run_dir(
     return path
 
 
+def run_without_trials(root: Path, run_id: str, status: str, reason: str) -> Path:
+    """A run directory holding only its run.json: a run that ended before any trial."""
+    run = root / run_id
+    run.mkdir()
+    (run / "run.json").write_text(
+        json.dumps({"run_id": run_id, "status": status, "reason": reason})
+    )
+    return run
+
+
 def _records(trial_id, sim, batch, t0, *, closed, error_kinds=None) -> pa.Table:
     n = sim["intended"].size
     kinds = error_kinds if error_kinds is not None else np.full(n, None, dtype=object)

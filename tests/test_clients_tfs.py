@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 
 import numpy as np
 import pytest
 from aiohttp import web
+from client_checks import connect_error, errors_both_ways, infer_error, one_answer
+from conftest import serving
 
 from model_zoo.parity import run_torch
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
@@ -68,12 +71,7 @@ def _models(family) -> list[str]:
 async def test_answers_match_torch(tfs_family, variant, batch_size, version):
     for model in _models(tfs_family):
         client = _client(tfs_family, variant, model, version=version)
-        await client.connect()
-        try:
-            payload = client.make_payload(batch_size, seed=batch_size)
-            result = await client.infer(payload)
-        finally:
-            await client.close()
+        payload, result = await one_answer(client, batch_size, seed=batch_size)
         reference = run_torch(tfs_family.modules[model], payload.inputs["input"])
         answer = result.outputs["output"]
         assert answer.shape == reference.shape == (batch_size, tfs_family.specs[model].num_outputs)
@@ -152,63 +150,36 @@ async def _expect_bad_response(family, variant: str, change: dict) -> None:
     client = _client(
         family, variant, model, signature=dataclasses.replace(expected, outputs=(wrong,))
     )
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(2))
-    finally:
-        await client.close()
-    assert caught.value.kind is ErrorKind.BAD_RESPONSE
+    assert (await infer_error(client, 2)).kind is ErrorKind.BAD_RESPONSE
 
 
 async def test_unknown_model_is_classified_and_named(tfs_family, variant):
     expected = ErrorKind.HTTP_STATUS if variant.startswith("rest") else ErrorKind.GRPC_STATUS
-    client = _client(tfs_family, variant, "no-such-model")
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
-    assert caught.value.kind is expected
-    assert caught.value.status in (404, "NOT_FOUND")
-    assert "no-such-model" in str(caught.value)
-
-    signature = _expected_signature(tfs_family, _models(tfs_family)[0])
-    client = _client(tfs_family, variant, "no-such-model", signature=signature)
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
-    finally:
-        await client.close()
-    assert caught.value.kind is expected
-    assert "no-such-model" in str(caught.value)
+    at_connect, at_infer = await errors_both_ways(
+        functools.partial(_client, tfs_family, variant, "no-such-model"),
+        _expected_signature(tfs_family, _models(tfs_family)[0]),
+    )
+    assert at_connect.status in (404, "NOT_FOUND")
+    for error in (at_connect, at_infer):
+        assert error.kind is expected
+        assert "no-such-model" in str(error)
 
 
 async def test_unknown_version_is_classified(tfs_family, variant):
-    client = _client(tfs_family, variant, _models(tfs_family)[0], version="7")
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
-    assert caught.value.status in (404, "NOT_FOUND")
-    assert "7" in str(caught.value)
+    error = await connect_error(_client(tfs_family, variant, _models(tfs_family)[0], version="7"))
+    assert error.status in (404, "NOT_FOUND")
+    assert "7" in str(error)
 
 
 async def test_closed_port_is_connection_refused_naming_the_address(
     tfs_family, variant, closed_port
 ):
-    client = VARIANTS[variant](closed_port, "m")
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
-    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
-    assert closed_port in str(caught.value)
-
-    signature = _expected_signature(tfs_family, _models(tfs_family)[0])
-    client = VARIANTS[variant](closed_port, "m", signature=signature)
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
-    finally:
-        await client.close()
-    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
-    assert closed_port in str(caught.value)
+    for error in await errors_both_ways(
+        functools.partial(VARIANTS[variant], closed_port, "m"),
+        _expected_signature(tfs_family, _models(tfs_family)[0]),
+    ):
+        assert error.kind is ErrorKind.CONNECTION_REFUSED
+        assert closed_port in str(error)
 
 
 async def test_slow_answer_past_the_timeout_is_a_timeout(tfs_family, variant):
@@ -228,15 +199,11 @@ async def test_slow_answer_past_the_timeout_is_a_timeout(tfs_family, variant):
 
 async def test_silent_server_is_a_timeout(tfs_family, variant, silent_server):
     signature = _expected_signature(tfs_family, _models(tfs_family)[0])
-    client = VARIANTS[variant](silent_server, "m", signature=signature, timeout=0.3)
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
-    finally:
-        await client.close()
-    assert caught.value.kind is ErrorKind.TIMEOUT
-    assert silent_server in str(caught.value)
+    error = await infer_error(
+        VARIANTS[variant](silent_server, "m", signature=signature, timeout=0.3)
+    )
+    assert error.kind is ErrorKind.TIMEOUT
+    assert silent_server in str(error)
 
 
 # -- REST answers that are not what TF Serving would send --------------------------------
@@ -261,27 +228,17 @@ async def test_rest_answers_are_checked(case):
 
     app = web.Application()
     app.router.add_post("/v1/models/m:predict", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     signature = ModelSignature(
         name="m",
         inputs=(TensorSpec("input", "float32", (2,)),),
         outputs=(TensorSpec("output", "float32", (4,)),),
     )
-    client = TfsRestClient(f"127.0.0.1:{port}", "m", signature=signature)
-    try:
-        await client.connect()
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(2 if case == "ragged" else 1))
-    finally:
-        await client.close()
-        await runner.cleanup()
-    assert caught.value.kind is kind
+    async with serving(app) as port:
+        client = TfsRestClient(f"127.0.0.1:{port}", "m", signature=signature)
+        error = await infer_error(client, 2 if case == "ragged" else 1)
+    assert error.kind is kind
     if kind is ErrorKind.HTTP_STATUS:
-        assert caught.value.status == status
+        assert error.status == status
 
 
 def test_sniff_probe_is_the_status_method_the_protos_name():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
+from client_checks import connect_error, errors_both_ways, infer_error, one_answer
 
 from model_zoo.parity import run_torch
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
@@ -57,13 +59,7 @@ def _tolerance(reference: np.ndarray) -> float:
 
 @pytest.mark.parametrize("batch_size", [1, 7])
 async def test_answers_match_torch(triton_dense_model, variant, batch_size):
-    client = _client(triton_dense_model, variant)
-    await client.connect()
-    try:
-        payload = client.make_payload(batch_size, seed=batch_size)
-        result = await client.infer(payload)
-    finally:
-        await client.close()
+    payload, result = await one_answer(_client(triton_dense_model, variant), batch_size, batch_size)
     reference = run_torch(triton_dense_model.module, payload.inputs["input"])
     answer = result.outputs["output"]
     assert answer.shape == (batch_size, 4) and answer.dtype == np.float32
@@ -101,12 +97,7 @@ async def test_metadata_round_trip_gives_the_signature(triton_dense_model, varia
 async def test_binary_tensors_are_smaller_on_the_wire(triton_dense_model):
     sizes = {}
     for variant in ("http-binary", "http-json"):
-        client = _client(triton_dense_model, variant)
-        await client.connect()
-        try:
-            result = await client.infer(client.make_payload(32))
-        finally:
-            await client.close()
+        _, result = await one_answer(_client(triton_dense_model, variant), 32)
         sizes[variant] = (result.request_bytes, result.response_bytes)
     assert sizes["http-binary"][0] < sizes["http-json"][0]
     assert sizes["http-binary"][1] < sizes["http-json"][1]
@@ -134,57 +125,31 @@ async def test_wrong_answer_is_a_bad_response(triton_dense_model, variant, chang
     client = _client(
         triton_dense_model, variant, signature=dataclasses.replace(expected, outputs=(wrong,))
     )
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(2))
-    finally:
-        await client.close()
-    assert caught.value.kind is ErrorKind.BAD_RESPONSE
+    assert (await infer_error(client, 2)).kind is ErrorKind.BAD_RESPONSE
 
 
 async def test_unknown_model_is_classified_and_named(triton_dense_model, variant):
-    client = VARIANTS[variant](_address(triton_dense_model, variant), "no-such-model")
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
     expected = ErrorKind.HTTP_STATUS if variant.startswith("http") else ErrorKind.GRPC_STATUS
-    assert caught.value.kind is expected
-    assert "no-such-model" in str(caught.value)
-    assert caught.value.status in (400, 404, "NOT_FOUND")
-
-    # The same on the hot path: a client told the signature sends at once.
-    signature = dataclasses.replace(_signature(triton_dense_model), name="no-such-model")
-    client = VARIANTS[variant](
-        _address(triton_dense_model, variant), "no-such-model", signature=signature
+    at_connect, at_infer = await errors_both_ways(
+        functools.partial(
+            VARIANTS[variant], _address(triton_dense_model, variant), "no-such-model"
+        ),
+        dataclasses.replace(_signature(triton_dense_model), name="no-such-model"),
     )
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
-    finally:
-        await client.close()
-    assert caught.value.kind is expected
-    assert "no-such-model" in str(caught.value)
+    assert at_connect.status in (400, 404, "NOT_FOUND")
+    for error in (at_connect, at_infer):
+        assert error.kind is expected
+        assert "no-such-model" in str(error)
 
 
 async def test_closed_port_is_connection_refused_naming_the_address(
     triton_dense_model, variant, closed_port
 ):
-    client = VARIANTS[variant](closed_port, "m")
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
-    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
-    assert closed_port in str(caught.value)
-
-    client = VARIANTS[variant](closed_port, "m", signature=_signature(triton_dense_model))
-    await client.connect()
-    try:
-        with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
-    finally:
-        await client.close()
-    assert caught.value.kind is ErrorKind.CONNECTION_REFUSED
-    assert closed_port in str(caught.value)
+    for error in await errors_both_ways(
+        functools.partial(VARIANTS[variant], closed_port, "m"), _signature(triton_dense_model)
+    ):
+        assert error.kind is ErrorKind.CONNECTION_REFUSED
+        assert closed_port in str(error)
 
 
 async def test_silent_server_is_a_timeout(triton_dense_model, variant, silent_server):
@@ -205,11 +170,9 @@ async def test_silent_server_is_a_timeout(triton_dense_model, variant, silent_se
 
 
 async def test_connect_times_out_on_a_silent_server(variant, silent_server):
-    client = VARIANTS[variant](silent_server, "m", connect_timeout=0.3)
-    with pytest.raises(InferenceError) as caught:
-        await client.connect()
-    assert caught.value.kind is ErrorKind.TIMEOUT
-    assert silent_server in str(caught.value)
+    error = await connect_error(VARIANTS[variant](silent_server, "m", connect_timeout=0.3))
+    assert error.kind is ErrorKind.TIMEOUT
+    assert silent_server in str(error)
 
 
 async def test_using_a_client_before_connect_is_a_client_error(triton_dense_model, variant):

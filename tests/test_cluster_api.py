@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from cli_checks import assert_one_line_error
+from scenario_checks import tiny_scenario
 from typer.testing import CliRunner
 
 from servebench.cli import app as cli
@@ -27,31 +28,10 @@ from servebench.cluster.leader import Leader
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
 
-GOOD = """\
-name: api-test
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - {name: triton, kind: triton}
-workload:
-  rates: [10]
-  batch_sizes: [1]
-  duration_s: 1
-"""
-
-BAD = """\
-name: api-test
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - {name: triton, kind: triton}
-workload:
-  rates: [10]
-  batch_sizes: [1]
-  duration_s: -1
-"""
+GOOD = tiny_scenario(
+    "api-test", settings=None, workload={"rates": [10], "batch_sizes": [1], "duration_s": 1}
+)
+BAD = GOOD.replace("duration_s: 1", "duration_s: -1")
 
 
 def _free_port() -> int:
@@ -125,7 +105,7 @@ async def test_bad_scenario_is_400_naming_file_line_and_field(tmp_path: Path):
         async with http.post(f"{url}/jobs", params={"name": "bad.yaml"}, data=BAD) as response:
             assert response.status == 400
             body = await response.json()
-        assert any(p.startswith("bad.yaml:10 workload.duration_s") for p in body["problems"]), body
+        assert any(p.startswith("bad.yaml:11 workload.duration_s") for p in body["problems"]), body
         async with http.post(f"{url}/jobs", data="name: [unclosed") as response:
             assert response.status == 400
         async with http.post(f"{url}/jobs", params={"priority": "high"}, data=GOOD) as response:
@@ -206,7 +186,7 @@ async def test_the_commands_talk_to_the_leader(tmp_path: Path):
         job_id = submitted.output.split()[0]
         rejected = await run("submit", str(bad))
         assert rejected.exit_code == 2
-        assert f"{bad}:10 workload.duration_s" in rejected.output
+        assert f"{bad}:11 workload.duration_s" in rejected.output
         status = await run("status", "--once")
         assert status.exit_code == 0 and job_id in status.output and "queued" in status.output
         early = await run("results", job_id, "--out", str(tmp_path / "fetched"))

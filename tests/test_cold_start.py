@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scenario_checks import tiny_scenario, write
 
 from servebench.analysis.summary import cold_start_lines, cold_start_stats
 from servebench.results import COLD_START_COLUMNS, COLD_START_PHASES
@@ -22,24 +23,10 @@ from servebench.servers.kinds import create_server
 # A server started here has no container: every phase but the container's start.
 LOCAL_PHASES = tuple(p for p in COLD_START_PHASES if p != "container_start")
 
-SCENARIO = """\
-name: cold
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - name: triton
-    kind: triton
-    settings: {max_batch_size: 4, dynamic_batching: false}
-workload:
-  mode: closed
-  concurrency: [1]
-  requests: 20
-  duration_s: 1
-  warmup_s: 0
-  timeout_s: 5
-cold_start: {repeats: 2}
-"""
+CLOSED = {"mode": "closed", "concurrency": [1], "requests": 20, "duration_s": 1}
+SCENARIO = tiny_scenario(
+    "cold", workload={**CLOSED, "warmup_s": 0, "timeout_s": 5}, cold_start={"repeats": 2}
+)
 
 
 @pytest.fixture
@@ -53,8 +40,7 @@ def local(triton_batching_model, tmp_path: Path):
 
 
 def test_scenario_repeats_give_a_row_per_phase_and_repeat(triton_install, tmp_path: Path):
-    path = tmp_path / "cold.yaml"
-    path.write_text(SCENARIO)
+    path = write(tmp_path, SCENARIO, "cold.yaml")
     outcome = ScenarioRunner(path, output=tmp_path / "results").run()
     assert outcome.status == "complete", outcome.reason
     cold = pd.read_csv(outcome.directory.path / "cold_start.csv", keep_default_na=False)

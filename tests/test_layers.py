@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # What each layer may import besides itself (docs/architecture.md, "Layers"). `common` is
 # the bottom: every layer may take it, and it takes nothing.
 BOTTOM = {"common"}
+# Everything the scenario runner builds on; the application packages take it and the runner.
+UNDER_SCENARIO = {
+    "clients", "netem", "load", "telemetry", "servers", "model_zoo", "results", "pricing",
+    "trial_row",
+}  # fmt: skip
 MAY_IMPORT: dict[str, set[str]] = {
     "common": set(),
     "results": BOTTOM,
@@ -33,45 +38,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "trial_row": BOTTOM | {"load", "netem", "telemetry", "pricing", "results"},
     "locust": BOTTOM | {"clients", "netem", "load", "results", "pricing", "trial_row"},
     "analysis": BOTTOM | {"results", "pricing"},
-    "scenario": BOTTOM
-    | {
-        "clients",
-        "netem",
-        "load",
-        "telemetry",
-        "servers",
-        "model_zoo",
-        "results",
-        "pricing",
-        "trial_row",
-    },
-    "overhead": BOTTOM
-    | {
-        "scenario",
-        "servers",
-        "clients",
-        "netem",
-        "load",
-        "telemetry",
-        "model_zoo",
-        "results",
-        "pricing",
-        "trial_row",
-        "servebench",
-    },
-    "cluster": BOTTOM
-    | {
-        "scenario",
-        "servers",
-        "clients",
-        "netem",
-        "load",
-        "telemetry",
-        "model_zoo",
-        "results",
-        "pricing",
-        "trial_row",
-    },
+    "scenario": BOTTOM | UNDER_SCENARIO,
+    "overhead": BOTTOM | UNDER_SCENARIO | {"scenario", "servebench"},
+    "cluster": BOTTOM | UNDER_SCENARIO | {"scenario"},
 }
 
 

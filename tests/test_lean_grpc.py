@@ -233,6 +233,21 @@ def pool_for(server: H2Server | str, connections: int = 1) -> LeanGrpcPool:
     return LeanGrpcPool("127.0.0.1", server.port, connections)
 
 
+async def fails_alone(
+    server: H2Server | str, bad: bytes, then: bytes | None = None, timeout: float = 10.0
+) -> InferenceError:
+    """The error of one call sending `bad` on a fresh pool; with `then`, a call sending it
+    next on the same pool is answered (the failure was that call's, not the pool's)."""
+    pool = pool_for(server)
+    try:
+        error = await failure(pool, bad, timeout)
+        if then is not None:
+            assert await call(pool, then) == then
+    finally:
+        await pool.close()
+    return error
+
+
 # -- answers -------------------------------------------------------------------------------
 
 
@@ -275,11 +290,7 @@ async def test_non_ok_status_carries_code_and_message(trailers_only: bool) -> No
             peer.answer(stream_id, b"", trailers=status)
 
     async with H2Server(not_found) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"x")
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"x")
     assert error.kind is ErrorKind.GRPC_STATUS
     assert error.status == "NOT_FOUND"
     assert "unknown model" in error.detail
@@ -303,11 +314,7 @@ async def test_statuses_classified_as_grpc_failure_classifies_grpcio(
         peer.answer(stream_id, b"", trailers=trailers)
 
     async with H2Server(status) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"x")
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"x")
     expected = grpc_failure(name, message, WHERE)
     assert (error.kind, error.status, error.detail) == (kind, name, expected.detail)
     assert expected.kind is kind
@@ -317,11 +324,7 @@ async def test_statuses_classified_as_grpc_failure_classifies_grpcio(
 
 
 async def test_connection_refused_names_host_and_port(closed_port: str) -> None:
-    pool = pool_for(closed_port)
-    try:
-        error = await failure(pool, b"x")
-    finally:
-        await pool.close()
+    error = await fails_alone(closed_port, b"x")
     assert error.kind is ErrorKind.CONNECTION_REFUSED
     assert closed_port in error.detail
 
@@ -340,12 +343,7 @@ async def test_connection_lost_mid_answer_then_the_next_call_reconnects(how: str
             peer.writer.transport.abort()
 
     async with H2Server(cut_first_connection) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"first")
-            assert await call(pool, b"second") == b"second"
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"first", b"second")
     assert error.kind is ErrorKind.CONNECTION_RESET
     assert len(server.peers) == 2
 
@@ -368,12 +366,7 @@ async def test_stream_reset_by_the_server(code: ErrorCodes, status: str) -> None
             peer.answer(stream_id, message)
 
     async with H2Server(reset) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"reset")
-            assert await call(pool, b"after") == b"after"  # the connection carries on
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"reset", b"after")  # the connection carries on
     assert (error.kind, error.status) == (ErrorKind.GRPC_STATUS, status)
     assert len(server.peers) == 1
 
@@ -482,12 +475,7 @@ async def test_answers_that_break_grpc_fail_their_call_only(
             peer.answer(stream_id, message)
 
     async with H2Server(handler) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"bad")
-            assert await call(pool, b"good") == b"good"
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"bad", b"good")
     assert (error.kind, error.status) == (kind, status)
     assert len(server.peers) == 1
 
@@ -503,11 +491,10 @@ async def test_http1_server_is_a_clear_failure(then_close: bool) -> None:
             await reader.read(1024)  # the client's end
 
     server = await asyncio.start_server(http1, "127.0.0.1", 0)
-    pool = LeanGrpcPool("127.0.0.1", server.sockets[0].getsockname()[1], 1)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
-        error = await failure(pool, b"x", timeout=30.0)  # a hang would end in TIMEOUT
+        error = await fails_alone(address, b"x", timeout=30.0)  # a hang would end in TIMEOUT
     finally:
-        await pool.close()
         server.close()
     assert error.kind is ErrorKind.BAD_RESPONSE
     assert "HTTP/2" in error.detail
@@ -524,11 +511,10 @@ async def test_goaway_with_the_settings_fails_the_call_instead_of_reconnecting()
             pass
 
     server = await asyncio.start_server(going_away, "127.0.0.1", 0)
-    pool = LeanGrpcPool("127.0.0.1", server.sockets[0].getsockname()[1], 1)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
-        error = await failure(pool, b"x", timeout=30.0)
+        error = await fails_alone(address, b"x", timeout=30.0)
     finally:
-        await pool.close()
         server.close()
     assert error.kind is ErrorKind.CONNECTION_RESET
     assert connections == 1
@@ -540,11 +526,7 @@ async def test_malformed_frame_is_a_bad_response() -> None:
         peer.writer.write(raw_frame(GOAWAY, 0, 0, b"\0\0"))
 
     async with H2Server(short_goaway) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"x")
-        finally:
-            await pool.close()
+        error = await fails_alone(server, b"x")
     assert error.kind is ErrorKind.BAD_RESPONSE
 
 
@@ -557,13 +539,8 @@ async def test_silence_times_out_resets_the_stream_and_keeps_the_connection() ->
             peer.answer(stream_id, message)
 
     async with H2Server(silent_once) as server:
-        pool = pool_for(server)
-        try:
-            error = await failure(pool, b"silence", timeout=0.3)
-            # The second call is answered after the server read the reset (one byte stream).
-            assert await call(pool, b"then") == b"then"
-        finally:
-            await pool.close()
+        # The second call is answered after the server read the reset (one byte stream).
+        error = await fails_alone(server, b"silence", b"then", timeout=0.3)
     assert (error.kind, error.status) == (ErrorKind.TIMEOUT, "DEADLINE_EXCEEDED")
     peer = server.peers[0]
     assert peer.request_headers[1][b"grpc-timeout"] == b"300m"

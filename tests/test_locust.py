@@ -250,19 +250,26 @@ def test_processes_send_their_records_to_the_master(triton_dense_model, tmp_path
     check_clean_run(outcome, f"{triton_dense_model.name} b1 triton-http", batch_size=1)
 
 
-def test_servebench_ui_headless(triton_dense_model, tmp_path):
+def headless_ui(tmp_path: Path, served, *scenario: str) -> tuple[str, Path]:
+    """`servebench ui [SCENARIO] --host <served> --headless` for 2 s with 2 users, which must
+    succeed; (its stdout, the one run directory it wrote)."""
     proc = subprocess.run(
         [
-            sys.executable, "-c", "from servebench.cli import main; main()", "ui",
-            "--host", triton_dense_model.server.endpoints.http_url,
-            "--model", triton_dense_model.name, "--headless", "-u", "2", "-t", "2s",
+            sys.executable, "-c", "from servebench.cli import main; main()", "ui", *scenario,
+            "--host", served.server.endpoints.http_url,
+            "--model", served.name, "--headless", "-u", "2", "-t", "2s",
             "--results", str(tmp_path / "results"),
         ],
         capture_output=True, text=True, timeout=180, env=_env(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
-    assert f"results: {run_dir}" in proc.stdout
+    return proc.stdout, run_dir
+
+
+def test_servebench_ui_headless(triton_dense_model, tmp_path):
+    stdout, run_dir = headless_ui(tmp_path, triton_dense_model)
+    assert f"results: {run_dir}" in stdout
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and run["source"] == "locust"
     assert pd.read_csv(run_dir / "trials.csv").iloc[0]["count"] > 0

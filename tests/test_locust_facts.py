@@ -6,14 +6,12 @@ report prices them and `servebench recommend` ranks them — as closed-loop meas
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from test_locust import ROOT, _env
+from test_locust import ROOT, headless_ui
 
 from model_zoo.counting import count
 from servebench.analysis.loader import load_run
@@ -127,17 +125,7 @@ def test_bad_facts_name_the_file_and_field(tmp_path: Path, document, field: str)
 def test_servebench_ui_from_a_scenario_prices_its_swarm(triton_dense_model, tmp_path: Path):
     """The whole way: `servebench ui SCENARIO --host ...` writes the facts, the Locust child
     reads them, and the swarm's row is priced on the scenario's instance."""
-    proc = subprocess.run(
-        [
-            sys.executable, "-c", "from servebench.cli import main; main()", "ui",
-            str(QUICKSTART), "--host", triton_dense_model.server.endpoints.http_url,
-            "--model", triton_dense_model.name, "--headless", "-u", "2", "-t", "2s",
-            "--results", str(tmp_path / "results"),
-        ],
-        capture_output=True, text=True, timeout=180, env=_env(), cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    (run_dir,) = (tmp_path / "results").iterdir()
+    _, run_dir = headless_ui(tmp_path, triton_dense_model, str(QUICKSTART))
     trials = pd.read_csv(run_dir / "trials.csv")
     assert (trials["instance"] == "c6i.xlarge").all()
     assert np.isfinite(trials["cost_per_million"]).all()

@@ -7,13 +7,14 @@ import signal
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from servebench.cli import app
 from servebench.netem import BUILTIN_PROFILES
-from servebench.netem.address import parse_address
+from servebench.netem.address import Address, parse_address
 from servebench.netem.probe import measure_rtts, probe_server
 
 runner = CliRunner()
@@ -54,21 +55,20 @@ def test_proxy_rejects_a_bad_target():
     assert "--to nohost: 'nohost' has no port" in result.output
 
 
-def test_proxy_runs_until_interrupted(tmp_path: Path):
-    profile = tmp_path / "steady.yaml"
-    profile.write_text("rtt_s: 0.030\ndown_mbps: 20\nup_mbps: 20\n")
+def run_proxy(*options: str, use: Callable[[Address], None]) -> tuple[int, str]:
+    """`servebench netem proxy --to <a probe server> OPTIONS`: `use` gets the address it
+    prints, then Ctrl-C stops it; (exit code, stderr)."""
     with probe_server() as server:
         proc = subprocess.Popen(
             [
                 sys.executable,
-                "-c",
-                "from servebench.cli import main; main()",
+                "-m",
+                "servebench.cli",
                 "netem",
                 "proxy",
-                "--profile",
-                str(profile),
                 "--to",
                 str(server),
+                *options,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -76,15 +76,25 @@ def test_proxy_runs_until_interrupted(tmp_path: Path):
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
         try:
-            address = parse_address(proc.stdout.readline().strip(), "printed address")
-            rtts = measure_rtts(address, 5)
-            # The profile's 30 ms is a floor; the median (not the max, which one busy
-            # moment can spoil) shows it is this profile's RTT, not some larger one.
-            assert min(rtts) > 0.030 and statistics.median(rtts) < 0.060
+            use(parse_address(proc.stdout.readline().strip(), "printed address"))
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert proc.returncode == 0, err
+    return proc.returncode, err
+
+
+def test_proxy_runs_until_interrupted(tmp_path: Path):
+    profile = tmp_path / "steady.yaml"
+    profile.write_text("rtt_s: 0.030\ndown_mbps: 20\nup_mbps: 20\n")
+
+    def five_pings(address: Address) -> None:
+        rtts = measure_rtts(address, 5)
+        # The profile's 30 ms is a floor; the median (not the max, which one busy moment
+        # can spoil) shows it is this profile's RTT, not some larger one.
+        assert min(rtts) > 0.030 and statistics.median(rtts) < 0.060
+
+    code, err = run_proxy("--profile", str(profile), use=five_pings)
+    assert code == 0, err
     assert "stopped: 1 connections" in err

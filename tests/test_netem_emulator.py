@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import until, until_async
+from conftest import serving, until, until_async
 from link_checks import rtt_floor_s
 
 from servebench.netem import (
@@ -190,13 +190,8 @@ async def test_http_call_through_the_link():
 
     app = web.Application()
     app.router.add_post("/reverse", reverse)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     payload = os.urandom(50_000)
-    try:
+    async with serving(app) as port:
         emulator = LinkEmulator(STEADY_WIFI, ("127.0.0.1", port))
         async with emulator as address, aiohttp.ClientSession() as session:
             url = f"http://{address}/reverse"
@@ -209,8 +204,6 @@ async def test_http_call_through_the_link():
                 assert response.status == 200
                 assert body == payload[::-1]
             stats = await emulator.astats()
-    finally:
-        await runner.cleanup()
     # Keep-alive requests: one RTT (less what the emulator may deliver early) plus 50 kB up
     # at 15 Mbit/s and back at 30 Mbit/s, the answer after the whole request.
     floor = rtt_floor_s(STEADY_WIFI) + 50_000 * 8 / 15e6 + 50_000 * 8 / 30e6

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.overhead.probes import ProbeContext, fio
+from servebench.overhead.probes import fio
 
 # Captured here: fio 3.33, a 4 KiB random-read job (16 MiB file, 4 MiB read, libaio, QD 16).
 CAPTURED = Path(__file__).parent / "data" / "fio_randread.json"
@@ -41,11 +41,8 @@ def test_parse_output_refuses_failures() -> None:
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
-def test_quick_run_gives_plausible_figures(tmp_path: Path) -> None:
-    context = ProbeContext(scratch=tmp_path / "s", overlay=tmp_path / "o", quick=True)
-    context.scratch.mkdir()
-    context.overlay.mkdir()
-    found = {m.metric: m for m in fio.run(context)}
+def test_quick_run_gives_plausible_figures(quick_context) -> None:
+    found = {m.metric: m for m in fio.run(quick_context)}
     assert set(found) == {
         f"{folder}_{name}"
         for folder in ("scratch", "overlay")
@@ -59,4 +56,4 @@ def test_quick_run_gives_plausible_figures(tmp_path: Path) -> None:
         assert 0 < random.value < MAX_IOPS
         assert random.detail["io_mib"] == fio.QUICK_RANDOM_MIB
         assert random.cpu_s is not None and random.cpu_s > 0
-    assert list(context.scratch.iterdir()) == list(context.overlay.iterdir()) == []
+    assert list(quick_context.scratch.iterdir()) == list(quick_context.overlay.iterdir()) == []

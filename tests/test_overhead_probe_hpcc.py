@@ -82,11 +82,8 @@ def test_missing_binary_makes_the_probe_unavailable(
 
 
 @pytest.mark.skipif(shutil.which("hpcc") is None, reason="Debian's hpcc is not installed")
-def test_quick_run_gives_plausible_figures(tmp_path: Path) -> None:
-    context = ProbeContext(scratch=tmp_path / "s", overlay=tmp_path / "o", quick=True)
-    context.scratch.mkdir()
-    context.overlay.mkdir()
-    found = {m.metric: m for m in hpcc.run(context)}
+def test_quick_run_gives_plausible_figures(quick_context) -> None:
+    found = {m.metric: m for m in hpcc.run(quick_context)}
     assert set(found) == {metric for _, metric, _, _ in hpcc.METRICS}
     for metric in ("hpl_gflops", "dgemm_gflops", "fft_gflops"):
         assert 0 < found[metric].value < fp64_peak_gflops(), metric
@@ -98,4 +95,4 @@ def test_quick_run_gives_plausible_figures(tmp_path: Path) -> None:
     assert hpl.cpu_s is not None and hpl.cpu_s > 0
     assert hpl.wall_s is not None and hpl.wall_s >= float(hpl.detail["HPL_time"])
     assert "libblas" in str(hpl.detail["blas"])
-    assert list(context.overlay.iterdir()) == []  # its work folder is gone
+    assert list(quick_context.overlay.iterdir()) == []  # its work folder is gone

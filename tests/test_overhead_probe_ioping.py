@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.overhead.probes import ProbeContext, ioping
+from servebench.overhead.probes import ioping
 from servebench.overhead.probes.folders import filesystem_type
 
 # Captured here: `ioping -J -c 12 -i 0 -s 4096 -e 1 -D FILE` (ioping 1.3).
@@ -47,13 +47,10 @@ def test_latency_measurements_are_percentiles_in_microseconds() -> None:
 
 
 @pytest.mark.skipif(shutil.which("ioping") is None, reason="Debian's ioping is not installed")
-def test_quick_run_direct_reads_are_slower_than_cached(tmp_path: Path) -> None:
+def test_quick_run_direct_reads_are_slower_than_cached(tmp_path: Path, quick_context) -> None:
     if filesystem_type(tmp_path) == "tmpfs":
         pytest.skip("the temporary folder is tmpfs: O_DIRECT reads memory there too")
-    context = ProbeContext(scratch=tmp_path / "s", overlay=tmp_path / "o", quick=True)
-    context.scratch.mkdir()
-    context.overlay.mkdir()
-    found = {m.metric: m for m in ioping.run(context)}
+    found = {m.metric: m for m in ioping.run(quick_context)}
     assert len(found) == 2 * 2 * 2 * 4
     for folder in ("scratch", "overlay"):
         for pattern in ("sequential", "random"):
@@ -67,4 +64,4 @@ def test_quick_run_direct_reads_are_slower_than_cached(tmp_path: Path) -> None:
             assert direct.detail["requests"] == ioping.QUICK_REQUESTS - 1  # warm-up left out
             assert direct.cpu_s is not None and direct.wall_s is not None
     assert found["overlay_random_direct_p50_s"].detail["filesystem"] == filesystem_type(tmp_path)
-    assert list(context.scratch.iterdir()) == list(context.overlay.iterdir()) == []
+    assert list(quick_context.scratch.iterdir()) == list(quick_context.overlay.iterdir()) == []

@@ -13,37 +13,22 @@ it, every trial takes the profile from the plan.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
-from server_checks import metrics_url, tritonservers, wait_for_a_trial, wait_for_measured_answers
+from scenario_checks import TINY_WORKLOAD, interrupted_run, tiny_scenario, write
+from server_checks import metrics_url, tritonservers, wait_for_measured_answers
 
 from servebench.netem import profiles
 from servebench.scenario.runner import ScenarioRunner
 
-SCENARIO = """\
-name: tiny-link
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - name: triton
-    kind: triton
-    settings: {max_batch_size: 4, dynamic_batching: false}
-workload:
-  rates: [40]
-  batch_sizes: [1, 2]
-  duration_s: 30.0
-  warmup_s: 0.2
-  timeout_s: 2
-links: [wifi]
-"""
+# The 30 s trial is only the margin for the interrupt to land inside it.
+SCENARIO = tiny_scenario(
+    "tiny-link", workload={**TINY_WORKLOAD, "duration_s": 30.0}, links=["wifi"]
+)
 
 
 # 40 req/s over the 0.2 s warm-up: the requests at offsets 0, 0.025, ... 0.175 s.
@@ -67,36 +52,17 @@ def _emulator_workers(root: psutil.Process) -> list[psutil.Process]:
 
 
 def test_sigint_to_the_process_group_interrupts_a_trial_on_an_emulated_link(tmp_path: Path):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO)
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
-    command += ["--output", str(results), "--no-report"]
-    # Its own session stands in for the terminal's foreground group (and keeps the SIGINT
-    # away from pytest).
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
     workers: list[psutil.Process] = []
-    try:
-        # Interrupted once measured answers have come back through the link (server_checks);
-        # the 30 s trial is only the margin for the interrupt to land inside it.
-        wait_for_a_trial(results, process)
+
+    def during(process: subprocess.Popen[str]) -> None:
+        # Interrupted once measured answers have come back through the link (server_checks).
         (server,) = tritonservers(tmp_path)
         wait_for_measured_answers(metrics_url(server), WARMUP_REQUESTS)
-        workers = _emulator_workers(psutil.Process(process.pid))
+        workers.extend(_emulator_workers(psutil.Process(process.pid)))
         assert workers, "no link emulator worker found during the trial"
-        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        output, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+
+    process, output = interrupted_run(write(tmp_path, SCENARIO, "tiny.yaml"), results, during)
     assert process.returncode == 130, output
     (run,) = [p for p in results.iterdir() if p.is_dir()]
     meta = json.loads((run / "run.json").read_text())
@@ -111,11 +77,9 @@ def test_sigint_to_the_process_group_interrupts_a_trial_on_an_emulated_link(tmp_
 
 def test_a_profile_file_is_read_once_per_run(tmp_path: Path, monkeypatch):
     (tmp_path / "links").mkdir()
-    link = tmp_path / "links" / "office.yaml"
-    link.write_text("name: office\nrtt_s: 0.01\ndown_mbps: 50\nup_mbps: 20\n")
-    text = SCENARIO.replace("links: [wifi]", "links: [links/office.yaml]")
-    path = tmp_path / "office-run.yaml"
-    path.write_text(text.replace("duration_s: 4.0", "duration_s: 0.5"))
+    link = write(tmp_path / "links", "name: office\nrtt_s: 0.01\ndown_mbps: 50\nup_mbps: 20\n")
+    workload = {**TINY_WORKLOAD, "duration_s": 0.5}
+    text = tiny_scenario("office-run", workload=workload, links=[f"links/{link.name}"])
     reads = []
     real = profiles.load_yaml
 
@@ -124,7 +88,7 @@ def test_a_profile_file_is_read_once_per_run(tmp_path: Path, monkeypatch):
         return real(file)
 
     monkeypatch.setattr(profiles, "load_yaml", counting)
-    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    outcome = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results").run()
     assert outcome.status == "complete", outcome.reason
     assert reads == [link.resolve()]  # two trials over it, one read
     trials = pd.read_csv(outcome.directory.path / "trials.csv")

@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from scenario_checks import problems, write
 from typer.testing import CliRunner
 
 from servebench.cli import app
 from servebench.scenario.plan import expand
-from servebench.scenario.validate import ScenarioError, load_scenario
+from servebench.scenario.validate import load_scenario
 
 BASE = """\
 name: limits
@@ -28,18 +29,6 @@ workload:
   duration_s: 2
 links: [direct]
 """
-
-
-def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    with pytest.raises(ScenarioError) as caught:
-        load_scenario(write(tmp_path, text))
-    return caught.value.problems
 
 
 SPEC = "{layer_type: dense, depth: 1, width: 8, input_shape: [4]}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 from link_checks import p50_floor_s
+from scenario_checks import TINY_WORKLOAD, interrupted_run, tiny_scenario, write
 from server_checks import (
     Background,
     metrics_url,
@@ -32,32 +32,13 @@ from servebench.netem import resolve_link
 from servebench.results import TRIAL_COLUMNS
 from servebench.scenario.runner import ScenarioRunner
 
-SCENARIO = """\
-# test scenario
-name: tiny
-models:
-  specs:
-    - {{layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}}
-servers:
-  - name: triton
-    kind: triton
-    settings: {{max_batch_size: 4, dynamic_batching: false}}
-workload:
-  rates: [40]
-  batch_sizes: {batch_sizes}
-  duration_s: {duration}
-  warmup_s: 0.2
-  timeout_s: 2
-links: {links}
-slo: {{percentile: 99, latency_ms: 500}}
-cost: {{instance: c6i.xlarge}}
-"""
+SLO_AND_COST = {"slo": {"percentile": 99, "latency_ms": 500}, "cost": {"instance": "c6i.xlarge"}}
 
 
-def scenario(tmp_path: Path, *, batch_sizes="[1, 2]", duration=1.0, links="[direct]") -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO.format(batch_sizes=batch_sizes, duration=duration, links=links))
-    return path
+def scenario(tmp_path: Path, *, batch_sizes=(1, 2), duration=1.0, links=("direct",)) -> Path:
+    workload = {**TINY_WORKLOAD, "batch_sizes": batch_sizes, "duration_s": duration}
+    text = tiny_scenario("tiny", workload=workload, links=links, **SLO_AND_COST)
+    return write(tmp_path, "# test scenario\n" + text, "tiny.yaml")
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +53,7 @@ def run_dir_of(root: Path) -> Path:
 
 def test_short_run_writes_consistent_result_files(tmp_path: Path):
     outcome = ScenarioRunner(
-        scenario(tmp_path, links="[direct, wifi]"), output=tmp_path / "results"
+        scenario(tmp_path, links=("direct", "wifi")), output=tmp_path / "results"
     ).run()
     run = outcome.directory.path
     assert outcome.status == "complete", outcome.reason
@@ -125,7 +106,7 @@ def wait_until_measuring(tmp_path: Path, run: subprocess.Popen | None = None) ->
 
 
 def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Path):
-    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=1.5)
+    path = scenario(tmp_path, batch_sizes=(1, 2, 4), duration=1.5)
     runner = ScenarioRunner(path, output=tmp_path / "results")
     killer = Background(lambda: wait_until_measuring(tmp_path).kill())
     outcome = runner.run()
@@ -140,31 +121,11 @@ def test_server_killed_mid_trial_fails_that_trial_and_the_next_runs(tmp_path: Pa
 
 
 def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Path):
-    path = scenario(tmp_path, batch_sizes="[1, 2, 4]", duration=1.5)
+    path = scenario(tmp_path, batch_sizes=(1, 2, 4), duration=1.5)
     results = tmp_path / "results"
-    command = [
-        sys.executable,
-        "-m",
-        "servebench.cli",
-        "scenario",
-        "run",
-        str(path),
-        "--output",
-        str(results),
-        "--no-report",
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    process, output = interrupted_run(
+        path, results, lambda run: wait_until_measuring(tmp_path, run)
     )
-    try:
-        wait_until_measuring(tmp_path, process)
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:  # the wait failed: leave no run (and server) behind
-            process.kill()
-            process.communicate()
     assert process.returncode == 130, output
     run = run_dir_of(results)
     meta = json.loads((run / "run.json").read_text())
@@ -178,13 +139,7 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
 
     first_file = run / "records" / f"{trials.iloc[0].trial_id}.parquet"
     before = first_file.stat().st_mtime_ns
-    resumed = subprocess.run(
-        [*command[:-1], "--resume", str(run), "--no-report"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    resumed = resume(path, results, run, timeout_s=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "3 of 3 trials to run" in resumed.stdout  # the cut-short trial is run again
     trials = pd.read_csv(run / "trials.csv")
@@ -195,21 +150,28 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
     assert records.num_rows == trials["count"].sum()
     assert first_file.stat().st_mtime_ns > before
 
-    again = subprocess.run(
-        [*command[:-1], "--resume", str(run), "--no-report"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    again = resume(path, results, run, timeout_s=120)
     assert again.returncode == 0 and "0 of 3 trials to run" in again.stdout
 
 
+def resume(path: Path, results: Path, run: Path, timeout_s: float):
+    """`servebench scenario run --resume RUN`, to its end."""
+    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
+    command += ["--output", str(results), "--resume", str(run), "--no-report"]
+    return subprocess.run(
+        command,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def test_slo_search_records_every_step_and_the_rate_found(tmp_path: Path):
-    text = (
-        SCENARIO.format(batch_sizes="[1]", duration=1.0, links="[direct]")
-        .replace("  rates: [40]\n", "  search: max_rate\n  search_settings: {min_rate: 10, max_rate: 40, precision: 0.5, max_steps: 3}\n")
-    )  # fmt: skip
+    search = {"min_rate": 10, "max_rate": 40, "precision": 0.5, "max_steps": 3}
+    workload = {"search": "max_rate", "search_settings": search, "batch_sizes": [1]}
+    workload |= {"duration_s": 1.0, "warmup_s": 0.2, "timeout_s": 2}
+    text = tiny_scenario("tiny", workload=workload, links=["direct"], **SLO_AND_COST)
     path = tmp_path / "search.yaml"
     path.write_text(text)
     outcome = ScenarioRunner(path, output=tmp_path / "results").run()

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from scenario_checks import problems, write
 from typer.testing import CliRunner
 
 from servebench.cli import app
@@ -32,18 +33,6 @@ workload:
 links: [direct, lte]
 slo: {percentile: 99, latency_ms: 50}
 """
-
-
-def write(tmp_path: Path, text: str, name: str = "study.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    with pytest.raises(ScenarioError) as caught:
-        load_scenario(write(tmp_path, text))
-    return caught.value.problems
 
 
 # (replace this, with that) -> the one problem line expected, as "<line> <path>: <text>"
@@ -139,7 +128,7 @@ BAD = [
 def test_bad_scenarios_name_file_line_field_and_reason(tmp_path: Path, old, new, expected):
     assert old in GOOD
     found = problems(tmp_path, GOOD.replace(old, new, 1))
-    assert any(p.startswith(f"{tmp_path / 'study.yaml'}:{expected}") for p in found), found
+    assert any(p.startswith(f"{tmp_path / 's.yaml'}:{expected}") for p in found), found
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path):
@@ -173,7 +162,7 @@ def test_six_independent_errors_are_all_reported_in_one_pass(tmp_path: Path):
     # A field error, a rule in the same section, a settings matrix, a batch size against
     # another server's matrix, a link and the price table: once they came in three rounds.
     found = problems(tmp_path, SIX_ERRORS)
-    path = tmp_path / "study.yaml"
+    path = tmp_path / "s.yaml"
     assert found == [
         f"{path}:8 servers[0].settings.instance_count[1]: 0 — must be > 0",
         f"{path}:13 workload.rates[1]: -5 — must be > 0",
@@ -209,11 +198,11 @@ def test_rules_run_beside_the_field_errors_of_their_own_section(tmp_path: Path):
 
 
 def test_not_yaml_and_duplicate_keys(tmp_path: Path):
-    assert problems(tmp_path, "name: [unclosed\n")[0].startswith(f"{tmp_path / 'study.yaml'}:")
+    assert problems(tmp_path, "name: [unclosed\n")[0].startswith(f"{tmp_path / 's.yaml'}:")
     found = problems(
         tmp_path, GOOD.replace("  duration_s: 2\n", "  duration_s: 2\n  duration_s: 3\n")
     )
-    assert found == [f"{tmp_path / 'study.yaml'}:18 workload.duration_s: duplicate key"]
+    assert found == [f"{tmp_path / 's.yaml'}:18 workload.duration_s: duplicate key"]
     assert "a scenario must be a mapping" in problems(tmp_path, "- 1\n- 2\n")[0]
 
 
@@ -241,7 +230,7 @@ def test_closed_loop_and_search_levels(tmp_path: Path):
     closed = GOOD.replace("  rates: [50, 100]\n", "  mode: closed\n  concurrency: [1, 2, 4]\n")
     assert len(expand(load_scenario(write(tmp_path, closed)), tmp_path).trials) == 4 * 4 * 2 * 2 * 3
     search = GOOD.replace("  rates: [50, 100]\n", "  search: max_rate\n")
-    plan = expand(load_scenario(write(tmp_path, search, "s.yaml")), tmp_path)
+    plan = expand(load_scenario(write(tmp_path, search, "search.yaml")), tmp_path)
     assert {t.level.kind for t in plan.trials} == {"search"}
     no_slo = search.replace("slo: {percentile: 99, latency_ms: 50}\n", "")
     assert any("slo: search: max_rate needs an slo" in p for p in problems(tmp_path, no_slo))
@@ -272,7 +261,7 @@ def test_settings_that_do_not_apply_collapse(tmp_path: Path):
 
 
 def test_an_empty_list_for_a_number_or_list_setting_is_one_error(tmp_path):
-    from servebench.scenario.validate import ScenarioError, load_scenario
+    from servebench.scenario.validate import load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(
@@ -341,5 +330,5 @@ def test_link_profile_names_must_be_distinct(tmp_path: Path):
     (tmp_path / "profiles" / "wifi.yaml").write_text("rtt_s: 0.03\n")  # named after its file
     text = LINKS.replace("links: [direct,", "links: [wifi, profiles/wifi.yaml, direct,")
     (found,) = problems(tmp_path, text)
-    assert found.startswith(f"{tmp_path / 'study.yaml'}:19 links: link profile names must be")
+    assert found.startswith(f"{tmp_path / 's.yaml'}:19 links: link profile names must be")
     assert "['wifi', 'wifi', 'direct', 'slow-office', 'stemmed', 'inline-one']" in found

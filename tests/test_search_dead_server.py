@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from scenario_checks import tiny_scenario, write
 from server_checks import (
     Background,
     answered,
@@ -24,26 +25,15 @@ from server_checks import (
 
 from servebench.scenario.runner import ScenarioRunner
 
-SCENARIO = """\
-name: search-kill
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - name: triton
-    kind: triton
-    settings: {max_batch_size: 4, dynamic_batching: false}
-workload:
-  search: max_rate
-  search_settings: {min_rate: 5, max_rate: 40, precision: 0.2, max_steps: 4}
-  batch_sizes: [1, 2]
-  duration_s: 1
-  warmup_s: 0.2
-  timeout_s: 2
-links: [direct]
-slo: {percentile: 99, latency_ms: 500}
-cost: {instance: c6i.xlarge}
-"""
+SEARCH = {"min_rate": 5, "max_rate": 40, "precision": 0.2, "max_steps": 4}
+WORKLOAD = {"search": "max_rate", "search_settings": SEARCH, "batch_sizes": [1, 2]}
+SCENARIO = tiny_scenario(
+    "search-kill",
+    workload={**WORKLOAD, "duration_s": 1, "warmup_s": 0.2, "timeout_s": 2},
+    links=["direct"],
+    slo={"percentile": 99, "latency_ms": 500},
+    cost={"instance": "c6i.xlarge"},
+)
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +56,7 @@ def _kill_during_the_second_step(tmp_path: Path) -> None:
 
 
 def test_server_killed_mid_search_ends_the_search_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "search.yaml"
-    path.write_text(SCENARIO)
+    path = write(tmp_path, SCENARIO, "search.yaml")
     killer = Background(lambda: _kill_during_the_second_step(tmp_path))
     outcome = ScenarioRunner(path, output=tmp_path / "results").run()
     killer.join()

@@ -22,6 +22,7 @@ import pandas as pd
 import psutil
 import pytest
 import tritonclient.http as triton_http
+from scenario_checks import TINY_SETTINGS, TINY_WORKLOAD, tiny_scenario, write
 
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
@@ -126,23 +127,12 @@ def test_backends_are_copied_fresh_over_a_running_stub(triton_install, tmp_path:
         running.wait()
 
 
-SCENARIO = """\
-name: restart
-models:
-  specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
-servers:
-  - name: triton
-    kind: triton
-    settings: {max_batch_size: 4, dynamic_batching: false, instance_count: 2}
-workload:
-  rates: [40]
-  batch_sizes: [1, 2, 4]
-  duration_s: 1.0
-  warmup_s: 0.2
-  timeout_s: 2
-links: [direct]
-"""
+SCENARIO = tiny_scenario(
+    "restart",
+    settings={**TINY_SETTINGS, "instance_count": 2},
+    workload={**TINY_WORKLOAD, "batch_sizes": [1, 2, 4]},
+    links=["direct"],
+)
 
 
 def test_run_restarts_a_server_killed_between_trials(
@@ -150,8 +140,7 @@ def test_run_restarts_a_server_killed_between_trials(
 ) -> None:
     from servebench.scenario.runner import ScenarioRunner
 
-    path = tmp_path / "restart.yaml"
-    path.write_text(SCENARIO)
+    path = write(tmp_path, SCENARIO, "restart.yaml")
     killed: list[psutil.Process] = []
     add_trial = RunDirectory.add_trial
 

@@ -10,8 +10,6 @@ Skipped, with the reason, where no engine answers or the image is not built.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +18,8 @@ import pandas as pd
 import pytest
 from docker_checks import ENGINE_PROBLEM, MISSING_IMAGE, needs_image, owned_containers
 from link_checks import p50_floor_s
-from server_checks import container_metrics_url, wait_for_a_trial, wait_for_measured_answers
+from scenario_checks import interrupted_run, tiny_scenario, write
+from server_checks import container_metrics_url, wait_for_measured_answers
 
 from servebench.common.wellknown import TRITON_CPU_IMAGE
 from servebench.netem import resolve_link
@@ -30,33 +29,18 @@ from servebench.telemetry import read_telemetry
 
 pytestmark = pytest.mark.skipif(ENGINE_PROBLEM is not None, reason=ENGINE_PROBLEM or "")
 
-SCENARIO = """\
-name: tiny-docker
-models:
-  specs:
-    - {{layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}}
-servers:
-  - name: triton
-    kind: triton
-    launch: docker
-    image: {image}
-    settings: {{max_batch_size: 4, dynamic_batching: false}}
-workload:
-  mode: closed
-  concurrency: [2]
-  duration_s: {duration}
-  warmup_s: {warmup}
-  timeout_s: 5
-links: [{link}]
-"""
-
 
 def write_scenario(
     tmp_path: Path, image: str, *, duration: float = 1.5, link: str = "wifi", warmup: float = 0.2
 ):
-    path = tmp_path / "tiny-docker.yaml"
-    path.write_text(SCENARIO.format(image=image, duration=duration, link=link, warmup=warmup))
-    return path
+    workload = {"mode": "closed", "concurrency": [2], "duration_s": duration}
+    text = tiny_scenario(
+        "tiny-docker",
+        server={"launch": "docker", "image": image},
+        workload={**workload, "warmup_s": warmup, "timeout_s": 5},
+        links=[link],
+    )
+    return write(tmp_path, text, "tiny-docker.yaml")
 
 
 def test_one_trial_through_a_link_to_triton_in_a_container(tmp_path: Path) -> None:
@@ -112,27 +96,12 @@ def test_ctrl_c_mid_trial_ends_the_run_interrupted_and_removes_the_container(
     # to land inside the trial.
     path = write_scenario(tmp_path, TRITON_CPU_IMAGE, duration=30.0, link="direct", warmup=0)
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
-    command += ["--output", str(results), "--no-report"]
-    # Its own session stands in for the terminal's foreground group.
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        wait_for_a_trial(results, process)
+
+    def during(process: subprocess.Popen[str]) -> None:
         (container,) = owned_containers(process.pid)
         wait_for_measured_answers(container_metrics_url(container), warmup_requests=0)
-        os.killpg(process.pid, signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+
+    process, output = interrupted_run(path, results, during)
     assert process.returncode == 130, output
     (run,) = results.iterdir()
     status = json.loads((run / "run.json").read_text())
