@@ -30,6 +30,7 @@ from model_zoo.parity import ParityReport, check_parity
 from model_zoo.spec import ModelSpec, SpecError, load_specs, save_specs
 from model_zoo.torch_builder import build_torch
 from servebench.common.textfile import read_text
+from servebench.common.tfs_config import savedmodel_names
 
 FAMILY_FILE = "family.yaml"
 EXPORT_FILE = "export.json"
@@ -99,7 +100,8 @@ def export_family(
         if on_model is not None:
             on_model(exported[-1])
     if TFS_FORMAT in formats:
-        write_server_files(out / TFS_DIR, _savedmodel_names(out / TFS_DIR), tfs_batching)
+        # Every model folder that holds a SavedModel version, so earlier exports stay listed.
+        write_server_files(out / TFS_DIR, savedmodel_names(out / TFS_DIR), tfs_batching)
     _record(out, specs, exported, formats, triton_settings, tfs_batching, seed)
     return exported
 
@@ -143,11 +145,6 @@ def _export_one(spec, out, formats, triton_settings, seed, version, check, force
         )
         result.seconds["check"] = time.perf_counter() - started
     return result
-
-
-def _savedmodel_names(tfs_dir: Path) -> list[str]:
-    """Every model folder that holds a SavedModel version, so earlier exports stay listed."""
-    return sorted(p.parent.parent.name for p in tfs_dir.glob("*/*/saved_model.pb"))
 
 
 def _record(out, specs, exported, formats, triton_settings, tfs_batching, seed) -> None:

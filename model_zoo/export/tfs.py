@@ -4,7 +4,8 @@ Layout (what `tensorflow_model_server --model_config_file` expects):
 `<base>/<model>/<version>/saved_model.pb`, `<base>/models.config` and, when batching
 settings are given, `<base>/batching_parameters.txt`. The signature `serving_default` takes
 `input` and returns `output`, the same names the Triton export uses, so one client payload
-fits both servers.
+fits both servers. `models.config` is written as `servebench.common.tfs_config` says, the
+format the tfs-docker server writes too.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from google.protobuf import text_format
-
 from model_zoo.export.tfs_batching import TfsBatching
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
 from servebench.common.tf_runtime import import_keras, import_tensorflow
-
-MODELS_CONFIG = "models.config"
-BATCHING_PARAMETERS = "batching_parameters.txt"
-# Where the official container sees the base directory when docker/ mounts it.
-CONTAINER_BASE = "/models"
+from servebench.common.tfs_config import (
+    BATCHING_PARAMETERS,
+    CONTAINER_BASE,
+    MODELS_CONFIG,
+    models_config_text,
+)
 
 
 def export_savedmodel(keras_model, spec: ModelSpec, base: Path, version: int = 1) -> Path:
@@ -44,19 +44,6 @@ def export_savedmodel(keras_model, spec: ModelSpec, base: Path, version: int = 1
     archive.add_endpoint("serving_default", serve, input_signature=[signature])
     archive.write_out(str(target), verbose=False)
     return target
-
-
-def models_config_text(model_names: Sequence[str], base_path_root: str = CONTAINER_BASE) -> str:
-    """`ModelServerConfig` listing every model, as text format TF Serving parses."""
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    for name in model_names:
-        entry = config.model_config_list.config.add()
-        entry.name = name
-        entry.base_path = f"{base_path_root.rstrip('/')}/{name}"
-        entry.model_platform = "tensorflow"
-    return text_format.MessageToString(config)
 
 
 def write_server_files(

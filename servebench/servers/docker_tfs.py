@@ -13,7 +13,6 @@ waiting until the model's REST status says AVAILABLE. Both are offered.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servebench.common.serving_apis import TFS
+from servebench.common.tfs_config import (
+    BATCHING_PARAMETERS,
+    CONTAINER_BASE,
+    MODELS_CONFIG,
+    models_config_text,
+    savedmodel_names,
+)
 from servebench.common.wellknown import TFS_GRPC_PORT, TFS_REST_PORT
 from servebench.servers import control
 from servebench.servers.base import ServerEndpoints, ServerModelError
@@ -41,42 +47,12 @@ TFS_IMAGE = "tensorflow/serving"
 # A tag that exists for both the CPU and the -gpu image; newer SavedModels may need a
 # newer server (pick the tag that matches the TensorFlow that exported the models).
 DEFAULT_TFS_TAG = "2.18.0"
-BASE_TARGET = "/models"
 CONFIG_TARGET = "/servebench"
 METRICS_PATH = "/monitoring/prometheus/metrics"
-MODELS_CONFIG = "models.config"
 MONITORING_CONFIG = "monitoring.config"
-BATCHING_PARAMETERS = "batching_parameters.txt"
 # tensorflow_serving/config/monitoring_config.proto (MonitoringConfig.prometheus_config);
 # the proto is not in the tensorflow-serving-api wheel, and this text never varies.
 MONITORING_CONFIG_TEXT = f'prometheus_config {{\n  enable: true\n  path: "{METRICS_PATH}"\n}}\n'
-_VERSION_DIR = re.compile(r"^\d+$")
-
-
-def savedmodel_names(base_path: Path) -> list[str]:
-    """Models under a TF Serving base path: folders holding `<version>/saved_model.pb`."""
-    return sorted(
-        p.parent.parent.name
-        for p in Path(base_path).glob("*/*/saved_model.pb")
-        if _VERSION_DIR.match(p.parent.name)
-    )
-
-
-def models_config_text(names: Sequence[str], root: str = BASE_TARGET) -> str:
-    """A `ModelServerConfig` serving `names` from `<root>/<name>`, in text format."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2  # no TensorFlow import
-
-    config = model_server_config_pb2.ModelServerConfig()
-    # An explicit empty list: TF Serving then starts with no model and accepts model
-    # lists in later config reloads.
-    config.model_config_list.SetInParent()
-    for name in names:
-        entry = config.model_config_list.config.add()
-        entry.name = name
-        entry.base_path = f"{root}/{name}"
-        entry.model_platform = "tensorflow"
-    return text_format.MessageToString(config)
 
 
 class TfsDocker(DockerServer):
@@ -173,7 +149,7 @@ class TfsDocker(DockerServer):
             entrypoint=("tensorflow_model_server",),
             command=tuple(command),
             mounts=(
-                BindMount(self.base_path, BASE_TARGET, read_only=True),
+                BindMount(self.base_path, CONTAINER_BASE, read_only=True),
                 BindMount(config, CONFIG_TARGET, read_only=True),
             ),
             ports=(PublishedPort(TFS_GRPC_PORT), PublishedPort(TFS_REST_PORT)),
