@@ -45,22 +45,27 @@ SPECS = {
 }
 
 
+# Each TritonSettings field with the values tried: 96 combinations.
+AXES = {
+    "max_batch_size": [0, 1, 8],
+    "dynamic_batching": [True, False],
+    "preferred_batch_sizes": [(), (2, 4)],
+    "max_queue_delay_microseconds": [0, 100],
+    "instance_count": [1, 3],
+    "instance_kind": ["KIND_CPU", "KIND_GPU"],
+}
+
+
 def _all_settings() -> list[tuple[dict, bool]]:
     """Every combination of the settings axes, with whether Triton's rules allow it."""
     combos = []
-    axes = itertools.product(
-        [0, 1, 8], [True, False], [(), (2, 4)], [0, 100], [1, 3], ["KIND_CPU", "KIND_GPU"]
-    )
-    for mbs, dyn, preferred, delay, count, kind in axes:
-        kwargs = dict(
-            max_batch_size=mbs,
-            dynamic_batching=dyn,
-            preferred_batch_sizes=preferred,
-            max_queue_delay_microseconds=delay,
-            instance_count=count,
-            instance_kind=kind,
-        )
-        valid = (not dyn or mbs >= 1) and (dyn or (not preferred and not delay))
+    for values in itertools.product(*AXES.values()):
+        kwargs = dict(zip(AXES, values, strict=True))
+        mbs, preferred = kwargs["max_batch_size"], kwargs["preferred_batch_sizes"]
+        if kwargs["dynamic_batching"]:
+            valid = mbs >= 1  # dynamic batching needs a batch dimension
+        else:  # preferred sizes and a queue delay belong to dynamic batching
+            valid = not preferred and not kwargs["max_queue_delay_microseconds"]
         valid = valid and all(p <= mbs for p in preferred)
         combos.append((kwargs, valid))
     return combos
