@@ -16,8 +16,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -206,10 +206,30 @@ async def _serve(
         store.close()
 
 
-def _paths(state_dir: Path, results: Path) -> tuple[Path, Path]:
-    """Absolute, so the paths the store keeps (result_path) do not depend on where the
-    next leader is started from."""
-    return state_dir.resolve(), results.resolve()
+def _lead(
+    connect: Callable[[], AbstractAsyncContextManager[tuple[Any, str]]],
+    policy: str, max_wait_s: float, state_dir: Path, results: Path, host: str, port: int,
+    token: str | None,
+) -> None:  # fmt: skip
+    """What `up` and `leader` share: check the options, hold the store's lock, then serve a
+    leader on the Dask client `connect` opens (with its scheduler's address) until a signal.
+
+    The paths are made absolute, so the ones the store keeps (result_path) do not depend on
+    where the next leader is started from."""
+    chosen = _policy(policy, max_wait_s)
+    state_dir, results = state_dir.resolve(), results.resolve()
+    _check_bind(host, token)
+    _logging()
+
+    async def main() -> None:
+        async with connect() as (client, scheduler):
+            await _serve(
+                client, policy=chosen, state_dir=state_dir, results=results, host=host,
+                port=port, token=token, scheduler=scheduler,
+            )  # fmt: skip
+
+    with _state(state_dir):
+        asyncio.run(main())
 
 
 @app.command()
@@ -236,17 +256,14 @@ def up(
     stops all of them and leaves the store consistent."""
     from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv, resources
 
-    chosen = _policy(policy, max_wait_s)
-    state_dir, results = _paths(state_dir, results)
     labels = _labels(label)
-    _check_bind(host, token)
-    _logging()
-    # The machine's GPUs are shared out: a follower never claims one another also claims.
-    gpus = gpu_count() // followers
 
-    async def main() -> None:
+    @asynccontextmanager
+    async def local_cluster() -> AsyncIterator[tuple[Any, str]]:
         from distributed import Client, LocalCluster
 
+        # The machine's GPUs are shared out: a follower never claims one another also claims.
+        gpus = gpu_count() // followers
         async with (
             LocalCluster(
                 n_workers=followers, processes=True, threads_per_worker=1,
@@ -255,13 +272,9 @@ def up(
             ) as cluster,
             Client(cluster, asynchronous=True) as client,
         ):  # fmt: skip
-            await _serve(
-                client, policy=chosen, state_dir=state_dir, results=results, host=host,
-                port=port, token=token, scheduler=cluster.scheduler_address,
-            )  # fmt: skip
+            yield client, cluster.scheduler_address
 
-    with _state(state_dir):
-        asyncio.run(main())
+    _lead(local_cluster, policy, max_wait_s, state_dir, results, host, port, token)
 
 
 @app.command()
@@ -279,12 +292,9 @@ def leader(
 ) -> None:
     """A leader on an existing Dask scheduler: followers (`servebench cluster follower`,
     or `dask worker` with servebench's resources and preload) join that scheduler."""
-    chosen = _policy(policy, max_wait_s)
-    state_dir, results = _paths(state_dir, results)
-    _check_bind(host, token)
-    _logging()
 
-    async def main() -> None:
+    @asynccontextmanager
+    async def existing() -> AsyncIterator[tuple[Any, str]]:
         from distributed import Client
 
         try:
@@ -292,13 +302,9 @@ def leader(
         except (OSError, TimeoutError) as err:
             raise fail(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
         async with client:
-            await _serve(
-                client, policy=chosen, state_dir=state_dir, results=results, host=host,
-                port=port, token=token, scheduler=scheduler,
-            )  # fmt: skip
+            yield client, scheduler
 
-    with _state(state_dir):
-        asyncio.run(main())
+    _lead(existing, policy, max_wait_s, state_dir, results, host, port, token)
 
 
 @app.command()
