@@ -14,7 +14,7 @@ and scenario files use it; it knows nothing about either.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Self, get_args, get_origin
 
 from pydantic import (
@@ -227,14 +227,16 @@ def _run_rules(model: BaseModel, data: Any, context: Mapping[str, Any]) -> list[
                 InitErrorDetails(
                     type="value_error",
                     loc=loc,
-                    input=_raw_at(data, loc),
+                    input=value_at(data, loc),
                     ctx={"error": ValueError(message)},
                 )
             )
     return problems
 
 
-def _raw_at(data: Any, loc: Loc) -> Any:
+def value_at(data: Any, loc: Sequence[str | int | float]) -> Any:
+    """What the raw input (parsed YAML or JSON) holds at `loc`, None where nothing is: the
+    value an error message shows back."""
     for part in loc:
         try:
             data = data[part]

@@ -19,7 +19,7 @@ from model_zoo.export.family import load_family
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
 from servebench.common.errors import ServebenchError
-from servebench.common.validation import known
+from servebench.common.validation import known, value_at
 from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
 from servebench.netem.profiles import is_profile_file
@@ -126,7 +126,7 @@ def _format(
         if error["type"] == "value_error" and named and owner and named[1] in owner.model_fields:
             # A plain ValueError (a link profile's) names the field it blames; point there.
             location = (*location, named[1])
-            error = {**error, "msg": named[2], "input": source_value(source, location)}
+            error = {**error, "msg": named[2], "input": value_at(source.data, location)}
         line = source.line_of(location)
         where = f"{source.path}:{line}" if line else str(source.path)
         field = format_location(location) or "(top level)"
@@ -141,16 +141,6 @@ def _format(
 
 
 _FIELD_PREFIX = re.compile(r"^(\w+): (.*)$", re.DOTALL)
-
-
-def source_value(source: ScenarioSource, location: Location) -> Any:
-    value = source.data
-    for part in location:
-        try:
-            value = value[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return value
 
 
 def _wrong_union_branch(error: dict[str, Any], errors: list[dict[str, Any]]) -> bool:
