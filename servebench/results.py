@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from servebench.common.errors import ServebenchError
+from servebench.common.textfile import TextFileError, read_json_object
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
@@ -436,15 +437,9 @@ def read_run_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ResultDirError(f"{path}: missing; not a servebench run directory")
     try:
-        run = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except ValueError as err:
-        raise ResultDirError(f"{path}: not valid JSON ({err})") from None
-    except OSError as err:
-        raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
-    if not isinstance(run, dict):
-        raise ResultDirError(f"{path}: expected a JSON object, found {type(run).__name__}")
+        run = read_json_object(path)
+    except TextFileError as err:
+        raise ResultDirError(str(err)) from None
     for name, types in RUN_FIELDS.items():
         value = run.get(name)
         if name in run and (not isinstance(value, types) or isinstance(value, bool)):

@@ -52,10 +52,19 @@ def test_file_instead_of_folder(tmp_path: Path) -> None:
         load_run(tmp_path / "report.html")
 
 
-def test_corrupt_run_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"{not json", r"run\.json: not valid JSON"),
+        (b"[" * 100_000, r"run\.json: not valid JSON \(maximum recursion depth"),
+        (b'{"run_id": "caf\xe9"}', r"run\.json:1: not UTF-8 text \(byte 0xe9 at offset 15\)"),
+        (b"[1, 2]", r"run\.json: expected a JSON object, found list"),
+    ],
+)
+def test_corrupt_run_json(tmp_path: Path, content: bytes, says: str) -> None:
     run = make_run_dir(tmp_path, duration=10)
-    (run / "run.json").write_text("{not json")
-    with pytest.raises(ResultDirError, match=r"run\.json: not valid JSON"):
+    (run / "run.json").write_bytes(content)
+    with pytest.raises(ResultDirError, match=says):
         load_run(run)
 
 

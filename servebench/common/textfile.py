@@ -38,6 +38,7 @@ them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ _INT_TAG = "tag:yaml.org,2002:int"
 
 
 class TextFileError(ServebenchError, ValueError):
-    """A file cannot be read as UTF-8 text or as YAML; the message is one line naming it."""
+    """A file cannot be read as UTF-8 text, YAML or a JSON object; the message is one line
+    naming it."""
 
 
 def read_text(path: str | Path) -> str:
@@ -79,6 +81,19 @@ def read_text(path: str | Path) -> str:
             f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})"
         ) from None
     return text.removeprefix("\ufeff")
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """The JSON object in a file (a run's run.json, a file a Locust option names), or a
+    `TextFileError` naming the file: unreadable, not UTF-8, not JSON, or not an object."""
+    text = read_text(path)
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as err:  # RecursionError: nested past Python's stack
+        raise TextFileError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(document, dict):
+        raise TextFileError(f"{path}: expected a JSON object, found {type(document).__name__}")
+    return document
 
 
 def load_yaml(path: str | Path, lines: dict[Location, int] | None = None) -> Any:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servebench.locust.settings import read_json_object
+from servebench.locust.settings import option_json
 from servebench.pricing import InstancePrice
 from servebench.trial_row import ModelColumns, Slo
 
@@ -70,7 +70,7 @@ class TrialFacts:
 def read_facts(path: str | Path) -> TrialFacts:
     """The facts in `path`; ValueError naming the file and the field that is wrong."""
     where = f"--trial-facts {path}"
-    document = read_json_object(where, path)
+    document = option_json("--trial-facts", path)
     try:
         cost = document.get("cost") or {}
         slo = document.get("slo") or {}

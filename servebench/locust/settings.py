@@ -8,7 +8,6 @@ with another model, batch size, protocol or link needs no restart.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from servebench.clients.endpoints import grpc_target, http_base
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import model_protocols
 from servebench.clients.tfs_rest import REQUEST_FORMATS
+from servebench.common.textfile import TextFileError, read_json_object
 from servebench.netem import LinkProfile, resolve_link
 
 # What a Locust user can speak: every registered protocol with a model format.
@@ -75,17 +75,12 @@ class UserSettings:
         return f"{self.model}{version} b{self.batch_size} {self.protocol}"
 
 
-def read_json_object(where: str, path: str | Path) -> dict[str, Any]:
-    """A JSON object from the file an option names; ValueError starting with `where`."""
+def option_json(option: str, path: str | Path) -> dict[str, Any]:
+    """The JSON object in the file `option` names; a ValueError starting with the option."""
     try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read it ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise ValueError(f"{where}: expected a JSON object")
-    return document
+        return read_json_object(path)
+    except TextFileError as exc:
+        raise ValueError(f"{option} {exc}") from None
 
 
 def _text(options: Any, name: str) -> str:
@@ -163,7 +158,7 @@ def read_signature_file(path: str) -> ModelSignature:
     Raises ValueError naming the file and the field.
     """
     where = f"--signature {path}"
-    document = read_json_object(where, path)
+    document = option_json("--signature", path)
 
     def tensors(key: str) -> tuple[TensorSpec, ...]:
         entries = document.get(key)
