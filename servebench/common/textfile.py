@@ -2,9 +2,10 @@
 
 The loaders of those files (`servebench.scenario.source`, `model_zoo.spec.load_specs`,
 `servebench.netem.profiles`/`trace`, `servebench.load.arrivals.TraceArrivals.from_file`) read
-them through this module, so a broken or hostile file gets the same one-line error
-everywhere (`file:line: what is wrong`) instead of a traceback, an endless parse or
-gigabytes of memory:
+them through this module, and so do the readers of JSON-object files (a run's run.json, the
+files Locust's options name: `read_json_object`), so a broken or hostile file gets the same
+one-line error everywhere (`file:line: what is wrong`) instead of a traceback, an endless
+parse or gigabytes of memory:
 
 - Text must be UTF-8: `file:LINE: not UTF-8 text (byte 0xe9 at offset N)`, N counted in
   bytes from the start of the file.
