@@ -36,11 +36,18 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The host-roof cache of the runs tests start goes to a temporary folder, not the
-    user's ~/.cache (the first run of a session measures the roofs once)."""
+    user's ~/.cache (the first run of a session measures the roofs once), and so does an
+    export cache: the first run to export a model keeps its export for every later run of
+    the session, in this process or another (scenario.export_cache), instead
+    of each paying seconds of ONNX export and parity check for the same tiny model. The
+    export itself is tested where it is the subject (test_triton_export,
+    test_export_family, test_cli_models)."""
+    from servebench.scenario.export_cache import EXPORT_CACHE_ENV
     from servebench.telemetry.host_peak import CACHE_ENV
 
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("servebench-cache")))
+    patch.setenv(EXPORT_CACHE_ENV, str(tmp_path_factory.mktemp("servebench-exports")))
     yield
     patch.undo()
 
