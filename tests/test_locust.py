@@ -41,8 +41,56 @@ from servebench.locust.settings import read_signature_file, user_settings
 from servebench.netem import resolve_link
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCUSTFILE = ROOT / "servebench" / "locust" / "locustfile.py"
-RUN_TIME = "1s"
+# The bound on a broken run: a swarm stops once it has seen the requests a test asked for.
+RUN_TIME = "60s"
+# What every locustfile the tests run adds: the swarm stops once STOP_AFTER requests have
+# ended (answered or failed), the way the run-time limit stops it (runner.quit), instead of
+# after a fixed second, which a loaded machine can spend before the first user has even
+# connected (an emulated link's worker starting, a worker process importing Locust). A
+# process that sends counts its own requests; a master, its workers' reports. At the quit
+# it writes Locust's errors to errors.json: its failures CSV is rewritten once a second,
+# so a short run can end before it holds them.
+STOP_WHEN_SEEN = """
+import json
+
+import gevent
+from locust import events
+from locust.runners import WorkerRunner
+from locust.stats import StatsError
+
+_state = {{"seen": 0, "environment": None, "quitting": False}}
+
+
+@events.init.add_listener
+def _keep_environment(environment, **_):
+    _state["environment"] = environment
+
+
+def _saw(requests):
+    _state["seen"] += requests
+    if _state["seen"] >= {stop_after} and not _state["quitting"]:
+        _state["quitting"] = True
+        gevent.spawn(_state["environment"].runner.quit)
+
+
+@events.request.add_listener
+def _on_request(**_):
+    if not isinstance(_state["environment"].runner, WorkerRunner):
+        _saw(1)
+
+
+@events.worker_report.add_listener
+def _on_worker_report(client_id, data, **_):
+    _saw(data["stats_total"]["num_requests"])
+
+
+@events.quitting.add_listener
+def _write_errors(environment, **_):
+    if not isinstance(environment.runner, WorkerRunner):
+        errors = environment.runner.stats.errors.values()
+        with open("errors.json", "w") as out:
+            json.dump([StatsError.parse_error(e.error) for e in errors], out)
+"""
 
 
 @dataclass
@@ -51,7 +99,7 @@ class LocustOutcome:
     output: str
     run_dir: Path
     stats: list[dict[str, Any]]  # Locust's final statistics (--json-file)
-    failures: pd.DataFrame  # Locust's <prefix>_failures.csv
+    failures: list[str]  # Locust's errors when it quit, as its failures CSV words them
 
     def entry(self, name: str) -> dict[str, Any]:
         found = [e for e in self.stats if e["name"] == name]
@@ -59,7 +107,7 @@ class LocustOutcome:
         return found[0]
 
     def errors(self) -> list[str]:
-        return list(self.failures["Error"])
+        return self.failures
 
     def trials(self) -> pd.DataFrame:
         return pd.read_csv(self.run_dir / "trials.csv")
@@ -75,14 +123,20 @@ def _env() -> dict[str, str]:
 
 
 def run_locust(
-    tmp_path: Path, user_class: str | None, *args: str, users: int = 3, run_time: str = RUN_TIME
+    tmp_path: Path,
+    user_class: str | None,
+    *args: str,
+    users: int = 3,
+    stop_after: int = 20,
+    run_time: str = RUN_TIME,
 ) -> LocustOutcome:
-    """A headless Locust run of one servebench user class (None: the shipped locustfile)."""
-    if user_class is None:
-        locustfile = LOCUSTFILE
-    else:
-        locustfile = tmp_path / "locustfile.py"
-        locustfile.write_text(f"from servebench.locust import {user_class}\n")
+    """A headless Locust run of one servebench user class (None: what the shipped
+    locustfile holds) until `stop_after` requests have ended."""
+    imported = "locust.locustfile import *" if user_class is None else f"locust import {user_class}"
+    locustfile = tmp_path / "locustfile.py"
+    locustfile.write_text(
+        f"from servebench.{imported}\n{STOP_WHEN_SEEN.format(stop_after=stop_after)}"
+    )
     cmd = [
         sys.executable, "-m", "locust", "-f", str(locustfile), "--headless",
         "-u", str(users), "-r", str(users), "-t", run_time, "--only-summary",
@@ -100,7 +154,7 @@ def run_locust(
         output,
         tmp_path / "results" / "run",
         json.loads(stats_file.read_text()),
-        pd.read_csv(tmp_path / "locust_failures.csv"),
+        json.loads((tmp_path / "errors.json").read_text()),
     )
 
 
@@ -218,6 +272,7 @@ def _check_all_bad_responses(outcome: LocustOutcome, name: str) -> None:
 def test_refused_connection_is_a_classified_failure(closed_port, tmp_path):
     outcome = run_locust(
         tmp_path, "TritonHttpUser", "--host", f"http://{closed_port}", "--model", "m", users=1,
+        stop_after=1,
     )  # fmt: skip
     entry = outcome.entry("m b1 triton-http")
     assert entry["num_failures"] == entry["num_requests"] > 0
@@ -245,7 +300,7 @@ def test_servebench_user_sends_through_an_emulated_link(triton_dense_model, tmp_
 def test_processes_send_their_records_to_the_master(triton_dense_model, tmp_path):
     outcome = run_locust(
         tmp_path, "TritonHttpUser", "--host", triton_dense_model.server.endpoints.http_url,
-        "--model", triton_dense_model.name, "--processes", "2", users=4, run_time="2s",
+        "--model", triton_dense_model.name, "--processes", "2", users=4,
     )  # fmt: skip
     check_clean_run(outcome, f"{triton_dense_model.name} b1 triton-http", batch_size=1)
 
