@@ -221,17 +221,30 @@ def check_image_tag(tag: str, example: str) -> None:
 
 
 class DockerServer(Server):
-    """A server in a container; subclasses say which spec to run and how readiness looks."""
+    """A server in a container; subclasses say which spec to run and how readiness looks.
+
+    The settings here are every container kind's: `gpus` (see `GpuRequest.parse`), the
+    container's `environment`, `extra_args` after the kind's own server arguments, the
+    folder its log is kept in, how long to wait for ready and for a stop, and whether a
+    missing image may be pulled. A kind's constructor takes its own settings and passes
+    these on (`**container`); `servers.kinds` lists both as the kind's settings.
+    """
 
     def __init__(
         self,
         *,
+        gpus: int | str | Sequence[str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
         run_dir: Path | None = None,
         startup_timeout_s: float = 300.0,
         stop_timeout_s: float = 15.0,
         pull: bool = True,
     ) -> None:
         super().__init__()
+        self.gpus = GpuRequest.parse(gpus)
+        self.environment = dict(environment or {})
+        self.extra_args = tuple(extra_args)
         self._given_run_dir = Path(run_dir) if run_dir is not None else None
         # The caller's folder (the container's log is kept there), else a temporary one
         # made when a launcher first writes config (`config_dir`).
@@ -247,7 +260,8 @@ class DockerServer(Server):
 
     @abstractmethod
     def container_spec(self) -> ContainerSpec:
-        """The container to run; may write config files into `self.config_dir()`."""
+        """The container to run (`_spec` fills in what all kinds set alike); may write
+        config files into `self.config_dir()`."""
 
     @abstractmethod
     def _endpoints_from_ports(self, host_ports: Mapping[int, int]) -> ServerEndpoints:
@@ -256,6 +270,18 @@ class DockerServer(Server):
     def _ready_after_start(self) -> bool:
         """Readiness checked during start (a server may need more than `is_ready`)."""
         return self.is_ready()
+
+    def _spec(self, image: str, command: Sequence[str], **fields: Any) -> ContainerSpec:
+        """The spec of `image` running `command`, then the extra arguments, with the GPUs,
+        the environment and the kind's label, as every container kind sets them."""
+        return ContainerSpec(
+            image=image,
+            command=(*command, *self.extra_args),
+            gpus=self.gpus,
+            environment=self.environment,
+            labels={"servebench.kind": self.kind},
+            **fields,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servebench.common.serving_apis import TFS
 from servebench.common.tfs_config import (
@@ -34,7 +34,6 @@ from servebench.servers.docker_engine import (
     BindMount,
     ContainerSpec,
     DockerServer,
-    GpuRequest,
     PublishedPort,
     check_image_tag,
 )
@@ -62,6 +61,7 @@ class TfsDocker(DockerServer):
     `[]` to start empty and time `load_model`). `batching` turns batching on with those
     parameters (a `model_zoo` `TfsBatching` or a parameters file); `enable_batching=True`
     alone uses the export's `batching_parameters.txt` if there is one, else TFS defaults.
+    GPUs, environment, extra arguments, run folder and timeouts are `DockerServer`'s.
     """
 
     kind = "tfs-docker"
@@ -73,25 +73,14 @@ class TfsDocker(DockerServer):
         models: Sequence[str] | None = None,
         tag: str = DEFAULT_TFS_TAG,
         image: str | None = None,
-        gpus: int | str | Sequence[str] | None = None,
         enable_batching: bool = False,
         batching: TfsBatching | Path | None = None,
         rest_api_num_threads: int | None = None,
         tensorflow_intra_op_parallelism: int | None = None,
         tensorflow_inter_op_parallelism: int | None = None,
-        environment: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        run_dir: Path | None = None,
-        startup_timeout_s: float = 300.0,
-        stop_timeout_s: float = 15.0,
-        pull: bool = True,
+        **container: Any,
     ) -> None:
-        super().__init__(
-            run_dir=run_dir,
-            startup_timeout_s=startup_timeout_s,
-            stop_timeout_s=stop_timeout_s,
-            pull=pull,
-        )
+        super().__init__(**container)
         self.base_path = Path(base_path).resolve()
         if not self.base_path.is_dir():
             raise FileNotFoundError(f"base_path: {self.base_path} is not a folder")
@@ -100,7 +89,6 @@ class TfsDocker(DockerServer):
         for name in self.served:
             self._check_model(name, "models")
         check_image_tag(tag, DEFAULT_TFS_TAG)
-        self.gpus = GpuRequest.parse(gpus)
         self.image = image or f"{TFS_IMAGE}:{tag}{'-gpu' if self.gpus else ''}"
         if batching is not None and not enable_batching:
             enable_batching = True
@@ -118,8 +106,6 @@ class TfsDocker(DockerServer):
         self.rest_api_num_threads = rest_api_num_threads
         self.intra_op = tensorflow_intra_op_parallelism
         self.inter_op = tensorflow_inter_op_parallelism
-        self.environment = dict(environment or {})
-        self.extra_args = tuple(extra_args)
 
     # -- the container ------------------------------------------------------------------
 
@@ -143,19 +129,15 @@ class TfsDocker(DockerServer):
             command.append(f"--tensorflow_intra_op_parallelism={self.intra_op}")
         if self.inter_op is not None:
             command.append(f"--tensorflow_inter_op_parallelism={self.inter_op}")
-        command += self.extra_args
-        return ContainerSpec(
-            image=self.image,
+        return self._spec(
+            self.image,
+            command,
             entrypoint=("tensorflow_model_server",),
-            command=tuple(command),
             mounts=(
                 BindMount(self.base_path, CONTAINER_BASE, read_only=True),
                 BindMount(config, CONFIG_TARGET, read_only=True),
             ),
             ports=(PublishedPort(TFS_GRPC_PORT), PublishedPort(TFS_REST_PORT)),
-            gpus=self.gpus,
-            environment=self.environment,
-            labels={"servebench.kind": self.kind},
         )
 
     def _write_batching_parameters(self, config: Path) -> bool:

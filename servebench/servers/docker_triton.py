@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from servebench.common.serving_apis import TRITON
 from servebench.common.wellknown import (
@@ -32,7 +32,6 @@ from servebench.servers.docker_engine import (
     BindMount,
     ContainerSpec,
     DockerServer,
-    GpuRequest,
     PublishedPort,
     check_image_tag,
     connect_docker,
@@ -83,7 +82,8 @@ class TritonDocker(DockerServer):
 
     `model_control_mode="explicit"` (the default) starts with no model loaded (or just
     `load_models`) so that model loads can be timed; "none" loads the whole repository at
-    start, as `docker/compose.yaml` does; "poll" also watches it for changes.
+    start, as `docker/compose.yaml` does; "poll" also watches it for changes. GPUs,
+    environment, extra arguments, run folder and timeouts are `DockerServer`'s.
     """
 
     kind = "triton-docker"
@@ -94,23 +94,12 @@ class TritonDocker(DockerServer):
         *,
         tag: str = DEFAULT_TRITON_TAG,
         image: str | None = None,
-        gpus: int | str | Sequence[str] | None = None,
         model_control_mode: ModelControlMode = "explicit",
         load_models: Sequence[str] = (),
         shm_size: str = "1g",
-        environment: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        run_dir: Path | None = None,
-        startup_timeout_s: float = 300.0,
-        stop_timeout_s: float = 15.0,
-        pull: bool = True,
+        **container: Any,
     ) -> None:
-        super().__init__(
-            run_dir=run_dir,
-            startup_timeout_s=startup_timeout_s,
-            stop_timeout_s=stop_timeout_s,
-            pull=pull,
-        )
+        super().__init__(**container)
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
             raise FileNotFoundError(f"model_repository: {self.model_repository} is not a folder")
@@ -126,12 +115,9 @@ class TritonDocker(DockerServer):
             )
         check_image_tag(tag, DEFAULT_TRITON_TAG)
         self.image = image or official_image(tag)
-        self.gpus = GpuRequest.parse(gpus)
         self.model_control_mode = model_control_mode
         self.load_models = tuple(load_models)
         self.shm_size = shm_size
-        self.environment = dict(environment or {})
-        self.extra_args = tuple(extra_args)
 
     def container_spec(self) -> ContainerSpec:
         command = [
@@ -147,19 +133,15 @@ class TritonDocker(DockerServer):
         ]
         if self.gpus is None:
             command.append("--allow-gpu-metrics=false")
-        command += self.extra_args
-        return ContainerSpec(
-            image=self.image,
-            command=tuple(command),
+        return self._spec(
+            self.image,
+            command,
             mounts=(BindMount(self.model_repository, REPOSITORY_TARGET, read_only=True),),
             ports=tuple(
                 PublishedPort(p) for p in (TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT)
             ),
-            gpus=self.gpus,
-            environment=self.environment,
             shm_size=self.shm_size,
             ulimits=self._ulimits(),
-            labels={"servebench.kind": self.kind},
         )
 
     def _ulimits(self) -> dict[str, tuple[int, int]]:

@@ -137,8 +137,7 @@ class ServerKind:
 
     def accepted_settings(self) -> list[str]:
         """The constructor arguments `create` takes (the class's, less the preset)."""
-        params = inspect.signature(self.server_class().__init__).parameters
-        return [name for name in params if name != "self" and name not in self.preset]
+        return [name for name in _parameters(self.server_class()) if name not in self.preset]
 
     def create(self, **settings: Any) -> Server:
         """A server of this kind from constructor arguments; unknown or missing ones are
@@ -150,7 +149,7 @@ class ServerKind:
                 f"server kind {self.name!r}: unknown setting(s) {', '.join(unknown)}; "
                 f"accepted: {', '.join(accepted)}"
             )
-        params = inspect.signature(self.server_class().__init__).parameters
+        params = _parameters(self.server_class())
         missing = [
             name
             for name in accepted
@@ -171,6 +170,22 @@ class ServerKind:
         """The server for one scenario setting (not started): its repository written
         under `deployment.workdir` where the kind serves files servebench lays out."""
         return self.builder(self, deployment)
+
+
+def _parameters(cls: type[Server]) -> dict[str, inspect.Parameter]:
+    """The named arguments of `cls(...)`: its constructor's and, where that passes
+    `**settings` on, its base class's (a container kind's own, then `DockerServer`'s)."""
+    params: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        own = inspect.signature(klass.__init__).parameters.values()
+        for param in own:
+            if param.name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                params.setdefault(param.name, param)
+        if all(param.kind is not param.VAR_KEYWORD for param in own):
+            return params
+    return params
 
 
 # -- builders ------------------------------------------------------------------------------
