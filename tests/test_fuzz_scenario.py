@@ -32,7 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 SEED = 20261130
 CASES = 140  # each kind on each shipped scenario once: 6-10 s on 2 busy cores
-TIME_LIMIT_S = 5.0  # per file; a valid scenario takes well under 0.2 s
+# Per file: CPU seconds of the child's own (a busy machine stretches wall time, not these;
+# a valid scenario takes well under 0.2 s), and wall seconds for a file that would block
+# rather than compute.
+TIME_LIMIT_S = 5.0
+WALL_LIMIT_S = 60.0
 MEMORY_LIMIT_BYTES = 1 << 30  # address space the child may add after its imports
 
 Mutator = Callable[[random.Random, bytes], bytes]
@@ -298,17 +302,20 @@ def worker(folder: Path) -> None:
         size = int(statm.read().split()[0]) * resource.getpagesize()
     limit = size + MEMORY_LIMIT_BYTES
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    signal.signal(signal.SIGPROF, _on_alarm)
     signal.signal(signal.SIGALRM, _on_alarm)
     for path in sorted(folder.glob("*.yaml")):
         print(json.dumps({"file": path.name, "started": True}), flush=True)
         started = time.perf_counter()
-        signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+        signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT_S)
+        signal.setitimer(signal.ITIMER_REAL, WALL_LIMIT_S)
         try:
             result = runner.invoke(app, ["scenario", "validate", str(path)])
             exception = result.exception
         except (_Runaway, MemoryError) as err:  # struck in CliRunner's own code, not the command's
             exception = err
         finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
             signal.setitimer(signal.ITIMER_REAL, 0)
         if isinstance(exception, _Runaway):
             outcome, detail = "runaway-time", ""
