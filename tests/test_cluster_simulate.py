@@ -7,7 +7,7 @@ import pytest
 from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
-from servebench.cli.cluster_simulate import app
+from servebench.cli import app
 from servebench.cluster.job import FollowerInfo, Job, JobState, Needs
 from servebench.cluster.policy import make_policy
 from servebench.cluster.simulate import compare, simulate
@@ -198,7 +198,9 @@ def test_a_store_that_is_missing_or_empty_is_refused(tmp_path):
 
 
 def run(*args: str):
-    return CliRunner().invoke(app, list(args))
+    """`servebench cluster simulate ARGS` through the root command, which turns usage errors
+    into one line as a user sees them."""
+    return CliRunner().invoke(app, ["cluster", "simulate", *args])
 
 
 def test_simulate_prints_every_policy_with_its_ratio_to_fifo():
@@ -248,12 +250,12 @@ def test_simulate_replays_a_store(tmp_path):
     ("args", "expected"),
     [
         ((), ["give one of --synthetic, --trace FILE, --store PATH"]),
-        (("--synthetic", "--trace", "x.csv"), ["not --synthetic and --trace"]),
+        (("--synthetic", "--trace", __file__), ["not --synthetic and --trace"]),
         (("--synthetic", "--policy", "sjf"), ["--policy: unknown policy 'sjf'", "two-tier"]),
         (("--synthetic", "--policy", ","), ["--policy: none given"]),
-        (("--synthetic", "--max-wait-s", "0"), ["--max-wait-s must be > 0"]),
-        (("--trace", "missing.csv"), ["missing.csv", "cannot read it"]),
-        (("--store", "missing.sqlite"), ["missing.sqlite: no job store there"]),
+        (("--synthetic", "--max-wait-s", "0"), ["--max-wait-s 0: must be > 0"]),
+        (("--trace", "missing.csv"), ["--trace missing.csv: no such file"]),
+        (("--store", "missing.sqlite"), ["--store missing.sqlite: no such file"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, expected):

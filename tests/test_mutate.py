@@ -83,5 +83,5 @@ def test_models_generate_refuses_a_runaway_mutate_count(tmp_path):
         app, ["models", "generate", "--types", "dense", "--mutate", "100000000", "-o", str(out)]
     )
     assert result.exit_code == 2, result.output
-    assert "count: 100,000,000 mutants asked for; at most 10,000" in result.output
+    assert "--mutate 100000000: must be <= 9,999" in result.output
     assert not out.exists()
