@@ -16,7 +16,9 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -123,3 +125,34 @@ class Background:
         assert not self._thread.is_alive(), f"the background action still runs after {timeout_s} s"
         if self._error is not None:
             raise self._error
+
+
+class StubHandler(BaseHTTPRequestHandler):
+    """A handler for the tests' small HTTP stand-ins: reads the body it is sent (so the
+    client's send completes), answers with `reply` and keeps the test output clean."""
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def reply(self, status: int, body: bytes, content_type: str | None = None) -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def http_stub(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port from a thread; yields http://127.0.0.1:PORT."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

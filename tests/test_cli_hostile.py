@@ -17,9 +17,7 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import hostile
@@ -35,6 +33,7 @@ from hostile import (
     problems,
     run_all,
 )
+from server_checks import StubHandler, http_stub
 
 _PRELOAD = (
     "pandas", "pyarrow.parquet", "servebench.analysis.compare", "servebench.analysis.export",
@@ -46,36 +45,20 @@ TIMEOUT_S = float(os.environ.get("SERVEBENCH_HOSTILE_TIMEOUT", 30))
 JOBS = int(os.environ.get("SERVEBENCH_HOSTILE_JOBS", 2))
 
 
-class _Ok(BaseHTTPRequestHandler):
+class _Ok(StubHandler):
     """Answers every request 200 with a small JSON body (a server `load` can measure)."""
 
-    def do_POST(self) -> None:  # http.server's name for it
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._answer()
-
-    def do_GET(self) -> None:
-        self._answer()
-
     def _answer(self) -> None:
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.read_body()
+        self.reply(200, b'{"ok": true}', "application/json")
 
-    def log_message(self, *args: object) -> None:
-        pass
+    do_GET = do_POST = _answer  # http.server's names for them
 
 
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/infer"
-    server.shutdown()
-    server.server_close()
+    with http_stub(_Ok) as url:
+        yield f"{url}/infer"
 
 
 def _free_port() -> int:

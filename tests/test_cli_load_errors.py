@@ -29,17 +29,22 @@ def triton(triton_dense_model):
     return ep.http_url, ep.grpc_address, triton_dense_model.name
 
 
-HTTP_MODEL = ["--url", "{http}", "--protocol", "triton-http", "--model", "{model}"]
-GRPC_MODEL = ["--url", "{grpc}", "--protocol", "triton-grpc", "--model", "{model}"]
+def target(url: str, protocol: str, model: str = "{model}") -> list[str]:
+    """The arguments that name the server and model `load` sends to."""
+    return ["--url", url, "--protocol", protocol, "--model", model]
+
+
+HTTP_MODEL = target("{http}", "triton-http")
+GRPC_MODEL = target("{grpc}", "triton-grpc")
 
 CASES = {
     # name: (arguments, what the line must say); {http}, {grpc}, {model} filled in
     "wrong model, http": (
-        ["--url", "{http}", "--protocol", "triton-http", "--model", "nope"],
+        target("{http}", "triton-http", "nope"),
         ["{http}", "'nope'", "not found"],
     ),
     "wrong model, grpc": (
-        ["--url", "{grpc}", "--protocol", "triton-grpc", "--model", "nope"],
+        target("{grpc}", "triton-grpc", "nope"),
         ["{grpc}", "'nope'", "NOT_FOUND"],
     ),
     "unknown version, http": (
@@ -51,15 +56,15 @@ CASES = {
         ["{grpc}", "version 7"],
     ),
     "gRPC on the HTTP port": (
-        ["--url", "{http_hostport}", "--protocol", "triton-grpc", "--model", "{model}"],
+        target("{http_hostport}", "triton-grpc"),
         ["{http_hostport}", "try --protocol triton-http"],
     ),
     "HTTP on the gRPC port": (
-        ["--url", "http://{grpc}", "--protocol", "triton-http", "--model", "{model}"],
+        target("http://{grpc}", "triton-http"),
         ["not HTTP/1.1", "try --protocol triton-grpc"],
     ),
     "TF Serving REST against Triton": (
-        ["--url", "{http}", "--protocol", "tfs-rest", "--model", "{model}"],
+        target("{http}", "tfs-rest"),
         ["/v1/models/", "HTTP 404", "try --protocol triton-http"],
     ),
     "records in a missing folder": (

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
+from server_checks import StubHandler, http_stub
 from typer.testing import CliRunner
 
 from servebench.analysis.loader import load_run
@@ -81,32 +81,22 @@ def no_temp_files(run: Path) -> list[Path]:
     return [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
 
-class _ReadyButRefusing(BaseHTTPRequestHandler):
+class _ReadyButRefusing(StubHandler):
     """Says the server and its models are ready (and loads succeed); refuses everything
     else (metadata, inference), so every trial fails at once."""
 
     def _answer(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.read_body()
         ok = self.path.endswith(("/ready", "/live", "/load"))
-        body = b"" if ok else b'{"error": "no such model"}'
-        self.send_response(200 if ok else 400)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.reply(200 if ok else 400, b"" if ok else b'{"error": "no such model"}')
 
     do_GET = do_POST = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def stub_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ReadyButRefusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with http_stub(_ReadyButRefusing) as url:
+        yield url
 
 
 def remote_scenario(tmp_path: Path, url: str, *, rate: int = 40, name: str = "s.yaml") -> Path:
