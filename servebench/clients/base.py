@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from time import perf_counter
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -100,6 +101,29 @@ class InferResult:
     response_bytes: int = 0
     send_s: float = math.nan
     receive_s: float = math.nan
+
+    @classmethod
+    def timed(
+        cls,
+        start: float,
+        sent_at: float,
+        arrived: float,
+        request_bytes: int,
+        response_bytes: int,
+        outputs: Mapping[str, np.ndarray] | None = None,
+    ) -> InferResult:
+        """An answer timed by a transport that says when the request's last byte left
+        (`sent_at`, NaN where it cannot tell) and when the answer arrived (`arrived`), for a
+        call that started at `start` (all `perf_counter`). Made once the answer is decoded and
+        checked, which is where `receive_s` ends: one definition of the split for every
+        client."""
+        return cls(
+            outputs if outputs is not None else {},
+            request_bytes,
+            response_bytes,
+            sent_at - start,
+            perf_counter() - arrived,
+        )
 
 
 @runtime_checkable

@@ -135,12 +135,8 @@ class GrpcModelClient(ModelClient):
         )
         answer = _message(self._read_infer(message), codec.where)
         outputs = codec.outputs(answer, self._require_signature().outputs, payload.batch_size)
-        return InferResult(
-            outputs,
-            request_bytes=len(payload.encoded),
-            response_bytes=len(message),
-            send_s=sent_at - start,
-            receive_s=perf_counter() - arrived,
+        return InferResult.timed(
+            start, sent_at, arrived, len(payload.encoded), len(message), outputs
         )
 
     async def close(self) -> None:

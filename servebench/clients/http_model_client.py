@@ -103,13 +103,7 @@ class HttpModelClient(ModelClient, HttpEdge):
         )
         answer = HttpAnswer(status, body, headers)
         outputs = self.codec.outputs(answer, self._require_signature().outputs, payload.batch_size)
-        return InferResult(
-            outputs,
-            request_bytes=len(request.data),
-            response_bytes=len(body),
-            send_s=sent_at - start,
-            receive_s=perf_counter() - arrived,
-        )
+        return InferResult.timed(start, sent_at, arrived, len(request.data), len(body), outputs)
 
     async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:
         request: HttpBody = payload.encoded
@@ -123,12 +117,8 @@ class HttpModelClient(ModelClient, HttpEdge):
         except TRANSPORT_ERRORS as exc:
             raise http_failure(exc, str(url)) from exc
         outputs = self.codec.outputs(answer, self._require_signature().outputs, payload.batch_size)
-        return InferResult(
-            outputs,
-            request_bytes=len(request.data),
-            response_bytes=len(answer.body),
-            send_s=body.sent_at - start,
-            receive_s=perf_counter() - arrived,
+        return InferResult.timed(
+            start, body.sent_at, arrived, len(request.data), len(answer.body), outputs
         )
 
     async def close(self) -> None:

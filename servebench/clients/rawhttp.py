@@ -144,12 +144,8 @@ class RawHttpClient(HttpEdge):
         except aiohttp.ClientError as exc:
             raise InferenceError(ErrorKind.CLIENT_ERROR, f"{type(exc).__name__}: {exc}") from exc
         self._check_status(response.status)
-        return InferResult(
-            request_bytes=payload.request_bytes,
-            response_bytes=len(body),
-            send_s=data.sent_at - start if data is not None else math.nan,
-            receive_s=perf_counter() - arrived,
-        )
+        sent_at = data.sent_at if data is not None else math.nan
+        return InferResult.timed(start, sent_at, arrived, payload.request_bytes, len(body))
 
     def _check_status(self, status: int) -> None:
         if self.expect_status is not None and status != self.expect_status:
@@ -166,9 +162,4 @@ class RawHttpClient(HttpEdge):
             self._wire, self._where, self.timeout
         )
         self._check_status(status)
-        return InferResult(
-            request_bytes=payload.request_bytes,
-            response_bytes=len(body),
-            send_s=sent_at - start,
-            receive_s=perf_counter() - arrived,
-        )
+        return InferResult.timed(start, sent_at, arrived, payload.request_bytes, len(body))
