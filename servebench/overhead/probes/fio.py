@@ -135,7 +135,7 @@ def _jobs(binary: str, random_mib: int, disk: DiskTarget) -> list[Measurement]:
 def run(context: ProbeContext) -> list[Measurement]:
     """The three jobs on each folder (`_jobs`)."""
     binary = require("fio", "fio")
-    file_mib, random_mib = QUICK_FILE_MIB, QUICK_RANDOM_MIB
-    if not context.quick:
-        file_mib, random_mib = FULL_FILE_MIB, FULL_RANDOM_MIB
+    file_mib, random_mib = (
+        (QUICK_FILE_MIB, QUICK_RANDOM_MIB) if context.quick else (FULL_FILE_MIB, FULL_RANDOM_MIB)
+    )
     return on_each_disk(context, PROBE, file_mib, functools.partial(_jobs, binary, random_mib))

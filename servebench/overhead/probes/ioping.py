@@ -140,7 +140,7 @@ def _read_four_ways(binary: str, requests: int, disk: DiskTarget) -> list[Measur
 def run(context: ProbeContext) -> list[Measurement]:
     """Write a file in each folder and read it the four ways; 16 figures per folder."""
     binary = require("ioping", "ioping")
-    mib, requests = QUICK_FILE_MIB, QUICK_REQUESTS
-    if not context.quick:
-        mib, requests = FULL_FILE_MIB, FULL_REQUESTS
+    mib, requests = (
+        (QUICK_FILE_MIB, QUICK_REQUESTS) if context.quick else (FULL_FILE_MIB, FULL_REQUESTS)
+    )
     return on_each_disk(context, PROBE, mib, functools.partial(_read_four_ways, binary, requests))
