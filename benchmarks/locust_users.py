@@ -54,8 +54,8 @@ def swarm(server: Server, model: str, protocol: str, batch: int, seconds: int, o
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=5, help="swarm time per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     args = parser.parse_args()
     spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
     with tempfile.TemporaryDirectory() as tmp:
