@@ -294,9 +294,6 @@ def _our_containers() -> list:
         client.close()
 
 
-@pytest.mark.skipif(
-    CONTAINER_PROBLEM is not None, reason=f"{CONTAINER_PROBLEM} (run docker/images.sh)"
-)
 def test_a_system_interpreter_prefix_is_not_mounted_over_the_image() -> None:
     """A venv made from Debian's python3.11 has /usr as its base prefix: mounting that would
     hide the image's hpcc, ioping, fio and libraries (the image has the same python3.11)."""
@@ -309,6 +306,9 @@ def test_a_system_interpreter_prefix_is_not_mounted_over_the_image() -> None:
     assert Path("/opt/python3.11") in read_only_folders(base_prefix="/opt/python3.11")
 
 
+@pytest.mark.skipif(
+    CONTAINER_PROBLEM is not None, reason=f"{CONTAINER_PROBLEM} (run docker/images.sh)"
+)
 def test_container_side_runs_a_real_probe_interleaved(tmp_path: Path) -> None:
     outcome, steps = _run(tmp_path, ("hpcg",), repeats=2, quick=True)
     assert outcome.status == "complete", outcome.reason
