@@ -18,8 +18,13 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/servebench scenario run scenarios/quickstart.yaml
 
+# Two workers: the suite is mostly waiting on servers it starts (Triton, containers, Locust),
+# so two files at a time use a 2-core machine; each file's tests stay on one worker, in order,
+# with their module fixtures. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Containers (docker/README.md): a Docker Engine API (Docker, else rootful podman provisioned
 # by engine.sh), servebench's images built locally (the Triton image takes the venv's
