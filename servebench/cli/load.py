@@ -145,6 +145,15 @@ def load(
     seed: Annotated[
         int, typer.Option(help="Seed (data, Poisson).", rich_help_panel=_LOAD, parser=seed_type())
     ] = 0,
+    input_data: Annotated[
+        Path | None,
+        typer.Option(
+            help="Send the samples of this file (.npz, or perf_analyzer's JSON) in order "
+            "instead of random data; expected outputs in it are checked (wrong_answer).",
+            rich_help_panel=_LOAD,
+            parser=InputFile(text=False),
+        ),
+    ] = None,
     processes: Annotated[
         int,
         typer.Option(
@@ -344,6 +353,7 @@ def load(
     )
     from servebench.clients.base import InferenceError
     from servebench.clients.factory import create_client
+    from servebench.clients.input_data import read_input_data
     from servebench.load import LoadSettings, StabilitySettings, run
 
     try:
@@ -360,6 +370,7 @@ def load(
         )
         if arrivals is not None and concurrency is not None:
             raise ValueError("give either an open-loop load (--rate, ...) or --concurrency")
+        data = read_input_data(input_data) if input_data is not None else None
         options = _client_options(
             protocol, method, body, body_file, header, expect_status, connections, option
         )
@@ -393,8 +404,9 @@ def load(
             late_limit=late_limit,
             rate_tolerance=rate_tolerance,
             lag_ratio=lag_ratio,
+            input_data=data,
         )
-        asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed))
+        asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed, data))
     except ValueError as exc:
         raise fail(str(exc)) from None
     if metrics_url is None:

@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError
@@ -24,24 +24,35 @@ from servebench.clients.endpoints import grpc_target, http_base
 from servebench.clients.registry import PROTOCOLS
 from servebench.clients.sniff import guess_protocol
 
+if TYPE_CHECKING:
+    from servebench.clients.input_data import InputData
+
 _REACH_TIMEOUT_S = 5.0
 # A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
 _MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
 
 
 async def preflight(
-    factory: Callable[[], InferenceClient], protocol: str, url: str, batch_size: int, seed: int
+    factory: Callable[[], InferenceClient],
+    protocol: str,
+    url: str,
+    batch_size: int,
+    seed: int,
+    input_data: InputData | None = None,
 ) -> None:
-    """Connect, build the payload and close; raises InferenceError or ValueError.
+    """Connect, build the payloads and close; raises InferenceError or ValueError.
 
     Model clients read the model's metadata on connect, which checks address, model,
-    version and protocol at once. The raw `http` client connects lazily, so for it the
-    address is tried with a TCP connect.
+    version and protocol at once; building the payloads checks the batch and `input_data`
+    against the signature, before any inference is sent. The raw `http` client connects
+    lazily, so for it the address is tried with a TCP connect.
     """
+    from servebench.load import build_payloads
+
     client = factory()
     try:
         await client.connect()
-        client.make_payload(batch_size, seed)  # a batch the model cannot take
+        build_payloads(client, batch_size, seed, input_data)
         if protocol == "http":
             await _reachable(url)
     finally:
@@ -55,11 +66,12 @@ async def checked_connect(
     model: str,
     batch_size: int,
     seed: int,
+    input_data: InputData | None = None,
 ) -> None:
     """`preflight`, with a failed connect turned into a ValueError carrying the sentence
     (`servebench load` and `servebench ui` check their target with it before they start)."""
     try:
-        await preflight(factory, protocol, url, batch_size, seed)
+        await preflight(factory, protocol, url, batch_size, seed, input_data)
     except InferenceError as exc:
         raise ValueError(await explain(exc, protocol, url, model)) from None
 

@@ -12,11 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from time import perf_counter
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from servebench.common.errors import ServebenchError
+
+if TYPE_CHECKING:
+    from servebench.clients.input_data import InputData
 
 
 class ErrorKind(StrEnum):
@@ -30,6 +33,9 @@ class ErrorKind(StrEnum):
     SERVER_ERROR = "server_error"
     BAD_RESPONSE = "bad_response"
     CLIENT_ERROR = "client_error"
+    # An answer that differs from the expected output given with real input data
+    # (`input_data`); judged by the load engine, since the transport cannot know it.
+    WRONG_ANSWER = "wrong_answer"
 
 
 class InferenceError(ServebenchError):
@@ -74,13 +80,15 @@ class Payload:
 
     `inputs` keeps the arrays for checking; `encoded` is whatever the protocol sends on the
     wire (a JSON body, a protobuf message, tritonclient InferInput objects), built by the
-    client's `make_payload` so that no encoding happens on the hot path.
+    client's `make_payload` so that no encoding happens on the hot path. `expected` holds
+    the outputs its answer must have, where real input data gave them (`input_data`).
     """
 
     batch_size: int
     inputs: Mapping[str, np.ndarray]
     encoded: Any = None
     request_bytes: int = 0
+    expected: Mapping[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -135,6 +143,10 @@ class InferenceClient(Protocol):
     async def signature(self) -> ModelSignature: ...
 
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload: ...
+
+    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
+        """The cycle of requests carrying a file's samples; ValueError where they do not fit."""
+        ...
 
     async def infer(self, payload: Payload) -> InferResult:
         """Send one request; raise `InferenceError` (never anything else) on failure."""

@@ -26,7 +26,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 from yarl import URL
@@ -43,6 +43,9 @@ from servebench.clients.base import (
 )
 from servebench.clients.endpoints import grpc_target, http_base, path_segment
 from servebench.clients.errors import http_status
+
+if TYPE_CHECKING:
+    from servebench.clients.input_data import InputData
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -148,13 +151,35 @@ class ModelCodec(ABC):
         protocols given one seed send the same tensors; only the encoding is theirs.
         """
         check_batch_size(signature, batch_size)
-        inputs = random_inputs(signature.inputs, batch_size, seed)
+        return self._payload(
+            batch_size, signature, random_inputs(signature.inputs, batch_size, seed)
+        )
+
+    def make_payloads(
+        self, signature: ModelSignature, batch_size: int, data: InputData
+    ) -> list[Payload]:
+        """The requests of one cycle through a file's samples, each encoded once for every
+        send; InputDataError (a ValueError) where the file does not fit the signature."""
+        check_batch_size(signature, batch_size)
+        return [
+            self._payload(batch_size, signature, batch.inputs, batch.expected)
+            for batch in data.match(signature).batches(batch_size)
+        ]
+
+    def _payload(
+        self,
+        batch_size: int,
+        signature: ModelSignature,
+        inputs: dict[str, np.ndarray],
+        expected: dict[str, np.ndarray] | None = None,
+    ) -> Payload:
         encoded = self._encode(signature, inputs)
         return Payload(
             batch_size=batch_size,
             inputs=inputs,
             encoded=encoded,
             request_bytes=self._request_bytes(encoded),
+            expected=expected,
         )
 
     @abstractmethod

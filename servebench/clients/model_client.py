@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, Payload
 from servebench.clients.codec import ModelCodec, drive_async
+
+if TYPE_CHECKING:
+    from servebench.clients.input_data import InputData
 
 
 class ModelClient(ABC):
@@ -80,6 +83,10 @@ class ModelClient(ABC):
     def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
         """Works before connect() when a signature was given (the codec needs no server)."""
         return self.codec.make_payload(self._require_signature(), batch_size, seed)
+
+    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
+        """The cycle of requests carrying a file's samples (`ModelCodec.make_payloads`)."""
+        return self.codec.make_payloads(self._require_signature(), batch_size, data)
 
     def _require_signature(self) -> ModelSignature:
         if self._signature is None:

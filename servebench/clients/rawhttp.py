@@ -18,6 +18,7 @@ import errno
 import math
 from collections.abc import Mapping
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 import aiohttp
 from yarl import URL
@@ -26,6 +27,9 @@ from servebench.clients.base import ErrorKind, InferenceError, InferResult, Mode
 from servebench.clients.http_edge import HttpEdge, wire_request
 from servebench.clients.lean_http import LeanHttpPool, choose_transport, pool_for
 from servebench.clients.timing import TimedBody
+
+if TYPE_CHECKING:
+    from servebench.clients.input_data import InputData
 
 DEFAULT_BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0.1,0.2,0.3,0.4]}]}'
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
@@ -113,6 +117,13 @@ class RawHttpClient(HttpEdge):
         encoded = self.body if self.method != "GET" or self.body else None
         return Payload(
             batch_size=batch_size, inputs={}, encoded=encoded, request_bytes=len(self.body)
+        )
+
+    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
+        """A raw endpoint has no tensors to put samples in: refused before the run."""
+        raise ValueError(
+            f"{data.source}: input data needs a model protocol; protocol http sends its "
+            "fixed body (--body, --body-file)"
         )
 
     async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:

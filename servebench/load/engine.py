@@ -30,18 +30,20 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
 
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
+from servebench.clients.input_data import answer_matches
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
     ERROR_CODE,
     OK,
     TIMEOUT_CODE,
+    WRONG_ANSWER_CODE,
     Chunk,
     Clock,
     RecordBuffer,
@@ -92,12 +94,19 @@ class EngineReport:
 
 
 class LoadEngine:
-    """Runs one load against one connected client; `part=(i, n)` runs the i-th of n shares."""
+    """Runs one load against one connected client; `part=(i, n)` runs the i-th of n shares.
+
+    `payload` is the one request every send repeats, or a cycle of them (real input data):
+    request `seq` sends `payload[seq % len(payload)]`, `seq` counted over every part, so the
+    parts of a load go through the cycle in order between them. A payload with `expected`
+    outputs has its answer compared (`input_data.answer_matches`) after the answer's time
+    is taken; a mismatch is recorded as `wrong_answer`.
+    """
 
     def __init__(
         self,
         client: InferenceClient,
-        payload: Payload,
+        payload: Payload | Sequence[Payload],
         settings: LoadSettings,
         sink: RecordSink | None = None,
         *,
@@ -108,7 +117,9 @@ class LoadEngine:
         if not 0 <= part[0] < part[1]:
             raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
         self.client = client
-        self.payload = payload
+        self.payloads = (payload,) if isinstance(payload, Payload) else tuple(payload)
+        if not self.payloads:
+            raise ValueError("engine payload: give at least one request")
         self.settings = settings
         self.sink = sink
         self.start_at = start_at  # wall-clock start shared by cooperating processes
@@ -337,7 +348,8 @@ class LoadEngine:
 
     async def _call(self, seq: int, intended: float, measured: bool) -> None:
         """Send one request and record it; never raises except on engine cancellation."""
-        payload = self.payload
+        payloads = self.payloads
+        payload = payloads[seq % len(payloads)]
         send = perf_counter()
         self._active[seq] = (send + self.settings.timeout, asyncio.current_task())
         client_send = client_recv = math.nan  # the split of a failed request: not timed
@@ -345,6 +357,10 @@ class LoadEngine:
             result = await self.client.infer(payload)
             done = perf_counter()
             code = OK
+            if payload.expected is not None and not answer_matches(
+                result.outputs, payload.expected
+            ):
+                code = WRONG_ANSWER_CODE
             request_bytes = result.request_bytes or payload.request_bytes
             response_bytes = result.response_bytes
             client_send, client_recv = result.send_s, result.receive_s

@@ -31,6 +31,7 @@ ERROR_CODE: dict[ErrorKind, int] = {kind: i + 1 for i, kind in enumerate(ERROR_K
 OK = 0
 TIMEOUT_CODE = ERROR_CODE[ErrorKind.TIMEOUT]
 CLIENT_ERROR_CODE = ERROR_CODE[ErrorKind.CLIENT_ERROR]
+WRONG_ANSWER_CODE = ERROR_CODE[ErrorKind.WRONG_ANSWER]
 _KIND_BY_CODE = np.array([None, *(k.value for k in ERROR_KINDS)], dtype=object)
 # Codes index this dictionary (code 0 is masked to null), so the string column is built in
 # Arrow's C++ instead of from Python objects while the event loop waits for the GIL.

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.clients.base import InferenceClient, Payload
+from servebench.clients.input_data import InputData
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
@@ -95,12 +96,22 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
     return summary
 
 
+def build_payloads(
+    client: InferenceClient, batch_size: int, seed: int, data: InputData | None = None
+) -> list[Payload]:
+    """The requests a load cycles through: a file's samples (`data`), or one seeded random
+    batch; ValueError where the batch or the data does not fit the model."""
+    if data is None:
+        return [client.make_payload(batch_size, seed)]
+    return client.make_payloads(batch_size, data)
+
+
 async def run_load(
     client: InferenceClient,
     settings: LoadSettings,
     *,
     sink: RecordSink | None = None,
-    payload: Payload | None = None,
+    payload: Payload | Sequence[Payload] | None = None,
     on_engine: Callable[[LoadEngine], None] | None = None,
     on_measure_start: Callable[[], Awaitable[None]] | None = None,
 ) -> LoadSummary:
@@ -113,7 +124,7 @@ async def run_load(
     if settings.processes != 1:
         raise ValueError("load.processes: run_load runs in one loop; use run() for processes > 1")
     if payload is None:
-        payload = client.make_payload(settings.batch_size, settings.seed)
+        payload = build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
     engine = LoadEngine(client, payload, settings, sink, on_measure_start=on_measure_start)
     if on_engine is not None:
         on_engine(engine)
@@ -187,7 +198,7 @@ async def _run_single(
     client = factory()
     await client.connect()
     try:
-        payload = client.make_payload(settings.batch_size, settings.seed)
+        payload = build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
         hook = None
         if on_measure_start is not None:
             loop = asyncio.get_running_loop()
@@ -360,7 +371,9 @@ def _worker_main(
         client = factory()
         await client.connect()
         try:
-            payload = client.make_payload(settings.batch_size, settings.seed)
+            payload = build_payloads(
+                client, settings.batch_size, settings.seed, settings.input_data
+            )
             conn.send(("ready",))
             start_at = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
             if start_at is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from servebench.clients.input_data import InputData
 from servebench.load.arrivals import ArrivalProcess
 from servebench.load.summary import (
     LAG_RATIO,
@@ -79,6 +80,9 @@ class LoadSettings:
     # None keeps going (a test of a server's restart, say).
     unreachable_after: float | None = 2.0
     chunk_rows: int = 8192
+    # Real input data (`clients.input_data`): requests cycle through its samples instead
+    # of one random batch drawn from `seed`.
+    input_data: InputData | None = None
 
     def __post_init__(self) -> None:
         if (self.arrivals is None) == (self.concurrency is None):
