@@ -6,6 +6,7 @@ function, so every export is checked with the same seeded input before anyone me
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,18 @@ class ParityReport:
     def ok(self) -> bool:
         return all(diff <= self.tolerance for diff in self.differences.values())
 
+    reference: str = "torch"  # the framework the others are compared with
+
+    @property
+    def max_difference(self) -> float:
+        return max(self.differences.values(), default=0.0)
+
     def describe(self) -> str:
         parts = ", ".join(f"{name} {diff:.2e}" for name, diff in self.differences.items())
-        return f"{self.model}: max |diff| vs torch: {parts} (tolerance {self.tolerance:.2e})"
+        return (
+            f"{self.model}: max |diff| vs {self.reference}: {parts} "
+            f"(tolerance {self.tolerance:.2e})"
+        )
 
 
 def seeded_input(spec: ModelSpec, batch_size: int = 2, seed: int = 0) -> np.ndarray:
@@ -54,18 +64,60 @@ def run_torch(module: nn.Module, x: np.ndarray) -> np.ndarray:
 
 
 def run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
+    return run_onnx_feeds(path, {INPUT_NAME: x})[OUTPUT_NAME]
+
+
+def run_onnx_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of the ONNX file at `path` for the named inputs `feeds`."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
 
 
 def run_savedmodel(path: Path, x: np.ndarray) -> np.ndarray:
+    return run_savedmodel_feeds(path, {INPUT_NAME: x})[OUTPUT_NAME]
+
+
+def run_savedmodel_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of the SavedModel's `serving_default` signature for `feeds`."""
     from servebench.common.tf_runtime import import_tensorflow
 
     tf = import_tensorflow()
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
-    return serve(**{INPUT_NAME: tf.constant(x)})[OUTPUT_NAME].numpy()
+    outputs = serve(**{name: tf.constant(value) for name, value in feeds.items()})
+    return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+
+def compare_outputs(
+    model: str,
+    reference: Mapping[str, np.ndarray],
+    candidates: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    reference_name: str = "torch",
+) -> ParityReport:
+    """Each runtime's outputs against the reference's, output by output; raise ParityError
+    if one is missing, has another shape, or differs beyond the tolerance."""
+    differences = {}
+    for runtime, outputs in candidates.items():
+        worst = 0.0
+        for name, want in reference.items():
+            got = outputs.get(name)
+            if got is None:
+                raise ParityError(f"{model}: {runtime} has no output {name!r} ({sorted(outputs)})")
+            if got.shape != want.shape:
+                raise ParityError(
+                    f"{model}: {runtime} output {name!r} shape {got.shape}, "
+                    f"{reference_name} {want.shape}"
+                )
+            worst = max(worst, float(np.abs(got.astype(np.float64) - want).max(initial=0.0)))
+        differences[runtime] = worst
+    largest = max((float(np.abs(v).max(initial=0.0)) for v in reference.values()), default=0.0)
+    report = ParityReport(model, largest, differences, reference_name)
+    if not report.ok:
+        raise ParityError(f"parity failed: {report.describe()}")
+    return report
 
 
 def check_parity(
@@ -79,20 +131,10 @@ def check_parity(
 ) -> ParityReport:
     """Compare the exports that exist against torch; raise ParityError if any differs."""
     x = seeded_input(spec, batch_size, seed)
-    reference = run_torch(module, x)
+    reference = {OUTPUT_NAME: run_torch(module, x)}
     candidates = {}
     if onnx_path is not None:
-        candidates["onnxruntime"] = run_onnx(onnx_path, x)
+        candidates["onnxruntime"] = run_onnx_feeds(onnx_path, {INPUT_NAME: x})
     if savedmodel_dir is not None:
-        candidates["tensorflow"] = run_savedmodel(savedmodel_dir, x)
-    differences = {}
-    for runtime, output in candidates.items():
-        if output.shape != reference.shape:
-            raise ParityError(
-                f"{spec.id}: {runtime} output shape {output.shape}, torch {reference.shape}"
-            )
-        differences[runtime] = float(np.abs(output - reference).max())
-    report = ParityReport(spec.id, float(np.abs(reference).max()), differences)
-    if not report.ok:
-        raise ParityError(f"parity failed: {report.describe()}")
-    return report
+        candidates["tensorflow"] = run_savedmodel_feeds(savedmodel_dir, {INPUT_NAME: x})
+    return compare_outputs(spec.id, reference, candidates)

@@ -181,6 +181,7 @@ class Samples:
     scenario: Path = field(init=False)
     spec: Path = field(init=False)
     repository: Path = field(init=False)
+    onnx: Path = field(init=False)
     a_file: Path = field(init=False)
     a_dir: Path = field(init=False)
     empty_file: Path = field(init=False)
@@ -207,6 +208,8 @@ class Samples:
         self.repository = root / "repository"
         (self.repository / "m").mkdir(parents=True)
         (self.repository / "m" / "config.pbtxt").write_text('name: "m"\nbackend: "python"\n')
+        self.onnx = root / "identity.onnx"
+        self.onnx.write_bytes(_identity_onnx())
         self.run = self._run("run", _TRIALS)
         self.damaged_runs = {
             "empty trials.csv": self._run("empty-trials", ""),
@@ -254,6 +257,18 @@ _TRIALS = (
 )
 
 
+def _identity_onnx() -> bytes:
+    """The smallest model `models import` takes: y = x, a batch of 4 floats."""
+    from onnx import TensorProto, helper
+
+    def value(name: str):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", 4])
+
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph([node], "identity", [value("x")], [value("y")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
 def baselines(s: Samples) -> dict[tuple[str, ...], list[str]]:
     """A valid invocation of every command; `{tmp}` is a fresh folder per invocation.
 
@@ -277,6 +292,7 @@ def baselines(s: Samples) -> dict[tuple[str, ...], list[str]]:
         ("models", "check"): f"{s.repository}",
         ("models", "export"): f"{s.spec} -o {{tmp}}/export --to triton --no-check",
         ("models", "generate"): "-o {tmp}/family.yaml",
+        ("models", "import"): f"{s.onnx} --out {{tmp}}/imported --to triton",
         ("models", "list"): f"{s.spec}",
         ("models", "serve"): f"{s.repository} --once",
         ("netem", "check"): "lan --duration 0.1 --pings 4",

@@ -56,7 +56,7 @@ def export_onnx(module: nn.Module, spec: ModelSpec, path: Path, *, force: bool =
     example = torch.randn(_TRACE_BATCH, *spec.served_input_shape, dtype=torch.float32)
     batch = torch.export.Dim("batch", min=1)
     try:
-        with torch.no_grad(), _quiet_exporter():
+        with torch.no_grad(), quiet_exporter():
             torch.onnx.export(
                 module,
                 (example,),
@@ -75,7 +75,7 @@ def export_onnx(module: nn.Module, spec: ModelSpec, path: Path, *, force: bool =
 
 
 @contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
+def quiet_exporter() -> Iterator[None]:
     """Silence the exporter's notes about its internals (size checks, deprecated helpers,
     missing torchvision ops): they say nothing about the exported graph, whose interface
     `check_onnx_interface` verifies instead."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -113,12 +114,40 @@ class TritonExport:
         return self.standard_dir / str(self.version) / ONNX_FILENAME
 
 
+@dataclass(frozen=True)
+class TensorConfig:
+    """One input or output of a model's config: its name, Triton data type and dims per
+    sample (-1 where a dimension is dynamic), the batch axis not included."""
+
+    name: str
+    data_type: int  # a model_config_pb2.DataType value, e.g. mc.TYPE_FP32
+    dims: tuple[int, ...]
+
+
 def build_model_config(
     spec: ModelSpec, settings: TritonSettings, *, name: str | None = None, form: Form = "onnx"
 ) -> mc.ModelConfig:
     """The `ModelConfig` for `spec`; `form` only decides platform vs python backend."""
-    name = _check_name(name or spec.id)
-    config = mc.ModelConfig(name=name, max_batch_size=settings.max_batch_size)
+    dtype = _TRITON_DTYPES[spec.dtype]
+    return build_config(
+        name or spec.id,
+        [TensorConfig(INPUT_NAME, dtype, spec.served_input_shape)],
+        [TensorConfig(OUTPUT_NAME, dtype, spec.served_output_shape)],
+        settings,
+        form=form,
+    )
+
+
+def build_config(
+    name: str,
+    inputs: Sequence[TensorConfig],
+    outputs: Sequence[TensorConfig],
+    settings: TritonSettings,
+    *,
+    form: Form = "onnx",
+) -> mc.ModelConfig:
+    """The `ModelConfig` of any ONNX model (a spec's or an imported one) with `settings`."""
+    config = mc.ModelConfig(name=_check_name(name), max_batch_size=settings.max_batch_size)
     if form == "onnx":
         config.platform = "onnxruntime_onnx"
     elif form == "python":
@@ -127,11 +156,14 @@ def build_model_config(
         raise ValueError(f"form: must be 'onnx' or 'python', got {form!r}")
     # With max_batch_size 0 Triton sees no implicit batch axis, so it is spelled out as -1.
     batch_axis = [] if settings.max_batch_size > 0 else [-1]
-    dtype = _TRITON_DTYPES[spec.dtype]
-    config.input.add(name=INPUT_NAME, data_type=dtype, dims=[*batch_axis, *spec.served_input_shape])
-    config.output.add(
-        name=OUTPUT_NAME, data_type=dtype, dims=[*batch_axis, *spec.served_output_shape]
-    )
+    for tensor in inputs:
+        config.input.add(
+            name=tensor.name, data_type=tensor.data_type, dims=[*batch_axis, *tensor.dims]
+        )
+    for tensor in outputs:
+        config.output.add(
+            name=tensor.name, data_type=tensor.data_type, dims=[*batch_axis, *tensor.dims]
+        )
     config.instance_group.add(
         count=settings.instance_count,
         kind=mc.ModelInstanceGroup.Kind.Value(settings.instance_kind),
@@ -141,6 +173,16 @@ def build_model_config(
         batching.preferred_batch_size.extend(settings.preferred_batch_sizes)
         batching.max_queue_delay_microseconds = settings.max_queue_delay_microseconds
     return config
+
+
+def python_twin(config: mc.ModelConfig) -> mc.ModelConfig:
+    """The same model on the python backend (the local tritonserver has no onnxruntime
+    backend): every other field, batching and instances included, stays as it was."""
+    twin = mc.ModelConfig()
+    twin.CopyFrom(config)
+    twin.ClearField("platform")
+    twin.backend = "python"
+    return twin
 
 
 def render_config(config: mc.ModelConfig) -> str:
@@ -218,10 +260,25 @@ def write_triton_model(
 
     The ONNX file is copied into the version folder unless it is already there.
     """
+    config = build_model_config(spec, settings, name=name, form=form)
+    return write_model_folder(onnx_path, config, repository, version=version, force=force)
+
+
+def write_model_folder(
+    onnx_path: Path,
+    config: mc.ModelConfig,
+    repository: Path,
+    *,
+    version: int = 1,
+    force: bool = False,
+) -> Path:
+    """Write `<repository>/<config.name>/` serving `onnx_path` as `config` says.
+
+    A python-backend config gets the onnxruntime `model.py` beside the ONNX file.
+    """
     if version < 1:
         raise ValueError(f"version: must be >= 1, got {version}")
-    config = build_model_config(spec, settings, name=name, form=form)
-    model_dir = Path(repository) / config.name
+    model_dir = Path(repository) / _check_name(config.name)
     version_dir = model_dir / str(version)
     target = version_dir / ONNX_FILENAME
     onnx_path = Path(onnx_path)
@@ -234,7 +291,7 @@ def write_triton_model(
         _claim_model_dirs([model_dir], force=force)
         version_dir.mkdir(parents=True)
         shutil.copyfile(onnx_path, target)
-    if form == "python":
+    if config.backend == "python":
         shutil.copyfile(PYTHON_MODEL_SOURCE, version_dir / "model.py")
     text = render_config(config)
     parse_config(text, where=str(model_dir / CONFIG_FILENAME))  # by construction, but cheap

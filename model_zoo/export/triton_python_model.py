@@ -43,10 +43,14 @@ class TritonPythonModel:
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.input_name = config["input"][0]["name"]
-        self.output_name = config["output"][0]["name"]
-        self.input_dtype = pb_utils.triton_string_to_numpy(config["input"][0]["data_type"])
-        self.output_dtype = pb_utils.triton_string_to_numpy(config["output"][0]["data_type"])
+        self.inputs = [
+            (t["name"], pb_utils.triton_string_to_numpy(t["data_type"])) for t in config["input"]
+        ]
+        self.outputs = [
+            (t["name"], pb_utils.triton_string_to_numpy(t["data_type"])) for t in config["output"]
+        ]
+        # Without a batch axis (max_batch_size 0) requests cannot be stacked: run each alone.
+        self.batched = int(config.get("max_batch_size", 0)) > 0
         instances = sum(group.get("count", 1) for group in config.get("instance_group", [])) or 1
         onnx_path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
         self.session = ort.InferenceSession(
@@ -60,23 +64,35 @@ class TritonPythonModel:
         onnxruntime backend would run them as one batch, so this does the same and splits
         the result back by each request's batch size.
         """
-        inputs = [
-            pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-            for request in requests
-        ]
-        sizes = [len(x) for x in inputs]
+        groups = [requests] if self.batched else [[request] for request in requests]
+        responses = []
+        for group in groups:
+            responses.extend(self._run(group))
+        return responses
+
+    def _run(self, requests):
+        feeds = {}
+        sizes = []
         try:
-            batch = np.concatenate(inputs).astype(self.input_dtype, copy=False)
-            result = self.session.run([self.output_name], {self.input_name: batch})[0]
+            for name, dtype in self.inputs:
+                arrays = [
+                    pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                    for request in requests
+                ]
+                sizes = [len(x) for x in arrays]
+                feeds[name] = np.concatenate(arrays).astype(dtype, copy=False)
+            results = self.session.run([name for name, _ in self.outputs], feeds)
         except Exception as err:  # reported to each client instead of failing the instance
             error = pb_utils.TritonError(f"onnxruntime: {err}")
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
-        result = result.astype(self.output_dtype, copy=False)
         responses = []
         start = 0
         for size in sizes:
-            tensor = pb_utils.Tensor(self.output_name, result[start : start + size])
-            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+            tensors = [
+                pb_utils.Tensor(name, result[start : start + size].astype(dtype, copy=False))
+                for (name, dtype), result in zip(self.outputs, results, strict=True)
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += size
         return responses
 

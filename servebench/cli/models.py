@@ -294,6 +294,70 @@ def export(
     console.print(f"export folder: {out}")
 
 
+@app.command("import")
+def import_(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="the model: .onnx, TorchScript .pt, torch.export .pt2, .keras, a SavedModel "
+            "or Triton model folder",
+            parser=InputPath(),
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="export folder", parser=OutputDir())],
+    formats: Annotated[
+        str, typer.Option("--to", help="formats to write, comma-separated: triton, tfs")
+    ] = "triton,tfs",
+    name: Annotated[
+        str | None, typer.Option(help="model name (default: the file's or folder's name)")
+    ] = None,
+    input_shape: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="one sample's shape of an input, NAME=DIMS like input=3x224x224: for dynamic "
+            "dims and torch files (repeatable)"
+        ),
+    ] = None,
+) -> None:
+    """Import your own model into a `models export` folder: Triton (ONNX + python twin)
+    and/or TF Serving, each conversion checked for parity on random inputs."""
+    from model_zoo.export.family import FORMATS
+    from model_zoo.export.triton import TritonSettingsError
+    from model_zoo.imports import ModelImportError, import_model, parse_input_shapes
+    from model_zoo.parity import ParityError
+
+    wanted = [part.strip() for part in formats.split(",") if part.strip()]
+    unknown = [part for part in wanted if part not in FORMATS]
+    if unknown or not wanted:
+        raise fail(f"--to: expected some of {', '.join(FORMATS)}, got {formats!r}")
+    try:
+        result = import_model(
+            path, out, formats=wanted, name=name,
+            input_shapes=parse_input_shapes(input_shape or []),
+        )  # fmt: skip
+    except (ModelImportError, ParityError, TritonSettingsError) as err:
+        raise fail(str(err)) from None
+    except ValueError as err:  # a --name Triton refuses
+        raise fail(str(err)) from None
+    except OSError as err:
+        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
+    shown = ", ".join(f"{n}={'x'.join(map(str, dims))}" for n, dims in result.input_shapes.items())
+    console.print(
+        f"imported {path} ({result.source_format}) as {result.name!r}: inputs {shown}",
+        highlight=False,
+    )
+    for fmt, folders in result.written.items():
+        console.print(f"  {fmt}: {', '.join(folders)}", highlight=False)
+    for fmt, why in result.skipped.items():
+        console.print(f"  {fmt}: not written: {why}", highlight=False, soft_wrap=True)
+    if result.parity is not None:
+        console.print(f"  parity ok: {result.parity.describe()}", highlight=False)
+    else:
+        console.print("  parity: nothing converted (the file is served as it is)")
+    seconds = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds.items())
+    console.print(f"  seconds: {seconds}\nexport folder: {out}", highlight=False)
+
+
 @app.command()
 def check(
     export_dir: Annotated[Path, typer.Argument(help="a `models export` folder", parser=InputDir())],

@@ -1,0 +1,14 @@
+"""Reading a user's own model (ONNX, TorchScript, torch.export, SavedModel, Keras, a
+Triton model folder) into the export layout `models export` writes."""
+
+from model_zoo.imports.importer import IMPORT_FILE, ImportResult, import_model
+from model_zoo.imports.signature import ModelImportError, Unconvertible, parse_input_shapes
+
+__all__ = [
+    "IMPORT_FILE",
+    "ImportResult",
+    "ModelImportError",
+    "Unconvertible",
+    "import_model",
+    "parse_input_shapes",
+]

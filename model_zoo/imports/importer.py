@@ -1,0 +1,246 @@
+"""Import a user's model into the export layout `models export` writes.
+
+Everything is written into a staging folder beside `out` and moved into place only after
+every conversion and parity check passed, so a refused or failed import leaves `out` as it
+was: no half-written model folder for a server to trip over later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from model_zoo.export.family import FORMATS, TFS_DIR, TFS_FORMAT, TRITON_FORMAT
+from model_zoo.export.tfs import write_server_files
+from model_zoo.export.triton import (
+    CONFIG_FILENAME,
+    ONNX_FILENAME,
+    PYTHON_REPOSITORY,
+    STANDARD_REPOSITORY,
+    TensorConfig,
+    TritonSettings,
+    build_config,
+    python_twin,
+    render_config,
+    write_model_folder,
+)
+from model_zoo.imports.formats import open_source
+from model_zoo.imports.signature import (
+    ModelImportError,
+    Signature,
+    Unconvertible,
+    random_feeds,
+    resolve_shapes,
+)
+from model_zoo.imports.source import ModelSource
+from model_zoo.imports.triton_repo import TritonModelSource
+from model_zoo.parity import ParityReport, compare_outputs, run_onnx_feeds, run_savedmodel_feeds
+from servebench.common.tfs_config import savedmodel_names
+
+IMPORT_FILE = "import.json"
+VERSION = 1
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass
+class ImportResult:
+    name: str
+    source_format: str
+    signature: Signature
+    input_shapes: dict[str, tuple[int, ...]]
+    written: dict[str, list[str]] = field(default_factory=dict)  # format -> folders under out
+    skipped: dict[str, str] = field(default_factory=dict)  # format -> why not
+    parity: ParityReport | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def import_model(
+    path: Path,
+    out: Path,
+    *,
+    formats: Iterable[str] = FORMATS,
+    name: str | None = None,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    settings: TritonSettings | None = None,
+) -> ImportResult:
+    """Read `path`, write each of `formats` it converts to under `out`, check parity."""
+    formats = tuple(formats)
+    started = time.perf_counter()
+    source = open_source(path, input_shapes or {})
+    signature = source.signature()
+    shapes = resolve_shapes(signature, input_shapes or {}, str(path))
+    name = name or _clean_name(source.default_name())
+    out = Path(out)
+    targets = _targets(name, formats)
+    taken = [str(out / t) for t in targets.values() if (out / t).exists()]
+    if taken:
+        raise ModelImportError(f"{taken[0]}: already exists; pick another --name or --out")
+    result = ImportResult(name, source.format, signature, shapes)
+    result.seconds["read"] = time.perf_counter() - started
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
+    try:
+        candidates = {}
+        if TRITON_FORMAT in formats:
+            started = time.perf_counter()
+            try:
+                candidates.update(
+                    _write_triton(
+                        source, signature, staging, name, settings or TritonSettings(), result
+                    )
+                )
+            except Unconvertible as why:
+                result.skipped[TRITON_FORMAT] = str(why)
+            result.seconds[TRITON_FORMAT] = time.perf_counter() - started
+        if TFS_FORMAT in formats:
+            started = time.perf_counter()
+            target = staging / TFS_DIR / name / str(VERSION)
+            target.parent.mkdir(parents=True)
+            try:
+                if source.write_savedmodel(target):
+                    candidates["tensorflow"] = lambda f, d=target: run_savedmodel_feeds(d, f)
+                result.written[TFS_FORMAT] = [f"{TFS_DIR}/{name}"]
+            except Unconvertible as why:
+                result.skipped[TFS_FORMAT] = str(why)
+                shutil.rmtree(target.parent)
+            result.seconds[TFS_FORMAT] = time.perf_counter() - started
+        if not result.written:
+            raise ModelImportError(f"{path}: " + "; ".join(result.skipped.values()))
+        if candidates:
+            started = time.perf_counter()
+            feeds = random_feeds(signature, shapes)
+            reference = source.run(feeds)
+            outputs = {runtime: run(feeds) for runtime, run in candidates.items()}
+            result.parity = compare_outputs(
+                name, reference, outputs, reference_name=source.framework
+            )
+            result.seconds["parity"] = time.perf_counter() - started
+        _record(staging, result, path)
+        _move_into(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _targets(name: str, formats: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    if TRITON_FORMAT in formats:
+        found["triton"] = f"{STANDARD_REPOSITORY}/{name}"
+        found["triton-python"] = f"{PYTHON_REPOSITORY}/{name}"
+    if TFS_FORMAT in formats:
+        found["tfs"] = f"{TFS_DIR}/{name}"
+    return found
+
+
+def _write_triton(
+    source: ModelSource,
+    signature: Signature,
+    staging: Path,
+    name: str,
+    settings: TritonSettings,
+    result: ImportResult,
+) -> dict:
+    """Both Triton repositories; the runtimes to check for parity (a converted ONNX file)."""
+    standard = staging / STANDARD_REPOSITORY
+    python = staging / PYTHON_REPOSITORY
+    if isinstance(source, TritonModelSource):
+        # The user's folder as it is; its config is rewritten only for another name.
+        config = source.config
+        renamed = config.name != name
+        config.name = name
+        source.copy_folder(standard / name)
+        if renamed:
+            (standard / name / CONFIG_FILENAME).write_text(render_config(config))
+        result.written[TRITON_FORMAT] = [f"{STANDARD_REPOSITORY}/{name}"]
+        onnx_file = staging / ONNX_FILENAME
+        try:
+            source.write_onnx(onnx_file)
+        except Unconvertible as why:
+            result.skipped["triton-python"] = str(why)
+            return {}
+        write_model_folder(onnx_file, python_twin(config), python, version=VERSION)
+        result.written[TRITON_FORMAT].append(f"{PYTHON_REPOSITORY}/{name}")
+        return {}
+    onnx_file = staging / ONNX_FILENAME
+    converted = source.write_onnx(onnx_file)
+    if not signature.batched:
+        settings = TritonSettings(
+            max_batch_size=0,
+            dynamic_batching=False,
+            instance_count=settings.instance_count,
+            instance_kind=settings.instance_kind,
+        )
+    inputs, outputs = _tensor_configs(signature)
+    for form, repository in (("onnx", standard), ("python", python)):
+        config = build_config(name, inputs, outputs, settings, form=form)
+        write_model_folder(onnx_file, config, repository, version=VERSION)
+    onnx_file.unlink()
+    result.written[TRITON_FORMAT] = [f"{STANDARD_REPOSITORY}/{name}", f"{PYTHON_REPOSITORY}/{name}"]
+    served = standard / name / str(VERSION) / ONNX_FILENAME
+    return {"onnxruntime": lambda feeds: run_onnx_feeds(served, feeds)} if converted else {}
+
+
+def _tensor_configs(signature: Signature) -> tuple[list[TensorConfig], list[TensorConfig]]:
+    from tritonclient.grpc import model_config_pb2 as mc
+    from tritonclient.utils import np_to_triton_dtype
+
+    def one(tensor) -> TensorConfig:
+        import numpy as np
+
+        data_type = mc.DataType.Value("TYPE_" + np_to_triton_dtype(np.dtype(tensor.dtype)))
+        return TensorConfig(tensor.name, data_type, signature.served_dims(tensor))
+
+    return [one(t) for t in signature.inputs], [one(t) for t in signature.outputs]
+
+
+def _record(staging: Path, result: ImportResult, path: Path) -> None:
+    """`import.json`: what each model came from, so later steps need not guess."""
+    entry = {
+        "source": str(Path(path).resolve()),
+        "format": result.source_format,
+        "signature": asdict(result.signature),
+        "input_shapes": {k: list(v) for k, v in result.input_shapes.items()},
+        "written": result.written,
+        "skipped": result.skipped,
+        "parity": asdict(result.parity) if result.parity else None,
+        "seconds": result.seconds,
+    }
+    (staging / IMPORT_FILE).write_text(json.dumps({result.name: entry}, indent=2) + "\n")
+
+
+def _move_into(staging: Path, out: Path) -> None:
+    """Put the staged model folders into `out`: one rename when `out` is new, else folder by
+    folder (each checked free before the import began), merging the record and TF
+    Serving's model list with what `out` already held."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        if (staging / TFS_DIR).is_dir():
+            write_server_files(staging / TFS_DIR, savedmodel_names(staging / TFS_DIR))
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+        staging.mkdir()  # the caller removes the staging folder it made
+        return
+    for repository in (STANDARD_REPOSITORY, PYTHON_REPOSITORY, TFS_DIR):
+        for folder in sorted((staging / repository).glob("*")):
+            if folder.is_dir():
+                (out / repository).mkdir(exist_ok=True)
+                os.replace(folder, out / repository / folder.name)
+    if (staging / TFS_DIR).is_dir():
+        write_server_files(out / TFS_DIR, savedmodel_names(out / TFS_DIR))
+    record = out / IMPORT_FILE
+    merged = json.loads(record.read_text()) if record.is_file() else {}
+    merged.update(json.loads((staging / IMPORT_FILE).read_text()))
+    record.write_text(json.dumps(merged, indent=2) + "\n")
+
+
+def _clean_name(text: str) -> str:
+    """A file's stem as a Triton model name (letters, digits, '_', '.', '-')."""
+    name = _NAME_CHARS.sub("-", text).strip("-.") or "model"
+    return name if name[0].isalnum() else f"m{name}"

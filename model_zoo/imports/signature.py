@@ -1,0 +1,147 @@
+"""A model's interface as its file states it, and the shapes the user fills in for it.
+
+An imported model is known only by what its file says: input and output names, dtypes
+and shapes, some dimensions of which may be dynamic. Everything after the import (the
+Triton config, parity's random inputs, later the load generator's requests) needs concrete
+shapes, so the dynamic ones are named here, with the input and the dimension, until the
+user gives them (`--input-shape NAME=DIMS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from model_zoo.errors import ModelZooError
+
+DYNAMIC = -1  # a dimension the file leaves open (ONNX dim_param, TF None, Triton -1)
+
+
+class ModelImportError(ModelZooError, ValueError):
+    """A model file that cannot be read, converted or checked; the message names it."""
+
+
+class Unconvertible(ModelImportError):
+    """One direction (a format) this source cannot be converted to; the other may still."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output: `dims` are the whole shape, the batch axis included."""
+
+    name: str
+    dtype: str  # numpy's name: float32, int64, ...
+    dims: tuple[int, ...]
+
+    @property
+    def sample_dims(self) -> tuple[int, ...]:
+        return self.dims[1:]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the file says; `batched`: every tensor's first axis is dynamic, the batch."""
+
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+    @property
+    def batched(self) -> bool:
+        tensors = (*self.inputs, *self.outputs)
+        return bool(tensors) and all(t.dims and t.dims[0] == DYNAMIC for t in tensors)
+
+    def served_dims(self, tensor: Tensor) -> tuple[int, ...]:
+        """The dims a Triton config lists: per sample when batched, else the whole shape."""
+        return tensor.sample_dims if self.batched else tensor.dims
+
+
+def parse_input_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`NAME=DIMS` items (DIMS like 3x224x224: one sample, no batch axis) into a mapping."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        try:
+            dims = tuple(int(part) for part in text.lower().split("x"))
+        except ValueError:
+            dims = ()
+        if not sep or not name or not dims or min(dims) < 1:
+            raise ModelImportError(
+                f"--input-shape: expected NAME=DIMS with positive dims like input=3x224x224, "
+                f"got {item!r}"
+            )
+        if name in shapes:
+            raise ModelImportError(f"--input-shape: {name!r} is given twice")
+        shapes[name] = dims
+    return shapes
+
+
+def resolve_shapes(
+    signature: Signature, given: Mapping[str, tuple[int, ...]], source: str
+) -> dict[str, tuple[int, ...]]:
+    """Each input's sample shape: the file's, with the user's dims where it has dynamic
+    ones (or none at all, as a torch file). Unknown names and unmatched dims are refused."""
+    names = [t.name for t in signature.inputs]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ModelImportError(
+            f"--input-shape: {source} has no input {unknown[0]!r} (inputs: {', '.join(names)})"
+        )
+    shapes = {}
+    for tensor in signature.inputs:
+        dims = signature.served_dims(tensor)
+        if tensor.name in given:
+            want = given[tensor.name]
+            if len(want) != len(dims):
+                raise ModelImportError(
+                    f"--input-shape: {source} input {tensor.name!r} has {len(dims)} dims per "
+                    f"sample {_show(dims)}, got {len(want)}"
+                )
+            for index, (have, new) in enumerate(zip(dims, want, strict=True)):
+                if have != DYNAMIC and have != new:
+                    raise ModelImportError(
+                        f"--input-shape: {source} input {tensor.name!r} dim {index} is "
+                        f"{have} in the file, got {new}"
+                    )
+            shapes[tensor.name] = want
+            continue
+        for index, have in enumerate(dims):
+            if have == DYNAMIC:
+                raise ModelImportError(
+                    f"{source}: input {tensor.name!r} dim {index} of {_show(dims)} is dynamic; "
+                    f"give it with --input-shape {tensor.name}=DIMS"
+                )
+        shapes[tensor.name] = dims
+    return shapes
+
+
+def random_feeds(
+    signature: Signature, shapes: Mapping[str, tuple[int, ...]], batch: int = 2, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded inputs for parity: normal floats, small non-negative integers (indices)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for tensor in signature.inputs:
+        shape = (batch, *shapes[tensor.name]) if signature.batched else shapes[tensor.name]
+        dtype = np.dtype(tensor.dtype)
+        if dtype.kind == "f":
+            feeds[tensor.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            feeds[tensor.name] = rng.integers(0, 2, shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[tensor.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            raise ModelImportError(f"input {tensor.name!r}: dtype {tensor.dtype} is not numeric")
+    return feeds
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's first sentence: libraries' load errors run to pages of context."""
+    text = str(err).strip()
+    return text.splitlines()[0].split(". ")[0] if text else type(err).__name__
+
+
+def _show(dims: Sequence[int]) -> str:
+    return "(" + ", ".join("?" if d == DYNAMIC else str(d) for d in dims) + ")"

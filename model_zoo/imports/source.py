@@ -1,0 +1,52 @@
+"""What every readable model format provides to the importer.
+
+A source knows its file: the signature it states, how to run it (the reference for
+parity), and how to write it as ONNX (Triton) and as a SavedModel (TF Serving). A
+direction it cannot write raises `Unconvertible` with the reason, and the importer writes
+the other one alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from model_zoo.imports.signature import Signature, Unconvertible
+
+NO_ONNX_TO_TF = (
+    "no ONNX -> TensorFlow converter here (onnx-tf, the ONNX project's, is unmaintained "
+    "since 2022 and needs TensorFlow < 2.16)"
+)
+
+
+class ModelSource:
+    """One model file or folder of a known format."""
+
+    format: ClassVar[str]
+    framework: ClassVar[str]  # what runs the source, for parity's report
+
+    def __init__(self, path: Path, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.path = Path(path)
+        self.input_shapes = dict(input_shapes)
+
+    def default_name(self) -> str:
+        return self.path.stem if self.path.is_file() else self.path.name
+
+    def signature(self) -> Signature:
+        raise NotImplementedError
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The source framework's outputs for `feeds`: parity's reference."""
+        raise NotImplementedError
+
+    def write_onnx(self, target: Path) -> bool:
+        """Write the model as one ONNX file at `target`; True when that was a conversion
+        (to be checked for parity), False when the file was copied as it is."""
+        raise Unconvertible(f"{self.format} -> ONNX: not supported")
+
+    def write_savedmodel(self, target: Path) -> bool:
+        """Write the model as a SavedModel folder `target`; True when converted."""
+        raise Unconvertible(f"{self.format} -> TF Serving: {NO_ONNX_TO_TF}")

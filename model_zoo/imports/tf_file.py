@@ -1,0 +1,136 @@
+"""SavedModel folders and Keras `.keras` files: the `serving_default` signature.
+
+TF Serving serves a SavedModel as it is; a Keras file becomes one through Keras' own
+`export` (checked against the Keras model for parity). Triton gets the SavedModel through
+tf2onnx's command line, run as a child process: it converts in TensorFlow's graph mode,
+whose global state should not leak into the importing process.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, first_line
+from model_zoo.imports.source import ModelSource, Unconvertible
+from model_zoo.parity import run_savedmodel_feeds
+from servebench.common.tf_runtime import import_keras, import_tensorflow
+
+SIGNATURE = "serving_default"
+ONNX_OPSET = 17
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+class SavedModelSource(ModelSource):
+    format = "savedmodel"
+    framework = "tensorflow"
+
+    @property
+    def savedmodel_dir(self) -> Path:
+        return self.path
+
+    @cached_property
+    def serving(self):
+        """The `serving_default` function of the loaded SavedModel."""
+        tf = import_tensorflow()
+        folder = self.savedmodel_dir
+        if not (folder / SAVED_MODEL_FILE).is_file():
+            raise ModelImportError(f"{folder}: not a SavedModel (no {SAVED_MODEL_FILE})")
+        try:
+            loaded = tf.saved_model.load(str(folder))
+        except Exception as err:  # DecodeError, OpError, OSError: a damaged folder
+            reason = first_line(err)
+            raise ModelImportError(f"{folder}: not a readable SavedModel ({reason})") from None
+        signatures = getattr(loaded, "signatures", {})
+        if SIGNATURE not in signatures:
+            raise ModelImportError(
+                f"{folder}: no {SIGNATURE!r} signature (has: {', '.join(signatures) or 'none'})"
+            )
+        self._loaded = loaded  # the function needs its object alive
+        return signatures[SIGNATURE]
+
+    def signature(self) -> Signature:
+        inputs = self.serving.structured_input_signature[1]
+        outputs = self.serving.structured_outputs
+        return Signature(
+            tuple(_tensor(name, spec) for name, spec in sorted(inputs.items())),
+            tuple(_tensor(name, spec) for name, spec in sorted(outputs.items())),
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_savedmodel_feeds(self.savedmodel_dir, feeds)
+
+    def write_savedmodel(self, target: Path) -> bool:
+        shutil.copytree(self.savedmodel_dir, target)
+        return False
+
+    def write_onnx(self, target: Path) -> bool:
+        command = [
+            sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(self.savedmodel_dir),
+            "--signature_def", SIGNATURE, "--opset", str(ONNX_OPSET), "--output", str(target),
+        ]  # fmt: skip
+        try:
+            import tf2onnx  # noqa: F401  (only whether it is installed)
+        except ImportError:
+            raise Unconvertible(
+                f"{self.format} -> Triton: needs tf2onnx (pip install tf2onnx)"
+            ) from None
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not target.is_file():
+            lines = [
+                line for line in done.stderr.splitlines() if "ERROR" in line or "Error" in line
+            ]
+            reason = (lines or done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise Unconvertible(f"{self.format} -> ONNX: tf2onnx failed: {reason.strip()}")
+        return True
+
+
+class KerasSource(SavedModelSource):
+    """A `.keras` file: exported to a SavedModel once, in a folder this source owns."""
+
+    format = "keras"
+    framework = "keras"
+
+    @cached_property
+    def model(self):
+        keras = import_keras()
+        try:
+            return keras.saving.load_model(str(self.path), compile=False)
+        except Exception as err:  # ValueError, zipfile.BadZipFile, OSError
+            reason = first_line(err)
+            raise ModelImportError(f"{self.path}: not a readable Keras file ({reason})") from None
+
+    @cached_property
+    def savedmodel_dir(self) -> Path:
+        self._scratch = tempfile.TemporaryDirectory(prefix="servebench-keras-")
+        folder = Path(self._scratch.name) / "savedmodel"
+        self.model.export(str(folder), format="tf_saved_model", verbose=False)
+        return folder
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The Keras model itself, so the export to a SavedModel is checked too.
+
+        Keras' export names the signature's inputs after the model's inputs and its
+        outputs `output_0`, `output_1`, ... in the model's order.
+        """
+        names = [tensor.name for tensor in self.model.inputs]
+        args = [feeds[name] for name in names]
+        result = self.model(args[0] if len(args) == 1 else args, training=False)
+        result = result if isinstance(result, (list, tuple)) else [result]
+        return {f"output_{i}": np.asarray(y) for i, y in enumerate(result)}
+
+    def write_savedmodel(self, target: Path) -> bool:
+        shutil.copytree(self.savedmodel_dir, target)
+        return True
+
+
+def _tensor(name: str, spec) -> Tensor:
+    dims = tuple(DYNAMIC if d is None else int(d) for d in spec.shape)
+    return Tensor(name, spec.dtype.name, dims)

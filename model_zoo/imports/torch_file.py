@@ -1,0 +1,165 @@
+"""TorchScript (`torch.jit.save`) and torch.export (`torch.export.save`, `.pt2`) files.
+
+A TorchScript file names its inputs but carries no shapes, so each input's sample shape
+comes from `--input-shape` (float32; the batch axis is the first); a `.pt2` file carries
+names, dtypes and shapes, symbolic where the program was exported with dynamic ones.
+Both go to ONNX with torch's own exporters: the TorchScript one for a ScriptModule (the
+dynamo exporter cannot trace it), the dynamo one for an exported program.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model_zoo.export.onnx import quiet_exporter
+from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, first_line
+from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
+
+_EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
+
+
+def _output_names(count: int) -> list[str]:
+    return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
+
+
+def _as_tuple(result) -> tuple[torch.Tensor, ...]:
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+class TorchScriptSource(ModelSource):
+    format = "torchscript"
+    framework = "torch"
+
+    @cached_property
+    def module(self) -> torch.jit.ScriptModule:
+        try:
+            return torch.jit.load(str(self.path), map_location="cpu").eval()
+        except Exception as err:  # RuntimeError from the zip reader or the unpickler
+            reason = first_line(err)
+            raise ModelImportError(f"{self.path}: not a TorchScript file ({reason})") from None
+
+    @cached_property
+    def input_names(self) -> list[str]:
+        arguments = self.module.forward.schema.arguments[1:]  # the first is the module
+        return [argument.name for argument in arguments]
+
+    def _example(self) -> tuple[torch.Tensor, ...]:
+        missing = [name for name in self.input_names if name not in self.input_shapes]
+        if missing:
+            raise ModelImportError(
+                f"{self.path}: a TorchScript file carries no input shapes; give "
+                f"--input-shape {missing[0]}=DIMS (one sample, e.g. {missing[0]}=3x224x224)"
+            )
+        generator = torch.Generator().manual_seed(0)
+        return tuple(
+            torch.randn(_EXAMPLE_BATCH, *self.input_shapes[name], generator=generator)
+            for name in self.input_names
+        )
+
+    def signature(self) -> Signature:
+        example = self._example()
+        with torch.no_grad():
+            try:
+                outputs = _as_tuple(self.module(*example))
+            except Exception as err:
+                raise ModelImportError(
+                    f"{self.path}: does not run on inputs of the given --input-shape: {err}"
+                ) from None
+        inputs = tuple(
+            Tensor(name, "float32", (DYNAMIC, *x.shape[1:]))
+            for name, x in zip(self.input_names, example, strict=True)
+        )
+        names = _output_names(len(outputs))
+        return Signature(
+            inputs,
+            tuple(
+                Tensor(n, str(y.dtype).removeprefix("torch."), (DYNAMIC, *y.shape[1:]))
+                for n, y in zip(names, outputs, strict=True)
+            ),
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            result = _as_tuple(self.module(*(torch.from_numpy(feeds[n]) for n in self.input_names)))
+        return dict(zip(_output_names(len(result)), (y.numpy() for y in result), strict=True))
+
+    def write_onnx(self, target: Path) -> bool:
+        outputs = [t.name for t in self.signature().outputs]
+        axes = {name: {0: "batch"} for name in [*self.input_names, *outputs]}
+        try:
+            with torch.no_grad(), quiet_exporter():
+                torch.onnx.export(
+                    self.module, self._example(), str(target), input_names=self.input_names,
+                    output_names=outputs, dynamic_axes=axes, dynamo=False,
+                )  # fmt: skip
+        except Exception as err:
+            raise Unconvertible(f"TorchScript -> ONNX: torch's exporter failed: {err}") from None
+        return True
+
+    def write_savedmodel(self, target: Path) -> bool:
+        raise Unconvertible(f"TorchScript -> TF Serving: {NO_ONNX_TO_TF}")
+
+
+class TorchExportSource(ModelSource):
+    format = "torch-export"
+    framework = "torch"
+
+    @cached_property
+    def program(self) -> torch.export.ExportedProgram:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return torch.export.load(str(self.path))
+        except Exception as err:
+            raise ModelImportError(
+                f"{self.path}: not a torch.export program ({type(err).__name__})"
+            ) from None
+
+    def _placeholders(self) -> list[tuple[str, torch.Tensor]]:
+        users = set(self.program.graph_signature.user_inputs)
+        return [
+            (node.name, node.meta["val"])
+            for node in self.program.graph.nodes
+            if node.op == "placeholder" and node.name in users
+        ]
+
+    def signature(self) -> Signature:
+        inputs = tuple(_fake_tensor(name, val) for name, val in self._placeholders())
+        output_node = next(n for n in self.program.graph.nodes if n.op == "output")
+        values = [arg.meta["val"] for arg in output_node.args[0]]
+        names = _output_names(len(values))
+        outputs = tuple(_fake_tensor(n, v) for n, v in zip(names, values, strict=True))
+        return Signature(inputs, outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        args = [torch.from_numpy(feeds[name]) for name, _ in self._placeholders()]
+        with torch.no_grad():
+            result = _as_tuple(self.program.module()(*args))
+        return dict(zip(_output_names(len(result)), (y.numpy() for y in result), strict=True))
+
+    def write_onnx(self, target: Path) -> bool:
+        outputs = [t.name for t in self.signature().outputs]
+        try:
+            with torch.no_grad(), quiet_exporter():
+                torch.onnx.export(
+                    self.program, (), str(target), output_names=outputs, dynamo=True,
+                    external_data=False, verbose=False,
+                )  # fmt: skip
+        except Exception as err:
+            raise Unconvertible(f"torch.export -> ONNX: torch's exporter failed: {err}") from None
+        return True
+
+    def write_savedmodel(self, target: Path) -> bool:
+        raise Unconvertible(f"torch.export -> TF Serving: {NO_ONNX_TO_TF}")
+
+
+def _fake_tensor(name: str, value: torch.Tensor) -> Tensor:
+    """A traced value's shape: symbolic sizes (torch.SymInt) are dynamic."""
+    dims = tuple(DYNAMIC if isinstance(d, torch.SymInt) else int(d) for d in value.shape)
+    return Tensor(name, str(value.dtype).removeprefix("torch."), dims)

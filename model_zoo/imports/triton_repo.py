@@ -1,0 +1,109 @@
+"""An existing Triton model folder (or a repository holding one): used as it is.
+
+Its `config.pbtxt` (parsed by the exporter's own `parse_config`) gives the signature and
+stays the user's: batching, instances and every other field are kept. A model on the
+onnxruntime platform also gets the python-backend twin, the same config on the backend the
+local tritonserver has.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from model_zoo.export.triton import CONFIG_FILENAME, ONNX_FILENAME, TritonConfigError, parse_config
+from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor
+from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
+from model_zoo.parity import run_onnx_feeds
+from servebench.common.textfile import read_text
+
+ONNX_PLATFORM = "onnxruntime_onnx"
+
+
+def model_folder(path: Path) -> Path:
+    """The model folder `path` is or holds (a repository with one model)."""
+    if (path / CONFIG_FILENAME).is_file():
+        return path
+    configs = sorted(path.glob(f"*/{CONFIG_FILENAME}"))
+    if len(configs) == 1:
+        return configs[0].parent
+    if configs:
+        names = ", ".join(c.parent.name for c in configs)
+        raise ModelImportError(f"{path}: a repository of {len(configs)} models ({names}); give one")
+    raise ModelImportError(f"{path}: no {CONFIG_FILENAME} (not a Triton model folder)")
+
+
+class TritonModelSource(ModelSource):
+    format = "triton"
+    framework = "onnxruntime"
+
+    @cached_property
+    def folder(self) -> Path:
+        return model_folder(self.path)
+
+    def default_name(self) -> str:
+        return self.config.name or self.folder.name
+
+    @cached_property
+    def config(self):
+        path = self.folder / CONFIG_FILENAME
+        try:
+            return parse_config(read_text(path), where=str(path))
+        except (TritonConfigError, OSError, ValueError) as err:
+            raise ModelImportError(str(err)) from None
+
+    @property
+    def is_onnx(self) -> bool:
+        return self.config.platform == ONNX_PLATFORM or self.config.backend == "onnxruntime"
+
+    @cached_property
+    def model_file(self) -> Path:
+        """The newest version's model file (Triton serves the newest by default)."""
+        versions = sorted(
+            (p for p in self.folder.iterdir() if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
+        )
+        filename = self.config.default_model_filename or ONNX_FILENAME
+        if not versions or not (versions[-1] / filename).exists():
+            raise ModelImportError(f"{self.folder}: no <version>/{filename} beside its config")
+        return versions[-1] / filename
+
+    def signature(self) -> Signature:
+        from tritonclient.grpc import model_config_pb2 as mc
+        from tritonclient.utils import triton_to_np_dtype
+
+        batch = (DYNAMIC,) if self.config.max_batch_size > 0 else ()
+
+        def tensor(item) -> Tensor:
+            triton_type = mc.DataType.Name(item.data_type).removeprefix("TYPE_")
+            dtype = np.dtype(triton_to_np_dtype(triton_type.replace("STRING", "BYTES"))).name
+            return Tensor(item.name, dtype, (*batch, *item.dims))
+
+        self.model_file  # noqa: B018  (refuse a folder without its model before anything)
+        return Signature(
+            tuple(tensor(t) for t in self.config.input),
+            tuple(tensor(t) for t in self.config.output),
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_onnx_feeds(self.model_file, feeds)
+
+    def write_onnx(self, target: Path) -> bool:
+        if not self.is_onnx:
+            raise Unconvertible(
+                f"{self.folder}: platform {self.config.platform or self.config.backend!r} is "
+                "copied as it is; only ONNX models get the local python-backend twin"
+            )
+        shutil.copyfile(self.model_file, target)
+        return False
+
+    def copy_folder(self, target: Path) -> None:
+        """The user's model folder, every version and file, into `target`."""
+        shutil.copytree(self.folder, target)
+
+    def write_savedmodel(self, target: Path) -> bool:
+        raise Unconvertible(f"Triton repository -> TF Serving: {NO_ONNX_TO_TF}")

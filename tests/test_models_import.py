@@ -1,0 +1,245 @@
+"""`servebench models import`: a user's own model, in each format, into the export layout.
+
+Every model is built here (no downloads), imported into one export folder, served by the
+real local Triton from its python-backend twin, and must answer like the model it came
+from (parity <= 1e-4 relative). Bad inputs are one `error:` line, exit 2, and leave
+nothing behind in --out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tritonclient.http as triton_http
+from cli_checks import assert_one_line_error
+from tritonclient.grpc import model_config_pb2 as mc
+from typer.testing import CliRunner
+
+from model_zoo.export.triton import TensorConfig, TritonSettings, build_config, render_config
+from model_zoo.imports import import_model
+from servebench.cli import app
+from servebench.common.tf_runtime import import_keras
+
+runner = CliRunner()
+RNG = np.random.default_rng(7)
+
+
+class TwoInputs(torch.nn.Module):
+    """Two named inputs and two outputs: names and order must survive the import."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(6, 4)
+        self.b = torch.nn.Linear(3, 4)
+
+    def forward(self, features: torch.Tensor, extra: torch.Tensor):
+        mixed = torch.tanh(self.a(features) + self.b(extra))
+        return mixed, mixed.sum(dim=1, keepdim=True)
+
+
+def _torch_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return TwoInputs().eval()
+
+
+def _keras_model():
+    keras = import_keras()
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [
+            keras.Input((5,), name="x"),
+            keras.layers.Dense(7, activation="relu"),
+            keras.layers.Dense(3),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Each format's file, and a function giving the source model's outputs for inputs."""
+    root = tmp_path_factory.mktemp("user-models")
+    module = _torch_model()
+    example = (torch.randn(2, 6), torch.randn(2, 3))
+    torch.jit.script(module).save(str(root / "scripted.pt"))
+    batch = torch.export.Dim("batch", min=1)
+    program = torch.export.export(module, example, dynamic_shapes=({0: batch}, {0: batch}))
+    torch.export.save(program, str(root / "exported.pt2"))
+    torch.onnx.export(
+        module, example, str(root / "plain.onnx"), input_names=["features", "extra"],
+        output_names=["output_0", "output_1"], dynamo=False,
+        dynamic_axes={n: {0: "batch"} for n in ("features", "extra", "output_0", "output_1")},
+    )  # fmt: skip
+    keras_model = _keras_model()
+    keras_model.save(str(root / "net.keras"))
+    keras_model.export(str(root / "saved"), verbose=False)
+    hand = root / "repo" / "hand"
+    (hand / "3").mkdir(parents=True)
+    (hand / "3" / "model.onnx").write_bytes((root / "plain.onnx").read_bytes())
+    fp32 = mc.TYPE_FP32
+    config = build_config(
+        "hand",
+        [TensorConfig("features", fp32, (6,)), TensorConfig("extra", fp32, (3,))],
+        [TensorConfig("output_0", fp32, (4,)), TensorConfig("output_1", fp32, (1,))],
+        TritonSettings(max_batch_size=8, max_queue_delay_microseconds=100, instance_count=2),
+    )
+    (hand / "config.pbtxt").write_text("# written by hand\n" + render_config(config))
+
+    def run_torch(feeds: dict) -> dict:
+        with torch.no_grad():
+            y0, y1 = module(torch.from_numpy(feeds["features"]), torch.from_numpy(feeds["extra"]))
+        return {"output_0": y0.numpy(), "output_1": y1.numpy()}
+
+    def run_keras(feeds: dict) -> dict:
+        return {"output_0": np.asarray(keras_model(feeds["x"]))}
+
+    torch_shapes = {"features": (6,), "extra": (3,)}
+    return {
+        "onnx": (root / "plain.onnx", {}, run_torch, "onnx"),
+        "pt": (root / "scripted.pt", torch_shapes, run_torch, "torch"),
+        "pt2": (root / "exported.pt2", {}, run_torch, "torch"),
+        "keras": (root / "net.keras", {}, run_keras, "keras"),
+        "savedmodel": (root / "saved", {}, run_keras, "tf"),
+        "triton": (root / "repo", {}, run_torch, "onnx"),
+    }
+
+
+@pytest.fixture(scope="module")
+def imported(sources: dict, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """Every source imported into one export folder (the first import creates it)."""
+    out = tmp_path_factory.mktemp("imports") / "export"
+    results = {}
+    for name, (path, shapes, _, _) in sources.items():
+        results[name] = import_model(path, out, name=name, input_shapes=shapes)
+    return out, results
+
+
+def test_each_format_is_imported_with_its_signature(imported: tuple[Path, dict]) -> None:
+    out, results = imported
+    for name in ("onnx", "pt", "pt2", "triton"):
+        result = results[name]
+        assert [t.name for t in result.signature.inputs] == ["features", "extra"], name
+        assert result.signature.batched
+        assert (out / "triton" / name / "config.pbtxt").is_file()
+        assert (out / "triton-python" / name / "1" / "model.py").is_file()
+    assert results["pt"].parity.differences["onnxruntime"] <= 1e-4
+    assert results["pt2"].parity.differences["onnxruntime"] <= 1e-4
+    assert results["onnx"].parity is None  # served as it is: nothing converted
+    keras = results["keras"]
+    assert set(keras.parity.differences) == {"onnxruntime", "tensorflow"}
+    assert results["savedmodel"].parity.reference == "tensorflow"
+    assert (out / "tfs" / "keras" / "1" / "saved_model.pb").is_file()
+    config = (out / "tfs" / "models.config").read_text()
+    assert "keras" in config and "savedmodel" in config
+    assert "tfs" in results["pt"].skipped and "tfs" not in results["pt"].written
+    # The hand-written repository is kept: its comment, version and settings.
+    user = (out / "triton" / "triton" / "config.pbtxt").read_text()
+    twin = (out / "triton-python" / "triton" / "config.pbtxt").read_text()
+    assert "count: 2" in twin and "max_queue_delay_microseconds: 100" in twin
+    assert 'backend: "python"' in twin and "onnxruntime" not in twin
+    assert "onnxruntime_onnx" in user and (out / "triton" / "triton" / "3" / "model.onnx").is_file()
+
+
+def test_imported_models_answer_like_their_source_on_local_triton(
+    imported: tuple[Path, dict], sources: dict, local_triton_module
+) -> None:
+    out, results = imported
+    server = local_triton_module(out / "triton-python")
+    client = triton_http.InferenceServerClient(server.endpoints.http_address)
+    try:
+        for name, (_, _, reference, _) in sources.items():
+            server.load_model(name)
+            signature = results[name].signature
+            feeds = {
+                t.name: RNG.standard_normal((3, *results[name].input_shapes[t.name])).astype(
+                    np.float32
+                )
+                for t in signature.inputs
+            }
+            inputs = []
+            for tensor_name, value in feeds.items():
+                tensor = triton_http.InferInput(tensor_name, list(value.shape), "FP32")
+                tensor.set_data_from_numpy(value)
+                inputs.append(tensor)
+            answer = client.infer(name, inputs)
+            for output, want in reference(feeds).items():
+                got = answer.as_numpy(output)
+                assert got.shape == want.shape, (name, output)
+                assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
+    finally:
+        client.close()
+
+
+def _import(*args: str):
+    return runner.invoke(app, ["models", "import", *args])
+
+
+def test_the_command_reports_what_it_wrote(sources: dict, tmp_path: Path) -> None:
+    result = _import(str(sources["pt"][0]), "--out", str(tmp_path / "out"),
+                     "--input-shape", "features=6", "--input-shape", "extra=3")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "parity ok" in result.output and "vs torch: onnxruntime" in result.output
+    assert "tfs: not written" in result.output
+
+
+def _bad_files(root: Path, sources: dict) -> dict[str, tuple[Path, list[str], str]]:
+    truncated = root / "truncated.onnx"
+    truncated.write_bytes(sources["onnx"][0].read_bytes()[:200])
+    not_saved = root / "notsaved"
+    (not_saved / "variables").mkdir(parents=True)
+    (not_saved / "saved_model.pb").write_bytes(b"\x00garbage")
+    not_script = root / "weights.pt"
+    torch.save({"w": torch.zeros(2)}, str(not_script))
+    shapes = ["--input-shape", "features=6", "--input-shape", "extra=3"]
+    return {
+        "truncated onnx": (truncated, [], "not a readable ONNX model"),
+        "not a savedmodel": (not_saved, [], "not a readable SavedModel"),
+        "not torchscript": (not_script, shapes, "not a TorchScript file"),
+        "no torch shapes": (sources["pt"][0], [], "--input-shape features=DIMS"),
+        "unknown input": (sources["onnx"][0], ["--input-shape", "nope=3"], "no input 'nope'"),
+        "empty folder": (root / "empty", [], "not a model folder"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["truncated onnx", "not a savedmodel", "not torchscript", "no torch shapes",
+     "unknown input", "empty folder"],
+)  # fmt: skip
+def test_bad_inputs_are_one_line_and_leave_nothing(
+    case: str, sources: dict, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    path, extra, reason = _bad_files(tmp_path, sources)[case]
+    out = tmp_path / "out"
+    result = _import(str(path), "--out", str(out), *extra)
+    assert_one_line_error(result, str(path), reason)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_dynamic_dims_must_be_given(tmp_path: Path) -> None:
+    """A dimension the file leaves open (besides the batch) is named, then accepted."""
+    module = torch.nn.Conv1d(2, 3, 3).eval()
+    path = tmp_path / "conv.onnx"
+    torch.onnx.export(
+        module, (torch.randn(2, 2, 9),), str(path), input_names=["signal"],
+        output_names=["output"], dynamic_axes={"signal": {0: "b", 2: "t"}, "output": {0: "b", 2: "t"}},
+        dynamo=False,
+    )  # fmt: skip
+    result = _import(str(path), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, str(path), "input 'signal' dim 1", "--input-shape signal=DIMS")
+    result = _import(str(path), "--out", str(tmp_path / "out"), "--input-shape", "signal=2x16")
+    assert result.exit_code == 0, result.output
+
+
+def test_out_is_a_file_or_taken(sources: dict, tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert_one_line_error(_import(str(sources["onnx"][0]), "--out", str(a_file)), "--out")
+    out = tmp_path / "out"
+    assert _import(str(sources["onnx"][0]), "--out", str(out)).exit_code == 0
+    again = _import(str(sources["onnx"][0]), "--out", str(out))
+    assert_one_line_error(again, "already exists")
