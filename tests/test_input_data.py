@@ -240,3 +240,33 @@ def test_tf_serving_protocols_send_the_samples(tfs_family, protocol, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(out.read_text())
     assert summary["ok"] == summary["count"] >= 8 and summary["errors_by_kind"] == {}
+
+
+def test_scenario_workload_inputs(model, tmp_path):
+    """`workload.inputs` (relative to the scenario file) feeds a trial's requests: with the
+    expected outputs one sample off, every answer lands in trials.csv as wrong_answer (the
+    CLI tests show the same file with the right ones answers without errors). A file that
+    cannot be read is a `file:line field` error before anything runs."""
+    import pandas as pd
+    from cluster_checks import remote_scenario
+
+    from servebench.scenario.runner import ScenarioRunner
+    from servebench.scenario.validate import ScenarioError, load_scenario
+
+    served, _, name, output, x, y = model
+    (tmp_path / "data").mkdir()
+    np.savez(tmp_path / "data" / "shifted.npz", **{name: x, f"expected/{output}": np.roll(y, 1, 0)})
+    text = remote_scenario("shifted", served, duration=0.5)
+    path = tmp_path / "shifted.yaml"
+    path.write_text(text.replace("workload:\n", "workload:\n  inputs: data/shifted.npz\n"))
+    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    (row,) = pd.read_csv(outcome.directory.path / "trials.csv").to_dict("records")
+    assert row["status"] == "ok", row["reason"]
+    assert row["count"] > 0 and json.loads(row["errors_by_kind"]) == {"wrong_answer": row["count"]}
+    assert row["verdict"] == "INVALID"
+
+    path.write_text(text.replace("workload:\n", "workload:\n  inputs: data/none.npz\n"))
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert "shifted.yaml:" in message and "workload.inputs" in message and "none.npz" in message

@@ -407,6 +407,11 @@ class Workload(Strict):
     arrival: Literal["poisson", "constant"] = "poisson"
     rates: list[PositiveFloat] = Field(default_factory=list)
     trace: Path | None = Field(default=None, description="perf_analyzer --request-intervals file")
+    inputs: Path | None = Field(
+        default=None,
+        description="real input data: an .npz or perf_analyzer --input-data JSON file "
+        "(docs/load.md), sent instead of random tensors to every model",
+    )
     concurrency: list[PositiveInt] = Field(default_factory=list)
     think_time_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 0.0
     batch_sizes: list[Batch] = Field(default_factory=lambda: [1], min_length=1)

@@ -19,6 +19,7 @@ from pathlib import Path
 from model_zoo.counting import count
 from model_zoo.spec import ModelSpec
 from servebench.clients.factory import create_client
+from servebench.clients.input_data import read_input_data
 from servebench.clients.registry import for_server
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -29,6 +30,7 @@ from servebench.load import (
     ParquetRecordWriter,
     StabilitySettings,
     TraceArrivals,
+    build_payloads,
     constant,
     poisson,
     run_load,
@@ -79,11 +81,15 @@ class TrialOutcome:
     telemetry: list[TelemetryRow]
 
 
+def _scenario_file(path: Path, base_dir: Path) -> Path:
+    """A file a scenario names, relative to the scenario's folder unless absolute."""
+    return path if path.is_absolute() else base_dir / path
+
+
 def _arrivals(scenario: Scenario, rate: float | None, base_dir: Path):
     workload = scenario.workload
     if workload.trace is not None:
-        trace = workload.trace if workload.trace.is_absolute() else base_dir / workload.trace
-        return TraceArrivals.from_file(trace)
+        return TraceArrivals.from_file(_scenario_file(workload.trace, base_dir))
     if workload.arrival == "poisson":
         return poisson(rate, seed=scenario.seed)
     return constant(rate)
@@ -167,7 +173,9 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         client = create_client(protocol, url, trial.model.id, timeout=scenario.workload.timeout_s)
         await client.connect()
         stack.push_async_callback(client.close)
-        payload = client.make_payload(trial.batch_size, scenario.seed)
+        inputs = scenario.workload.inputs
+        data = read_input_data(_scenario_file(inputs, ctx.base_dir)) if inputs else None
+        payload = build_payloads(client, trial.batch_size, scenario.seed, data)
         sink = TrialSink(records_path)
         stack.callback(sink.close)
         recorder = server_recorder(ctx.server, trial.id).start()

@@ -18,6 +18,7 @@ from model_zoo.counting import count
 from model_zoo.export.family import load_family
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
+from servebench.clients.input_data import read_input_data
 from servebench.common.errors import ServebenchError
 from servebench.common.validation import known, value_at
 from servebench.load.arrivals import TraceArrivals
@@ -319,15 +320,20 @@ class _Checks:
         return problems
 
     def files(self) -> list[str]:
-        """The trace and the export folder exist and parse."""
+        """The trace, the input data and the export folder exist and parse (the input
+        data's fit to each model is checked against the served signature, at its trial)."""
         problems = []
-        if known(self.scenario, "workload.trace") and self.scenario.workload.trace:
-            trace = self.scenario.workload.trace
-            path = self._path(trace)
+        readers = {"trace": TraceArrivals.from_file, "inputs": read_input_data}
+        for field, read in readers.items():
+            given = known(self.scenario, f"workload.{field}")
+            value = getattr(self.scenario.workload, field) if given else None
+            if not value:
+                continue
+            path = self._path(value)
             try:
-                TraceArrivals.from_file(path)
+                read(path)
             except ValueError as err:
-                problems.append(self.problem(("workload", "trace"), str(trace), _reason(err, path)))
+                problems.append(self.problem(("workload", field), str(value), _reason(err, path)))
         models = self.scenario.__dict__.get("models")
         if models is not None and known(models, "repository") and models.repository:
             path = self._path(models.repository)
