@@ -8,6 +8,8 @@ nothing behind in --out.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +174,28 @@ def test_imported_models_answer_like_their_source_on_local_triton(
         client.close()
 
 
+def test_tfs_exports_answer_like_keras_on_the_tfs_double(
+    imported: tuple[Path, dict], sources: dict
+) -> None:
+    """The SavedModels under tfs/ speak TF Serving's REST predict like the Keras model."""
+    from tfs_protocol_server import TfsProtocolDouble
+
+    out, _ = imported
+    models = {name: out / "tfs" / name for name in ("keras", "savedmodel")}
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    want = sources["keras"][2]({"x": x})["output_0"]
+    with TfsProtocolDouble(models) as double:
+        for name in models:
+            body = json.dumps({"inputs": {"x": x.tolist()}}).encode()
+            request = urllib.request.Request(
+                f"{double.rest_url}/v1/models/{name}:predict", data=body, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                got = np.asarray(json.load(answer)["outputs"], dtype=np.float32)
+            assert got.shape == want.shape
+            assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
+
+
 def _import(*args: str):
     return runner.invoke(app, ["models", "import", *args])
 
@@ -243,3 +267,6 @@ def test_out_is_a_file_or_taken(sources: dict, tmp_path: Path) -> None:
     assert _import(str(sources["onnx"][0]), "--out", str(out)).exit_code == 0
     again = _import(str(sources["onnx"][0]), "--out", str(out))
     assert_one_line_error(again, "already exists")
+    bad_name = _import(str(sources["onnx"][0]), "--out", str(out), "--name", "a/b")
+    assert_one_line_error(bad_name, "name", "'a/b'")
+    assert_one_line_error(_import(str(sources["onnx"][0]), "--out", str(out), "--to", "tf"), "--to")

@@ -1,16 +1,15 @@
 """SavedModel folders and Keras `.keras` files: the `serving_default` signature.
 
 TF Serving serves a SavedModel as it is; a Keras file becomes one through Keras' own
-`export` (checked against the Keras model for parity). Triton gets the SavedModel through
-tf2onnx's command line, run as a child process: it converts in TensorFlow's graph mode,
-whose global state should not leak into the importing process.
+`export` (checked against the Keras model for parity). Triton gets the SavedModel's
+`serving_default` function through tf2onnx, in this process (a child process would spend
+seconds importing TensorFlow again), which keeps the signature's input and output names.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from functools import cached_property
@@ -72,23 +71,32 @@ class SavedModelSource(ModelSource):
         return False
 
     def write_onnx(self, target: Path) -> bool:
-        command = [
-            sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(self.savedmodel_dir),
-            "--signature_def", SIGNATURE, "--opset", str(ONNX_OPSET), "--output", str(target),
-        ]  # fmt: skip
         try:
-            import tf2onnx  # noqa: F401  (only whether it is installed)
+            import tf2onnx
         except ImportError:
             raise Unconvertible(
                 f"{self.format} -> Triton: needs tf2onnx (pip install tf2onnx)"
             ) from None
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not target.is_file():
-            lines = [
-                line for line in done.stderr.splitlines() if "ERROR" in line or "Error" in line
-            ]
-            reason = (lines or done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise Unconvertible(f"{self.format} -> ONNX: tf2onnx failed: {reason.strip()}")
+        tf = import_tensorflow()
+        logging.getLogger("tf2onnx").setLevel(logging.ERROR)  # its INFO lines, per pass
+        specs = self.serving.structured_input_signature[1]
+        names = sorted(specs)
+        signature = [tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n) for n in names]
+        serving = self.serving
+
+        # tf2onnx wants a tf.function of positional tensors; the signature takes keywords.
+        @tf.function(input_signature=signature)
+        def positional(*args):
+            return serving(**dict(zip(names, args, strict=True)))
+
+        try:
+            tf2onnx.convert.from_function(
+                positional, input_signature=signature, opset=ONNX_OPSET, output_path=str(target)
+            )
+        except Exception as err:  # an op tf2onnx has no mapping for, among others
+            raise Unconvertible(
+                f"{self.format} -> ONNX: tf2onnx failed: {first_line(err)}"
+            ) from None
         return True
 
 
