@@ -42,6 +42,23 @@ class TwoInputs(torch.nn.Module):
         return mixed, mixed.sum(dim=1, keepdim=True)
 
 
+PYTHON_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        doubled = [2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", y)]) for y in doubled]
+"""
+PYTHON_CONFIG = """
+backend: "python"
+max_batch_size: 4
+input { name: "x" data_type: TYPE_FP32 dims: [ 3 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 3 ] }
+"""
+
+
 def _torch_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return TwoInputs().eval()
@@ -89,6 +106,11 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     (hand / "config.pbtxt").write_text("# written by hand\n" + render_config(config))
 
+    python = root / "pyrepo" / "double"
+    (python / "1").mkdir(parents=True)
+    (python / "1" / "model.py").write_text(PYTHON_MODEL)
+    (python / "config.pbtxt").write_text(PYTHON_CONFIG)
+
     def run_torch(feeds: dict) -> dict:
         with torch.no_grad():
             y0, y1 = module(torch.from_numpy(feeds["features"]), torch.from_numpy(feeds["extra"]))
@@ -105,6 +127,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "keras": (root / "net.keras", {}, run_keras, "keras"),
         "savedmodel": (root / "saved", {}, run_keras, "tf"),
         "triton": (root / "repo", {}, run_torch, "onnx"),
+        "python": (python, {}, lambda feeds: {"y": 2 * feeds["x"]}, "python"),
     }
 
 
@@ -136,12 +159,15 @@ def test_each_format_is_imported_with_its_signature(imported: tuple[Path, dict])
     config = (out / "tfs" / "models.config").read_text()
     assert "keras" in config and "savedmodel" in config
     assert "tfs" in results["pt"].skipped and "tfs" not in results["pt"].written
-    # The hand-written repository is kept: its comment, version and settings.
+    # The hand-written repository is kept: its version folder and its settings.
     user = (out / "triton" / "triton" / "config.pbtxt").read_text()
     twin = (out / "triton-python" / "triton" / "config.pbtxt").read_text()
     assert "count: 2" in twin and "max_queue_delay_microseconds: 100" in twin
     assert 'backend: "python"' in twin and "onnxruntime" not in twin
     assert "onnxruntime_onnx" in user and (out / "triton" / "triton" / "3" / "model.onnx").is_file()
+    # A python-backend model runs on every Triton: the same folder in both repositories.
+    assert results["python"].written["triton"] == ["triton/python", "triton-python/python"]
+    assert (out / "triton-python" / "python" / "1" / "model.py").read_text() == PYTHON_MODEL
 
 
 def test_imported_models_answer_like_their_source_on_local_triton(

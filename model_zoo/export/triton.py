@@ -147,7 +147,7 @@ def build_config(
     form: Form = "onnx",
 ) -> mc.ModelConfig:
     """The `ModelConfig` of any ONNX model (a spec's or an imported one) with `settings`."""
-    config = mc.ModelConfig(name=_check_name(name), max_batch_size=settings.max_batch_size)
+    config = mc.ModelConfig(name=check_name(name), max_batch_size=settings.max_batch_size)
     if form == "onnx":
         config.platform = "onnxruntime_onnx"
     elif form == "python":
@@ -181,6 +181,7 @@ def python_twin(config: mc.ModelConfig) -> mc.ModelConfig:
     twin = mc.ModelConfig()
     twin.CopyFrom(config)
     twin.ClearField("platform")
+    twin.ClearField("default_model_filename")  # the python backend would look for its .py
     twin.backend = "python"
     return twin
 
@@ -214,7 +215,7 @@ def export_triton(
     whole (a stale higher version would otherwise be the one Triton serves).
     """
     settings = settings or TritonSettings()
-    name = _check_name(name or spec.id)
+    name = check_name(name or spec.id)
     out = Path(out)
     standard_dir = out / STANDARD_REPOSITORY / name
     python_dir = out / PYTHON_REPOSITORY / name
@@ -278,7 +279,7 @@ def write_model_folder(
     """
     if version < 1:
         raise ValueError(f"version: must be >= 1, got {version}")
-    model_dir = Path(repository) / _check_name(config.name)
+    model_dir = Path(repository) / check_name(config.name)
     version_dir = model_dir / str(version)
     target = version_dir / ONNX_FILENAME
     onnx_path = Path(onnx_path)
@@ -312,7 +313,8 @@ def _claim_model_dirs(model_dirs: list[Path], *, force: bool) -> None:
             model_dir.unlink()
 
 
-def _check_name(name: str) -> str:
+def check_name(name: str) -> str:
+    """`name` if Triton (and a URL path) takes it as a model name; ValueError otherwise."""
     if not _NAME_PATTERN.match(name):
         raise ValueError(
             f"name: {name!r} is not a usable Triton model name (letters, digits, '_', '.', '-')"

@@ -27,6 +27,7 @@ from model_zoo.export.triton import (
     TensorConfig,
     TritonSettings,
     build_config,
+    check_name,
     python_twin,
     render_config,
     write_model_folder,
@@ -72,11 +73,14 @@ def import_model(
 ) -> ImportResult:
     """Read `path`, write each of `formats` it converts to under `out`, check parity."""
     formats = tuple(formats)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown or not formats:
+        raise ModelImportError(f"formats: expected some of {', '.join(FORMATS)}, got {unknown}")
     started = time.perf_counter()
     source = open_source(path, input_shapes or {})
     signature = source.signature()
     shapes = resolve_shapes(signature, input_shapes or {}, str(path))
-    name = name or _clean_name(source.default_name())
+    name = check_name(name or _clean_name(source.default_name()))
     out = Path(out)
     targets = _targets(name, formats)
     taken = [str(out / t) for t in targets.values() if (out / t).exists()]
@@ -86,6 +90,7 @@ def import_model(
     result.seconds["read"] = time.perf_counter() - started
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
+    moved = False
     try:
         candidates = {}
         if TRITON_FORMAT in formats:
@@ -123,9 +128,10 @@ def import_model(
             )
             result.seconds["parity"] = time.perf_counter() - started
         _record(staging, result, path)
-        _move_into(staging, out)
+        moved = _move_into(staging, out)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not moved:
+            shutil.rmtree(staging, ignore_errors=True)
     return result
 
 
@@ -151,23 +157,7 @@ def _write_triton(
     standard = staging / STANDARD_REPOSITORY
     python = staging / PYTHON_REPOSITORY
     if isinstance(source, TritonModelSource):
-        # The user's folder as it is; its config is rewritten only for another name.
-        config = source.config
-        renamed = config.name != name
-        config.name = name
-        source.copy_folder(standard / name)
-        if renamed:
-            (standard / name / CONFIG_FILENAME).write_text(render_config(config))
-        result.written[TRITON_FORMAT] = [f"{STANDARD_REPOSITORY}/{name}"]
-        onnx_file = staging / ONNX_FILENAME
-        try:
-            source.write_onnx(onnx_file)
-        except Unconvertible as why:
-            result.skipped["triton-python"] = str(why)
-            return {}
-        write_model_folder(onnx_file, python_twin(config), python, version=VERSION)
-        result.written[TRITON_FORMAT].append(f"{PYTHON_REPOSITORY}/{name}")
-        return {}
+        return _write_user_repository(source, staging, name, result)
     onnx_file = staging / ONNX_FILENAME
     converted = source.write_onnx(onnx_file)
     if not signature.batched:
@@ -185,6 +175,36 @@ def _write_triton(
     result.written[TRITON_FORMAT] = [f"{STANDARD_REPOSITORY}/{name}", f"{PYTHON_REPOSITORY}/{name}"]
     served = standard / name / str(VERSION) / ONNX_FILENAME
     return {"onnxruntime": lambda feeds: run_onnx_feeds(served, feeds)} if converted else {}
+
+
+def _write_user_repository(
+    source: TritonModelSource, staging: Path, name: str, result: ImportResult
+) -> dict:
+    """The user's model folder as it is (its config rewritten only for another name), and
+    where the local tritonserver cannot run it, the python-backend twin of its ONNX file."""
+    config = source.config
+    renamed = config.name != name
+    config.name = name
+    repositories = [STANDARD_REPOSITORY]
+    if source.is_python:  # runs on every Triton as it is, the local one included
+        repositories.append(PYTHON_REPOSITORY)
+    for repository in repositories:
+        source.copy_folder(staging / repository / name)
+        if renamed:
+            (staging / repository / name / CONFIG_FILENAME).write_text(render_config(config))
+    result.written[TRITON_FORMAT] = [f"{repository}/{name}" for repository in repositories]
+    if source.is_python:
+        return {}
+    onnx_file = staging / ONNX_FILENAME
+    try:
+        source.write_onnx(onnx_file)
+    except Unconvertible as why:
+        result.skipped["triton-python"] = str(why)
+        return {}
+    write_model_folder(onnx_file, python_twin(config), staging / PYTHON_REPOSITORY, version=VERSION)
+    onnx_file.unlink()
+    result.written[TRITON_FORMAT].append(f"{PYTHON_REPOSITORY}/{name}")
+    return {}
 
 
 def _tensor_configs(signature: Signature) -> tuple[list[TensorConfig], list[TensorConfig]]:
@@ -215,18 +235,17 @@ def _record(staging: Path, result: ImportResult, path: Path) -> None:
     (staging / IMPORT_FILE).write_text(json.dumps({result.name: entry}, indent=2) + "\n")
 
 
-def _move_into(staging: Path, out: Path) -> None:
-    """Put the staged model folders into `out`: one rename when `out` is new, else folder by
-    folder (each checked free before the import began), merging the record and TF
-    Serving's model list with what `out` already held."""
+def _move_into(staging: Path, out: Path) -> bool:
+    """Put the staged model folders into `out`: one rename when `out` is new (True: the
+    staging folder became `out`), else folder by folder (each checked free before the
+    import began), merging the record and TF Serving's model list with what `out` held."""
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         if (staging / TFS_DIR).is_dir():
             write_server_files(staging / TFS_DIR, savedmodel_names(staging / TFS_DIR))
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
-        staging.mkdir()  # the caller removes the staging folder it made
-        return
+        return True
     for repository in (STANDARD_REPOSITORY, PYTHON_REPOSITORY, TFS_DIR):
         for folder in sorted((staging / repository).glob("*")):
             if folder.is_dir():
@@ -238,6 +257,7 @@ def _move_into(staging: Path, out: Path) -> None:
     merged = json.loads(record.read_text()) if record.is_file() else {}
     merged.update(json.loads((staging / IMPORT_FILE).read_text()))
     record.write_text(json.dumps(merged, indent=2) + "\n")
+    return False
 
 
 def _clean_name(text: str) -> str:

@@ -3,7 +3,7 @@
 Its `config.pbtxt` (parsed by the exporter's own `parse_config`) gives the signature and
 stays the user's: batching, instances and every other field are kept. A model on the
 onnxruntime platform also gets the python-backend twin, the same config on the backend the
-local tritonserver has.
+local tritonserver has; a python-backend model runs on both as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from model_zoo.parity import run_onnx_feeds
 from servebench.common.textfile import read_text
 
 ONNX_PLATFORM = "onnxruntime_onnx"
+PYTHON_MODEL_FILE = "model.py"
 
 
 def model_folder(path: Path) -> Path:
@@ -60,6 +61,10 @@ class TritonModelSource(ModelSource):
     def is_onnx(self) -> bool:
         return self.config.platform == ONNX_PLATFORM or self.config.backend == "onnxruntime"
 
+    @property
+    def is_python(self) -> bool:
+        return self.config.backend == "python"
+
     @cached_property
     def model_file(self) -> Path:
         """The newest version's model file (Triton serves the newest by default)."""
@@ -67,7 +72,8 @@ class TritonModelSource(ModelSource):
             (p for p in self.folder.iterdir() if p.is_dir() and p.name.isdigit()),
             key=lambda p: int(p.name),
         )
-        filename = self.config.default_model_filename or ONNX_FILENAME
+        default = PYTHON_MODEL_FILE if self.is_python else ONNX_FILENAME
+        filename = self.config.default_model_filename or default
         if not versions or not (versions[-1] / filename).exists():
             raise ModelImportError(f"{self.folder}: no <version>/{filename} beside its config")
         return versions[-1] / filename
