@@ -9,6 +9,7 @@ nothing behind in --out.
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -243,6 +244,10 @@ def _bad_files(root: Path, sources: dict) -> dict[str, tuple[Path, list[str], st
     not_script = root / "weights.pt"
     torch.save({"w": torch.zeros(2)}, str(not_script))
     shapes = ["--input-shape", "features=6", "--input-shape", "extra=3"]
+    damaged_repo = root / "damaged"
+    shutil.copytree(sources["triton"][0], damaged_repo)
+    model_file = damaged_repo / "hand" / "3" / "model.onnx"
+    model_file.write_bytes(model_file.read_bytes()[:300])
     return {
         "truncated onnx": (truncated, [], "not a readable ONNX model"),
         "not a savedmodel": (not_saved, [], "not a readable SavedModel"),
@@ -250,13 +255,14 @@ def _bad_files(root: Path, sources: dict) -> dict[str, tuple[Path, list[str], st
         "no torch shapes": (sources["pt"][0], [], "--input-shape features=DIMS"),
         "unknown input": (sources["onnx"][0], ["--input-shape", "nope=3"], "no input 'nope'"),
         "empty folder": (root / "empty", [], "not a model folder"),
+        "damaged triton model": (damaged_repo / "hand", [], "not a readable ONNX model"),
     }
 
 
 @pytest.mark.parametrize(
     "case",
     ["truncated onnx", "not a savedmodel", "not torchscript", "no torch shapes",
-     "unknown input", "empty folder"],
+     "unknown input", "empty folder", "damaged triton model"],
 )  # fmt: skip
 def test_bad_inputs_are_one_line_and_leave_nothing(
     case: str, sources: dict, tmp_path: Path

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from model_zoo.export.triton import CONFIG_FILENAME, ONNX_FILENAME, TritonConfigError, parse_config
+from model_zoo.imports.onnx_file import OnnxSource
 from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor
 from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
 from model_zoo.parity import run_onnx_feeds
@@ -89,11 +90,29 @@ class TritonModelSource(ModelSource):
             dtype = np.dtype(triton_to_np_dtype(triton_type.replace("STRING", "BYTES"))).name
             return Tensor(item.name, dtype, (*batch, *item.dims))
 
-        self.model_file  # noqa: B018  (refuse a folder without its model before anything)
-        return Signature(
+        signature = Signature(
             tuple(tensor(t) for t in self.config.input),
             tuple(tensor(t) for t in self.config.output),
         )
+        model_file = self.model_file  # a folder without its model is refused here
+        if self.is_onnx:
+            self._check_against(OnnxSource(model_file, {}).signature(), signature, model_file)
+        return signature
+
+    def _check_against(self, graph: Signature, config: Signature, model_file: Path) -> None:
+        """The config's tensors must be the ONNX graph's: Triton refuses the model otherwise,
+        much later, in its log."""
+        for kind, ours, theirs in (
+            ("input", config.inputs, graph.inputs),
+            ("output", config.outputs, graph.outputs),
+        ):
+            names = [t.name for t in theirs]
+            for tensor in ours:
+                if tensor.name not in names:
+                    raise ModelImportError(
+                        f"{self.folder / CONFIG_FILENAME}: {kind} {tensor.name!r} is not in "
+                        f"{model_file} (its {kind}s: {', '.join(names)})"
+                    )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run_onnx_feeds(self.model_file, feeds)
