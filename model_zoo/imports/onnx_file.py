@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, first_line
+from model_zoo.imports.signature import DYNAMIC, Signature, Tensor, refused_as
 from model_zoo.imports.source import ModelSource
 from model_zoo.parity import run_onnx_feeds
 
@@ -20,12 +20,9 @@ class OnnxSource(ModelSource):
     def signature(self) -> Signature:
         import onnx
 
-        try:
+        with refused_as(self.path, "a readable ONNX model"):  # DecodeError, ValidationError
             model = onnx.load(str(self.path))
             onnx.checker.check_model(model)
-        except Exception as err:  # DecodeError, ValidationError: a damaged or foreign file
-            reason = first_line(err)
-            raise ModelImportError(f"{self.path}: not a readable ONNX model ({reason})") from None
         graph = model.graph
         weights = {init.name for init in graph.initializer}
         inputs = tuple(tensor(v) for v in graph.input if v.name not in weights)

@@ -9,8 +9,10 @@ user gives them (`--input-shape NAME=DIMS`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -141,6 +143,20 @@ def first_line(err: BaseException) -> str:
     """An exception's first sentence: libraries' load errors run to pages of context."""
     text = str(err).strip()
     return text.splitlines()[0].split(". ")[0] if text else type(err).__name__
+
+
+@contextmanager
+def refused_as(path: Path, what: str) -> Iterator[None]:
+    """Whatever a library raises while reading `path` becomes one ModelImportError line,
+    "PATH: not WHAT (the first sentence of why)": every reader refuses a damaged or foreign
+    file in the same words. The libraries raise many unrelated classes (DecodeError,
+    OpError, BadZipFile, RuntimeError from a zip reader), hence the broad except."""
+    try:
+        yield
+    except ModelImportError:
+        raise
+    except Exception as err:
+        raise ModelImportError(f"{path}: not {what} ({first_line(err)})") from None
 
 
 def _show(dims: Sequence[int]) -> str:

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, first_line
+from model_zoo.imports.signature import (
+    DYNAMIC,
+    ModelImportError,
+    Signature,
+    Tensor,
+    first_line,
+    refused_as,
+)
 from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_savedmodel_feeds
 from servebench.common.tf_runtime import import_keras, import_tensorflow
@@ -42,11 +49,8 @@ class SavedModelSource(ModelSource):
         folder = self.savedmodel_dir
         if not (folder / SAVED_MODEL_FILE).is_file():
             raise ModelImportError(f"{folder}: not a SavedModel (no {SAVED_MODEL_FILE})")
-        try:
+        with refused_as(folder, "a readable SavedModel"):  # DecodeError, OpError, OSError
             loaded = tf.saved_model.load(str(folder))
-        except Exception as err:  # DecodeError, OpError, OSError: a damaged folder
-            reason = first_line(err)
-            raise ModelImportError(f"{folder}: not a readable SavedModel ({reason})") from None
         signatures = getattr(loaded, "signatures", {})
         if SIGNATURE not in signatures:
             raise ModelImportError(
@@ -109,11 +113,8 @@ class KerasSource(SavedModelSource):
     @cached_property
     def model(self):
         keras = import_keras()
-        try:
+        with refused_as(self.path, "a readable Keras file"):  # ValueError, BadZipFile, OSError
             return keras.saving.load_model(str(self.path), compile=False)
-        except Exception as err:  # ValueError, zipfile.BadZipFile, OSError
-            reason = first_line(err)
-            raise ModelImportError(f"{self.path}: not a readable Keras file ({reason})") from None
 
     @cached_property
     def savedmodel_dir(self) -> Path:

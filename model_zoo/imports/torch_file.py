@@ -13,12 +13,13 @@ import warnings
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from model_zoo.export.onnx import quiet_exporter
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, first_line
+from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, refused_as
 from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
 
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
@@ -32,17 +33,32 @@ def _as_tuple(result) -> tuple[torch.Tensor, ...]:
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 
-class TorchScriptSource(ModelSource):
-    format = "torchscript"
+class _TorchFile(ModelSource):
+    """What both torch formats share: torch's ONNX exporter, and no way to TF Serving."""
+
     framework = "torch"
+    label = ""  # the format as the user knows it, in messages
+
+    def _to_onnx(self, target: Path, model: Any, example: tuple, **options: Any) -> bool:
+        try:
+            with torch.no_grad(), quiet_exporter():
+                torch.onnx.export(model, example, str(target), **options)
+        except Exception as err:  # the exporters raise many classes; each is one line here
+            raise Unconvertible(f"{self.label} -> ONNX: torch's exporter failed: {err}") from None
+        return True
+
+    def write_savedmodel(self, target: Path) -> bool:
+        raise Unconvertible(f"{self.label} -> TF Serving: {NO_ONNX_TO_TF}")
+
+
+class TorchScriptSource(_TorchFile):
+    format = "torchscript"
+    label = "TorchScript"
 
     @cached_property
     def module(self) -> torch.jit.ScriptModule:
-        try:
+        with refused_as(self.path, "a TorchScript file"):  # RuntimeError: zip reader, unpickler
             return torch.jit.load(str(self.path), map_location="cpu").eval()
-        except Exception as err:  # RuntimeError from the zip reader or the unpickler
-            reason = first_line(err)
-            raise ModelImportError(f"{self.path}: not a TorchScript file ({reason})") from None
 
     @cached_property
     def input_names(self) -> list[str]:
@@ -92,34 +108,21 @@ class TorchScriptSource(ModelSource):
     def write_onnx(self, target: Path) -> bool:
         outputs = [t.name for t in self.signature().outputs]
         axes = {name: {0: "batch"} for name in [*self.input_names, *outputs]}
-        try:
-            with torch.no_grad(), quiet_exporter():
-                torch.onnx.export(
-                    self.module, self._example(), str(target), input_names=self.input_names,
-                    output_names=outputs, dynamic_axes=axes, dynamo=False,
-                )  # fmt: skip
-        except Exception as err:
-            raise Unconvertible(f"TorchScript -> ONNX: torch's exporter failed: {err}") from None
-        return True
-
-    def write_savedmodel(self, target: Path) -> bool:
-        raise Unconvertible(f"TorchScript -> TF Serving: {NO_ONNX_TO_TF}")
+        return self._to_onnx(
+            target, self.module, self._example(), input_names=self.input_names,
+            output_names=outputs, dynamic_axes=axes, dynamo=False,
+        )  # fmt: skip
 
 
-class TorchExportSource(ModelSource):
+class TorchExportSource(_TorchFile):
     format = "torch-export"
-    framework = "torch"
+    label = "torch.export"
 
     @cached_property
     def program(self) -> torch.export.ExportedProgram:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return torch.export.load(str(self.path))
-        except Exception as err:
-            raise ModelImportError(
-                f"{self.path}: not a torch.export program ({type(err).__name__})"
-            ) from None
+        with refused_as(self.path, "a torch.export program"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.load(str(self.path))
 
     def _placeholders(self) -> list[tuple[str, torch.Tensor]]:
         users = set(self.program.graph_signature.user_inputs)
@@ -145,18 +148,10 @@ class TorchExportSource(ModelSource):
 
     def write_onnx(self, target: Path) -> bool:
         outputs = [t.name for t in self.signature().outputs]
-        try:
-            with torch.no_grad(), quiet_exporter():
-                torch.onnx.export(
-                    self.program, (), str(target), output_names=outputs, dynamo=True,
-                    external_data=False, verbose=False,
-                )  # fmt: skip
-        except Exception as err:
-            raise Unconvertible(f"torch.export -> ONNX: torch's exporter failed: {err}") from None
-        return True
-
-    def write_savedmodel(self, target: Path) -> bool:
-        raise Unconvertible(f"torch.export -> TF Serving: {NO_ONNX_TO_TF}")
+        return self._to_onnx(
+            target, self.program, (), output_names=outputs, dynamo=True, external_data=False,
+            verbose=False,
+        )  # fmt: skip
 
 
 def _fake_tensor(name: str, value: torch.Tensor) -> Tensor:
