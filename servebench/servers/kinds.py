@@ -261,6 +261,10 @@ def _image(image: str | None) -> dict[str, str]:
 
 # -- the table -----------------------------------------------------------------------------
 
+# What every Triton that servebench starts takes, wherever it runs: the Triton settings
+# matrix and the Triton export.
+_STARTED_TRITON: dict[str, Any] = {"settings": TritonSettingsMatrix, "export_format": "triton"}
+
 # Order matters where kinds are listed: a scenario's `kind` values and an API's launches
 # are shown in this order.
 KINDS: dict[str, ServerKind] = {
@@ -268,13 +272,13 @@ KINDS: dict[str, ServerKind] = {
     for kind in (
         ServerKind(
             "triton-local", TRITON, LAUNCHES["local"],
-            server="servebench.servers.local:LocalTritonServer",
-            builder=_build_triton_local, settings=TritonSettingsMatrix, export_format="triton",
+            server="servebench.servers.local:LocalTritonServer", builder=_build_triton_local,
+            **_STARTED_TRITON,
         ),
         ServerKind(
             "triton-docker", TRITON, LAUNCHES["docker"],
-            server="servebench.servers.docker_triton:TritonDocker",
-            builder=_build_triton_docker, settings=TritonSettingsMatrix, export_format="triton",
+            server="servebench.servers.docker_triton:TritonDocker", builder=_build_triton_docker,
+            **_STARTED_TRITON,
         ),
         ServerKind(
             "tfs-docker", TFS, LAUNCHES["docker"],
