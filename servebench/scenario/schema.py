@@ -21,6 +21,7 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_valid
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import KNOB_DEFAULTS, LayerType, ModelSpec
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.input_data import InputData, read_input_data
 from servebench.clients.registry import ProtocolSpec, for_server
 
 # Every bound is servebench.common.limits' (the command line applies the same ones): hard
@@ -559,6 +560,7 @@ class Scenario(Strict):
 
     # Profile files read by `link_profile`, by (reference, folder).
     _link_files: dict[tuple[str, Path], LinkProfile] = PrivateAttr(default_factory=dict)
+    _input_files: dict[Path, InputData] = PrivateAttr(default_factory=dict)
 
     @field_validator("links")
     @classmethod
@@ -582,6 +584,21 @@ class Scenario(Strict):
         if key not in self._link_files:
             self._link_files[key] = resolve_link(link, base_dir)
         return self._link_files[key]
+
+    def input_data(self, base_dir: Path) -> InputData | None:
+        """`workload.inputs` read (relative to `base_dir`, the scenario's folder), or None.
+
+        Read once per scenario and kept, as link profile files are: validation reads it to
+        report its errors at the scenario's line, and every trial takes the same samples.
+        """
+        inputs = self.workload.inputs
+        if inputs is None:
+            return None
+        path = inputs if inputs.is_absolute() else Path(base_dir) / inputs
+        key = path.resolve()
+        if key not in self._input_files:
+            self._input_files[key] = read_input_data(path)
+        return self._input_files[key]
 
     @rule("servers")
     def _distinct_servers(self, context: Mapping[str, Any]) -> Iterator[Problem]:

@@ -19,8 +19,6 @@ from pathlib import Path
 from model_zoo.counting import count
 from model_zoo.spec import ModelSpec
 from servebench.clients.factory import create_client
-from servebench.clients.input_data import read_input_data
-from servebench.clients.registry import for_server
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
 from servebench.load import (
@@ -81,15 +79,11 @@ class TrialOutcome:
     telemetry: list[TelemetryRow]
 
 
-def _scenario_file(path: Path, base_dir: Path) -> Path:
-    """A file a scenario names, relative to the scenario's folder unless absolute."""
-    return path if path.is_absolute() else base_dir / path
-
-
 def _arrivals(scenario: Scenario, rate: float | None, base_dir: Path):
     workload = scenario.workload
     if workload.trace is not None:
-        return TraceArrivals.from_file(_scenario_file(workload.trace, base_dir))
+        trace = workload.trace if workload.trace.is_absolute() else base_dir / workload.trace
+        return TraceArrivals.from_file(trace)
     if workload.arrival == "poisson":
         return poisson(rate, seed=scenario.seed)
     return constant(rate)
@@ -159,7 +153,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
     """Measure one trial; exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
     server_section = trial.setting.server
-    protocol = for_server(server_section.kind, server_section.protocol).name
+    protocol = server_section.client_protocol.name
     target, direct_url = client_target(ctx.server, server_section.protocol)
     profile = trial.link
     records_path = ctx.records_path(trial.id)
@@ -173,8 +167,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         client = create_client(protocol, url, trial.model.id, timeout=scenario.workload.timeout_s)
         await client.connect()
         stack.push_async_callback(client.close)
-        inputs = scenario.workload.inputs
-        data = read_input_data(_scenario_file(inputs, ctx.base_dir)) if inputs else None
+        data = scenario.input_data(ctx.base_dir)
         payload = build_payloads(client, trial.batch_size, scenario.seed, data)
         sink = TrialSink(records_path)
         stack.callback(sink.close)

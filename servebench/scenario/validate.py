@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ from model_zoo.counting import count
 from model_zoo.export.family import load_family
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
-from servebench.clients.input_data import read_input_data
 from servebench.common.errors import ServebenchError
 from servebench.common.validation import known, value_at
 from servebench.load.arrivals import TraceArrivals
@@ -323,7 +322,11 @@ class _Checks:
         """The trace, the input data and the export folder exist and parse (the input
         data's fit to each model is checked against the served signature, at its trial)."""
         problems = []
-        readers = {"trace": TraceArrivals.from_file, "inputs": read_input_data}
+        readers: dict[str, Callable[[Path], object]] = {
+            "trace": TraceArrivals.from_file,
+            # Through the scenario, which keeps the samples for its trials (read once).
+            "inputs": lambda _path: self.scenario.input_data(self.base_dir),
+        }
         for field, read in readers.items():
             given = known(self.scenario, f"workload.{field}")
             value = getattr(self.scenario.workload, field) if given else None
