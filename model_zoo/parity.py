@@ -41,10 +41,6 @@ class ParityReport:
 
     reference: str = "torch"  # the framework the others are compared with
 
-    @property
-    def max_difference(self) -> float:
-        return max(self.differences.values(), default=0.0)
-
     def describe(self) -> str:
         parts = ", ".join(f"{name} {diff:.2e}" for name, diff in self.differences.items())
         return (
@@ -63,10 +59,6 @@ def run_torch(module: nn.Module, x: np.ndarray) -> np.ndarray:
         return module(torch.from_numpy(x)).numpy()
 
 
-def run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
-    return run_onnx_feeds(path, {INPUT_NAME: x})[OUTPUT_NAME]
-
-
 def run_onnx_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every output of the ONNX file at `path` for the named inputs `feeds`."""
     import onnxruntime
@@ -74,10 +66,6 @@ def run_onnx_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))
-
-
-def run_savedmodel(path: Path, x: np.ndarray) -> np.ndarray:
-    return run_savedmodel_feeds(path, {INPUT_NAME: x})[OUTPUT_NAME]
 
 
 def run_savedmodel_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ class ModelSource:
 
     format: ClassVar[str]
     framework: ClassVar[str]  # what runs the source, for parity's report
+    label: ClassVar[str] = ""  # the format as users name it, in messages (default: format)
 
     def __init__(self, path: Path, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
         self.path = Path(path)
@@ -45,8 +46,8 @@ class ModelSource:
     def write_onnx(self, target: Path) -> bool:
         """Write the model as one ONNX file at `target`; True when that was a conversion
         (to be checked for parity), False when the file was copied as it is."""
-        raise Unconvertible(f"{self.format} -> ONNX: not supported")
+        raise Unconvertible(f"{self.label or self.format} -> ONNX: not supported")
 
     def write_savedmodel(self, target: Path) -> bool:
         """Write the model as a SavedModel folder `target`; True when converted."""
-        raise Unconvertible(f"{self.format} -> TF Serving: {NO_ONNX_TO_TF}")
+        raise Unconvertible(f"{self.label or self.format} -> TF Serving: {NO_ONNX_TO_TF}")

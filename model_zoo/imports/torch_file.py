@@ -20,7 +20,7 @@ import torch
 
 from model_zoo.export.onnx import quiet_exporter
 from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, refused_as
-from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
+from model_zoo.imports.source import ModelSource, Unconvertible
 
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
 
@@ -34,10 +34,10 @@ def _as_tuple(result) -> tuple[torch.Tensor, ...]:
 
 
 class _TorchFile(ModelSource):
-    """What both torch formats share: torch's ONNX exporter, and no way to TF Serving."""
+    """What both torch formats share: torch's ONNX exporter (and, from ModelSource, no
+    way to TF Serving)."""
 
     framework = "torch"
-    label = ""  # the format as the user knows it, in messages
 
     def _to_onnx(self, target: Path, model: Any, example: tuple, **options: Any) -> bool:
         try:
@@ -46,9 +46,6 @@ class _TorchFile(ModelSource):
         except Exception as err:  # the exporters raise many classes; each is one line here
             raise Unconvertible(f"{self.label} -> ONNX: torch's exporter failed: {err}") from None
         return True
-
-    def write_savedmodel(self, target: Path) -> bool:
-        raise Unconvertible(f"{self.label} -> TF Serving: {NO_ONNX_TO_TF}")
 
 
 class TorchScriptSource(_TorchFile):
@@ -79,6 +76,11 @@ class TorchScriptSource(_TorchFile):
         )
 
     def signature(self) -> Signature:
+        return self._signature
+
+    @cached_property
+    def _signature(self) -> Signature:
+        """Found by running the module once on the example (kept: the export asks again)."""
         example = self._example()
         with torch.no_grad():
             try:

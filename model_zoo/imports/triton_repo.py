@@ -18,7 +18,7 @@ import numpy as np
 from model_zoo.export.triton import CONFIG_FILENAME, ONNX_FILENAME, TritonConfigError, parse_config
 from model_zoo.imports.onnx_file import OnnxSource
 from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor
-from model_zoo.imports.source import NO_ONNX_TO_TF, ModelSource, Unconvertible
+from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_onnx_feeds
 from servebench.common.textfile import read_text
 
@@ -41,6 +41,7 @@ def model_folder(path: Path) -> Path:
 
 class TritonModelSource(ModelSource):
     format = "triton"
+    label = "Triton repository"
     framework = "onnxruntime"
 
     @cached_property
@@ -129,6 +130,3 @@ class TritonModelSource(ModelSource):
     def copy_folder(self, target: Path) -> None:
         """The user's model folder, every version and file, into `target`."""
         shutil.copytree(self.folder, target)
-
-    def write_savedmodel(self, target: Path) -> bool:
-        raise Unconvertible(f"Triton repository -> TF Serving: {NO_ONNX_TO_TF}")
