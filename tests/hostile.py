@@ -15,6 +15,7 @@ ended; `problems` says what is wrong with one outcome (empty: clean).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -444,9 +445,8 @@ def invocations(s: Samples) -> list[Invocation]:
             name = long_name(param)
             for label, value in hostile_values(kind, s):
                 argv = _replace(path, command, args, param, value)
+                # The option, or the value it names (a file's path, say).
                 names = (name, value) if kind.name not in ("number", "port") else (name,)
-                if kind.name in ("in_file", "in_dir", "in_path", "scenario", "run_dir"):
-                    names = (name, value)  # the option, or the file it names
                 lines = "some" if kind.name == "scenario" and "binary" not in label else "one"
                 found.append(Invocation(path, name, label, [*path, *argv], names, lines))
     return found
@@ -525,7 +525,7 @@ def run_all(
             if done == 0 and elapsed < timeout_s:
                 continue
             if done == 0:
-                with _suppress():
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 data = _read(out)
@@ -543,14 +543,6 @@ def run_all(
                 )  # fmt: skip
             del running[pid]
     return [r for r in results if r is not None]
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return exc[0] is not None and issubclass(exc[0], ProcessLookupError)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servebench.cli import usage
+from servebench.cli.usage import fail
 from servebench.cli.values import (
     InputDir,
     InputFile,
@@ -45,9 +45,6 @@ app = typer.Typer(
 )
 # Piped output gets a wide table rather than ids cut at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
-
-
-fail = usage.fail
 
 
 def _csv_ints(text: str, option: str) -> list[int]:
@@ -322,8 +319,7 @@ def import_(
     """Import your own model into a `models export` folder: Triton (ONNX + python twin)
     and/or TF Serving, each conversion checked for parity on random inputs."""
     from model_zoo.export.family import FORMATS
-    from model_zoo.export.triton import TritonSettingsError
-    from model_zoo.imports import ModelImportError, import_model, parse_input_shapes
+    from model_zoo.imports import import_model, parse_input_shapes
     from model_zoo.parity import ParityError
 
     wanted = [part.strip() for part in formats.split(",") if part.strip()]
@@ -335,9 +331,7 @@ def import_(
             path, out, formats=wanted, name=name,
             input_shapes=parse_input_shapes(input_shape or []),
         )  # fmt: skip
-    except (ModelImportError, ParityError, TritonSettingsError) as err:
-        raise fail(str(err)) from None
-    except ValueError as err:  # a --name Triton refuses
+    except (ParityError, ValueError) as err:  # ModelImportError, and a --name Triton refuses
         raise fail(str(err)) from None
     except OSError as err:
         raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None

@@ -339,7 +339,6 @@ def check_target(setup: UiSetup) -> None:
         create_client, target.protocol, address, target.model, version=target.version or None
     )
     try:
-        factory()
         asyncio.run(
             checked_connect(factory, target.protocol, address, target.model, target.batch_size, 0)
         )

@@ -96,8 +96,8 @@ class EngineReport:
 class LoadEngine:
     """Runs one load against one connected client; `part=(i, n)` runs the i-th of n shares.
 
-    `payload` is the one request every send repeats, or a cycle of them (real input data):
-    request `seq` sends `payload[seq % len(payload)]`, `seq` counted over every part, so the
+    `payloads` is the one request every send repeats, or a cycle of them (real input data):
+    request `seq` sends `payloads[seq % len(payloads)]`, `seq` counted over every part, so the
     parts of a load go through the cycle in order between them. A payload with `expected`
     outputs has its answer compared (`input_data.answer_matches`) after the answer's time
     is taken; a mismatch is recorded as `wrong_answer`.
@@ -106,7 +106,7 @@ class LoadEngine:
     def __init__(
         self,
         client: InferenceClient,
-        payload: Payload | Sequence[Payload],
+        payloads: Sequence[Payload],
         settings: LoadSettings,
         sink: RecordSink | None = None,
         *,
@@ -117,7 +117,7 @@ class LoadEngine:
         if not 0 <= part[0] < part[1]:
             raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
         self.client = client
-        self.payloads = (payload,) if isinstance(payload, Payload) else tuple(payload)
+        self.payloads = tuple(payloads)
         if not self.payloads:
             raise ValueError("engine payload: give at least one request")
         self.settings = settings

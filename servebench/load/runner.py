@@ -111,7 +111,7 @@ async def run_load(
     settings: LoadSettings,
     *,
     sink: RecordSink | None = None,
-    payload: Payload | Sequence[Payload] | None = None,
+    payload: Sequence[Payload] | None = None,
     on_engine: Callable[[LoadEngine], None] | None = None,
     on_measure_start: Callable[[], Awaitable[None]] | None = None,
 ) -> LoadSummary:

@@ -299,11 +299,6 @@ KINDS: dict[str, ServerKind] = {
 }  # fmt: skip
 
 
-def names() -> list[str]:
-    """Every kind's name, in table order (for messages and help)."""
-    return list(KINDS)
-
-
 def api_names() -> tuple[str, ...]:
     """The APIs some kind serves, in table order: a scenario's `kind` values."""
     return tuple(dict.fromkeys(kind.api.name for kind in KINDS.values()))
