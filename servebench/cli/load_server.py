@@ -40,19 +40,21 @@ async def preflight(
     seed: int,
     input_data: InputData | None = None,
 ) -> None:
-    """Connect, build the payloads and close; raises InferenceError or ValueError.
+    """Connect, check the payloads and close; raises InferenceError or ValueError.
 
     Model clients read the model's metadata on connect, which checks address, model,
-    version and protocol at once; building the payloads checks the batch and `input_data`
-    against the signature, before any inference is sent. The raw `http` client connects
-    lazily, so for it the address is tried with a TCP connect.
+    version and protocol at once; then the batch and `input_data` are checked against the
+    signature, before any inference is sent, without encoding a file's cycle of requests
+    (the run encodes it, once). The raw `http` client connects lazily, so for it the
+    address is tried with a TCP connect.
     """
-    from servebench.load import build_payloads
-
     client = factory()
     try:
         await client.connect()
-        build_payloads(client, batch_size, seed, input_data)
+        if input_data is None:
+            client.make_payload(batch_size, seed)
+        else:
+            client.check_payloads(batch_size, input_data)
         if protocol == "http":
             await _reachable(url)
     finally:

@@ -148,6 +148,10 @@ class InferenceClient(Protocol):
         """The cycle of requests carrying a file's samples; ValueError where they do not fit."""
         ...
 
+    def check_payloads(self, batch_size: int, data: InputData) -> None:
+        """What `make_payloads` would refuse, without encoding anything."""
+        ...
+
     async def infer(self, payload: Payload) -> InferResult:
         """Send one request; raise `InferenceError` (never anything else) on failure."""
         ...

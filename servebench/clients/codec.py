@@ -166,6 +166,11 @@ class ModelCodec(ABC):
             for batch in data.match(signature).batches(batch_size)
         ]
 
+    def check_payloads(self, signature: ModelSignature, batch_size: int, data: InputData) -> None:
+        """What `make_payloads` refuses, without encoding the cycle (the pre-run check)."""
+        check_batch_size(signature, batch_size)
+        data.match(signature).cycle(batch_size)
+
     def _payload(
         self,
         batch_size: int,

@@ -119,8 +119,10 @@ class Samples:
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray] | None
 
-    def batches(self, batch_size: int) -> list[Batch]:
-        """One cycle of requests: request k takes samples k*b .. k*b+b-1, modulo N."""
+    def cycle(self, batch_size: int) -> int:
+        """How many distinct requests one cycle through the samples makes; InputDataError
+        where encoding them all before the run would be too much (a check that encodes
+        nothing, for the pre-run check)."""
         cycle = self.count // math.gcd(self.count, batch_size)
         per_sample = sum(a.nbytes for a in self.inputs.values()) // self.count
         total = cycle * batch_size * per_sample
@@ -131,8 +133,12 @@ class Samples:
                 f"{MAX_CYCLE_BYTES / 2**30:g} GiB; use a batch size that divides {self.count}, "
                 "or fewer samples"
             )
+        return cycle
+
+    def batches(self, batch_size: int) -> list[Batch]:
+        """One cycle of requests: request k takes samples k*b .. k*b+b-1, modulo N."""
         batches = []
-        for k in range(cycle):
+        for k in range(self.cycle(batch_size)):
             rows = (np.arange(batch_size) + k * batch_size) % self.count
             inputs = {name: array[rows] for name, array in self.inputs.items()}
             expected = (

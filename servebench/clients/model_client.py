@@ -88,6 +88,10 @@ class ModelClient(ABC):
         """The cycle of requests carrying a file's samples (`ModelCodec.make_payloads`)."""
         return self.codec.make_payloads(self._require_signature(), batch_size, data)
 
+    def check_payloads(self, batch_size: int, data: InputData) -> None:
+        """What `make_payloads` would refuse, encoding nothing (`ModelCodec.check_payloads`)."""
+        self.codec.check_payloads(self._require_signature(), batch_size, data)
+
     def _require_signature(self) -> ModelSignature:
         if self._signature is None:
             raise InferenceError(ErrorKind.CLIENT_ERROR, "connect() was not called")

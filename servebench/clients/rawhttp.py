@@ -126,6 +126,9 @@ class RawHttpClient(HttpEdge):
             "fixed body (--body, --body-file)"
         )
 
+    def check_payloads(self, batch_size: int, data: InputData) -> None:
+        self.make_payloads(batch_size, data)  # it refuses, encoding nothing
+
     async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:
         data = (
             TimedBody(payload.encoded, content_type=self.content_type)
