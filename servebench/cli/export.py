@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from servebench.cli.usage import fail
+from servebench.cli.usage import cannot_write, fail
 from servebench.cli.values import OutputPath, RunDir
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -60,7 +60,7 @@ def export(
     except ValueError as err:
         raise fail(str(err)) from None
     except OSError as err:
-        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
+        raise cannot_write(err, out) from None
     for path in result.paths:
         console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
     for note in result.notes:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servebench.cli.usage import fail
+from servebench.cli.usage import cannot_write, fail
 from servebench.cli.values import (
     InputDir,
     InputFile,
@@ -287,7 +287,7 @@ def export(
     except (ExportExistsError, OnnxExportError, ParityError) as err:
         raise fail(str(err)) from None
     except OSError as err:
-        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
+        raise cannot_write(err, out) from None
     console.print(f"export folder: {out}")
 
 
@@ -334,7 +334,7 @@ def import_(
     except (ParityError, ValueError) as err:  # ModelImportError, and a --name Triton refuses
         raise fail(str(err)) from None
     except OSError as err:
-        raise fail(f"cannot write {err.filename or out}: {err.strerror or err}", code=1) from None
+        raise cannot_write(err, out) from None
     shown = ", ".join(f"{n}={'x'.join(map(str, dims))}" for n, dims in result.input_shapes.items())
     console.print(
         f"imported {path} ({result.source_format}) as {result.name!r}: inputs {shown}",

@@ -36,6 +36,12 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code=code)
 
 
+def cannot_write(err: OSError, path: object) -> typer.Exit:
+    """`fail` for a write the system refused (a full disk, a read-only folder), exit 1:
+    the file it names, else `path`, and its reason."""
+    return fail(f"cannot write {err.filename or path}: {err.strerror or err}", code=1)
+
+
 def say(message: str) -> None:
     """One `error:` line on stderr, for a command that goes on after it (or exits itself)."""
     typer.echo(typer.style("error:", fg="red") + " " + " ".join(message.split()), err=True)
