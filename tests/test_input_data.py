@@ -33,6 +33,7 @@ from servebench.clients.input_data import (
     answer_matches,
     read_input_data,
 )
+from servebench.telemetry.prometheus import PrometheusSampler
 
 SAMPLES = 6
 
@@ -165,6 +166,9 @@ def test_a_file_that_does_not_fit_the_model_is_refused_before_sending(model, tmp
         "wrong shape": ({name: x[:, :5]}, [repr(name), "[5]", f"[{x.shape[1]}]"]),
         "unknown output": ({name: x, "expected/nope": x}, ["'nope' is not an output"]),
     }
+    # The earlier tests' last answers may not be counted yet (Triton counts a request just
+    # after its answer left): read the count once the server's counters stop moving.
+    assert PrometheusSampler(served.server.endpoints.metrics_url).wait_until_quiet()
     before = inferences(served)
     for arrays, words in cases.values():
         bad = tmp_path / "bad.npz"
