@@ -119,7 +119,7 @@ BAD = [
     (
         "models:\n",
         "models:\n  resnet: true\n",
-        "3 models.resnet: True — unknown key (allowed: specs, grid, mutate, resnet50, repository)",
+        "3 models.resnet: True — unknown key (allowed: specs, grid, mutate, resnet50, repository, files)",
     ),
 ]
 

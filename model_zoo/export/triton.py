@@ -186,6 +186,58 @@ def python_twin(config: mc.ModelConfig) -> mc.ModelConfig:
     return twin
 
 
+# The export folder each form is served from.
+FORM_REPOSITORY: dict[str, str] = {"onnx": STANDARD_REPOSITORY, "python": PYTHON_REPOSITORY}
+
+
+def apply_settings(config: mc.ModelConfig, settings: TritonSettings) -> mc.ModelConfig:
+    """A copy of a user's `config` with only the fields a settings matrix sweeps rewritten.
+
+    Swept: `max_batch_size`, the dynamic batcher (on: its preferred sizes and queue delay
+    set, every other field of the user's batcher kept; off: removed) and the instance
+    group (one group of the setting's count and kind; the user's first group's other
+    fields, like its name, kept; its GPUs dropped for KIND_CPU). Everything else — the
+    platform or backend, tensors, parameters, version policy, optimization, ... — stays
+    the user's. A model with `max_batch_size: 0` has no batch axis: its batching fields
+    stay as they are (scenario validation refuses batching settings for it).
+    """
+    out = mc.ModelConfig()
+    out.CopyFrom(config)
+    if config.max_batch_size > 0:
+        out.max_batch_size = settings.max_batch_size
+        if settings.dynamic_batching:
+            batcher = out.dynamic_batching
+            del batcher.preferred_batch_size[:]
+            batcher.preferred_batch_size.extend(settings.preferred_batch_sizes)
+            batcher.max_queue_delay_microseconds = settings.max_queue_delay_microseconds
+        else:
+            out.ClearField("dynamic_batching")
+    del out.instance_group[:]
+    group = out.instance_group.add()
+    if config.instance_group:
+        group.CopyFrom(config.instance_group[0])
+    group.count = settings.instance_count
+    group.kind = mc.ModelInstanceGroup.Kind.Value(settings.instance_kind)
+    if settings.instance_kind == "KIND_CPU":
+        group.ClearField("gpus")
+    return out
+
+
+def write_settings_copy(model_dir: Path, repository: Path, settings: TritonSettings) -> Path:
+    """Copy a model folder whose config servebench did not write (a user's Triton model, an
+    imported model) into `repository` with `settings` applied (`apply_settings`); the copy
+    replaces an earlier one."""
+    model_dir = Path(model_dir)
+    config = parse_config(
+        (model_dir / CONFIG_FILENAME).read_text(), where=str(model_dir / CONFIG_FILENAME)
+    )
+    target = Path(repository) / check_name(config.name or model_dir.name)
+    _claim_model_dirs([target], force=True)
+    shutil.copytree(model_dir, target)
+    (target / CONFIG_FILENAME).write_text(render_config(apply_settings(config, settings)))
+    return target
+
+
 def render_config(config: mc.ModelConfig) -> str:
     return text_format.MessageToString(config)
 

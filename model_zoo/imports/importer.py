@@ -70,17 +70,21 @@ def import_model(
     name: str | None = None,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     settings: TritonSettings | None = None,
+    signature: Signature | None = None,
 ) -> ImportResult:
-    """Read `path`, write each of `formats` it converts to under `out`, check parity."""
+    """Read `path`, write each of `formats` it converts to under `out`, check parity.
+
+    `signature`: the file's, where the caller read it already (a scenario's validation),
+    so it is not read again."""
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ModelImportError(f"formats: expected some of {', '.join(FORMATS)}, got {unknown}")
     started = time.perf_counter()
     source = open_source(path, input_shapes or {})
-    signature = source.signature()
+    signature = signature or source.signature()
     shapes = resolve_shapes(signature, input_shapes or {}, str(path))
-    name = check_name(name or _clean_name(source.default_name()))
+    name = check_name(name or clean_name(source.default_name()))
     out = Path(out)
     targets = _targets(name, formats)
     taken = [str(out / t) for t in targets.values() if (out / t).exists()]
@@ -201,7 +205,9 @@ def _write_user_repository(
     except Unconvertible as why:
         result.skipped["triton-python"] = str(why)
         return {}
-    write_model_folder(onnx_file, python_twin(config), staging / PYTHON_REPOSITORY, version=VERSION)
+    # The twin's version is the user's newest, which the config's version policy may name.
+    version = int(source.model_file.parent.name)
+    write_model_folder(onnx_file, python_twin(config), staging / PYTHON_REPOSITORY, version=version)
     onnx_file.unlink()
     result.written[TRITON_FORMAT].append(f"{PYTHON_REPOSITORY}/{name}")
     return {}
@@ -260,7 +266,7 @@ def _move_into(staging: Path, out: Path) -> bool:
     return False
 
 
-def _clean_name(text: str) -> str:
+def clean_name(text: str) -> str:
     """A file's stem as a Triton model name (letters, digits, '_', '.', '-')."""
     name = _NAME_CHARS.sub("-", text).strip("-.") or "model"
     return name if name[0].isalnum() else f"m{name}"

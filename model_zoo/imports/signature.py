@@ -80,16 +80,25 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+class ShapeError(ModelImportError):
+    """The shapes given for a model do not fit its inputs, or a dynamic one is not given."""
+
+
 def resolve_shapes(
-    signature: Signature, given: Mapping[str, tuple[int, ...]], source: str
+    signature: Signature,
+    given: Mapping[str, tuple[int, ...]],
+    source: str,
+    option: str = "--input-shape",
 ) -> dict[str, tuple[int, ...]]:
     """Each input's sample shape: the file's, with the user's dims where it has dynamic
-    ones (or none at all, as a torch file). Unknown names and unmatched dims are refused."""
+    ones (or none at all, as a torch file). Unknown names and unmatched dims are refused
+    (a `ShapeError` naming `option`, where the user gives shapes: the command's flag or a
+    scenario's field)."""
     names = [t.name for t in signature.inputs]
     unknown = sorted(set(given) - set(names))
     if unknown:
-        raise ModelImportError(
-            f"--input-shape: {source} has no input {unknown[0]!r} (inputs: {', '.join(names)})"
+        raise ShapeError(
+            f"{option}: {source} has no input {unknown[0]!r} (inputs: {', '.join(names)})"
         )
     shapes = {}
     for tensor in signature.inputs:
@@ -97,26 +106,32 @@ def resolve_shapes(
         if tensor.name in given:
             want = given[tensor.name]
             if len(want) != len(dims):
-                raise ModelImportError(
-                    f"--input-shape: {source} input {tensor.name!r} has {len(dims)} dims per "
+                raise ShapeError(
+                    f"{option}: {source} input {tensor.name!r} has {len(dims)} dims per "
                     f"sample {_show(dims)}, got {len(want)}"
                 )
             for index, (have, new) in enumerate(zip(dims, want, strict=True)):
                 if have != DYNAMIC and have != new:
-                    raise ModelImportError(
-                        f"--input-shape: {source} input {tensor.name!r} dim {index} is "
+                    raise ShapeError(
+                        f"{option}: {source} input {tensor.name!r} dim {index} is "
                         f"{have} in the file, got {new}"
                     )
             shapes[tensor.name] = want
             continue
         for index, have in enumerate(dims):
             if have == DYNAMIC:
-                raise ModelImportError(
+                raise ShapeError(
                     f"{source}: input {tensor.name!r} dim {index} of {_show(dims)} is dynamic; "
-                    f"give it with --input-shape {tensor.name}=DIMS"
+                    f"give it with {ask_for_shape(option, tensor.name)}"
                 )
         shapes[tensor.name] = dims
     return shapes
+
+
+def ask_for_shape(option: str, name: str) -> str:
+    """How the user writes one input's shape: `--input-shape x=DIMS` on the command line,
+    `input_shapes: {x: [DIMS]}` in a scenario."""
+    return f"{option} {name}=DIMS" if option.startswith("--") else f"{option}: {{{name}: [DIMS]}}"
 
 
 def random_feeds(

@@ -28,6 +28,9 @@ class ModelSource:
     format: ClassVar[str]
     framework: ClassVar[str]  # what runs the source, for parity's report
     label: ClassVar[str] = ""  # the format as users name it, in messages (default: format)
+    # Whether `write_savedmodel` can succeed (TF Serving can serve it): known before any
+    # conversion, so a scenario pairing the model with a TF Serving server is refused early.
+    to_savedmodel: ClassVar[bool] = False
 
     def __init__(self, path: Path, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
         self.path = Path(path)

@@ -37,6 +37,7 @@ SAVED_MODEL_FILE = "saved_model.pb"
 class SavedModelSource(ModelSource):
     format = "savedmodel"
     framework = "tensorflow"
+    to_savedmodel = True
 
     @property
     def savedmodel_dir(self) -> Path:

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from model_zoo.export.onnx import quiet_exporter
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, refused_as
+from model_zoo.imports.signature import (
+    DYNAMIC,
+    ModelImportError,
+    ShapeError,
+    Signature,
+    Tensor,
+    refused_as,
+)
 from model_zoo.imports.source import ModelSource, Unconvertible
 
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
@@ -65,7 +72,7 @@ class TorchScriptSource(_TorchFile):
     def _example(self) -> tuple[torch.Tensor, ...]:
         missing = [name for name in self.input_names if name not in self.input_shapes]
         if missing:
-            raise ModelImportError(
+            raise ShapeError(
                 f"{self.path}: a TorchScript file carries no input shapes; give "
                 f"--input-shape {missing[0]}=DIMS (one sample, e.g. {missing[0]}=3x224x224)"
             )

@@ -1,8 +1,9 @@
 """From a plan to running servers: export the models once, give each server setting its
 folder, and have the setting's server kind (`servers.kinds`) build its `Server`.
 
-ONNX export is the slow step (seconds per model), so every model is exported once per run
-into `<run>/export/`, in each export format the run's kinds serve; a server setting only
+ONNX export is the slow step (seconds per model), so every model is exported (a user's
+file imported) once per run into `<run>/export/`, in each export format the run's kinds
+serve; a server setting only
 writes its own config next to a copy of the ONNX file (`<run>/repos/<n>/`), which takes
 milliseconds. A fresh run copies its export from `scenario.export_cache` when one is set
 (the test suite's seam).
@@ -10,12 +11,15 @@ milliseconds. A fresh run copies its export from `scenario.export_cache` when on
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from model_zoo.export.family import FORMATS, export_family, is_exported
+from model_zoo.export.family import FORMATS, TFS_DIR, ExportedModel, export_family, is_exported
 from model_zoo.export.onnx import ExportExistsError
+from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY
+from model_zoo.imports import IMPORT_FILE, ImportedModel, ServedModel, import_model
 from model_zoo.spec import ModelSpec
 from servebench.scenario.export_cache import cache_entry, keep
 from servebench.scenario.plan import Plan, ServerSetting
@@ -39,18 +43,36 @@ def export_models(plan: Plan, run_dir: Path, on_model=None) -> Path:
 
 
 def export_for(
-    kinds: Iterable[ServerKind], models: list[ModelSpec], run_dir: Path, *, seed: int, on_model=None
+    kinds: Iterable[ServerKind],
+    models: Sequence[ServedModel],
+    run_dir: Path,
+    *,
+    seed: int,
+    on_model=None,
 ) -> Path:
-    """`<run_dir>/export`, holding `models` in every format `kinds` serve."""
+    """`<run_dir>/export`, holding `models` in every format `kinds` serve: generated
+    models exported (`export_family`), a user's files imported (`import_model`)."""
     out = run_dir / EXPORT_DIR
     formats = needed_formats(kinds)
     if not formats:
         return out
-    cached = None if out.exists() else cache_entry(models, formats, seed)
+    specs = [model for model in models if isinstance(model, ModelSpec)]
+    if specs:
+        _export_generated(specs, formats, out, seed=seed, on_model=on_model)
+    for model in models:
+        if isinstance(model, ImportedModel):
+            _import_file(model, formats, out, on_model=on_model)
+    return out
+
+
+def _export_generated(
+    specs: list[ModelSpec], formats: tuple[str, ...], out: Path, *, seed: int, on_model=None
+) -> None:
+    cached = None if out.exists() else cache_entry(specs, formats, seed)
     if cached is not None and cached.is_dir():
         shutil.copytree(cached, out)  # a fresh run, and the cache holds this very export
-        return out
-    missing = [spec for spec in models if not all(is_exported(out, spec, f) for f in formats)]
+        return
+    missing = [spec for spec in specs if not all(is_exported(out, spec, f) for f in formats)]
     if missing:
         try:
             export_family(missing, out, formats=formats, seed=seed, on_model=on_model)
@@ -59,11 +81,34 @@ def export_for(
             export_family(missing, out, formats=formats, seed=seed, force=True, on_model=on_model)
     if cached is not None:
         keep(out, cached)
-    return out
+
+
+def _import_file(model: ImportedModel, formats: tuple[str, ...], out: Path, on_model=None) -> None:
+    """Import one of the user's files into the run's export, once: a resumed run finds it
+    in `import.json` (written last) and skips it; what a killed import left is replaced.
+
+    Imports are not kept in the export cache: its entries are keyed by generated specs,
+    and a user's file is one import per run.
+    """
+    record = out / IMPORT_FILE
+    if record.is_file() and model.id in json.loads(record.read_text()):
+        return
+    for folder in (STANDARD_REPOSITORY, PYTHON_REPOSITORY, TFS_DIR):
+        shutil.rmtree(out / folder / model.id, ignore_errors=True)
+    result = import_model(
+        model.path,
+        out,
+        formats=formats,
+        name=model.id,
+        input_shapes=model.input_shapes,
+        signature=model.signature,
+    )
+    if on_model is not None:
+        on_model(ExportedModel(model.id, seconds=result.seconds, parity=result.parity))
 
 
 def build_server(
-    setting: ServerSetting, index: int, models: list[ModelSpec], run_dir: Path
+    setting: ServerSetting, index: int, models: Sequence[ServedModel], run_dir: Path
 ) -> Server:
     """The `Server` for one setting (not started), its files under `<run>/repos/<index>`."""
     kind = setting.server.server_kind

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model_zoo.imports import ServedModel
 from model_zoo.mutate import dedupe, grid, random_mutations
 from model_zoo.spec import ModelSpec, resnet50_spec
 from servebench.netem.profiles import LinkProfile
@@ -75,7 +76,7 @@ class Trial:
 
     index: int
     setting: ServerSetting
-    model: ModelSpec
+    model: ServedModel
     link: LinkProfile
     batch_size: int
     level: LoadLevel
@@ -89,7 +90,7 @@ class Trial:
 
 
 def _coordinates(
-    setting: ServerSetting, model: ModelSpec, link: str, batch_size: int, level: LoadLevel
+    setting: ServerSetting, model: ServedModel, link: str, batch_size: int, level: LoadLevel
 ) -> dict[str, Any]:
     return {
         "server": setting.server.name,
@@ -105,7 +106,7 @@ def _coordinates(
 
 def trial_id(
     setting: ServerSetting,
-    model: ModelSpec,
+    model: ServedModel,
     link: str | LinkProfile,
     batch_size: int,
     level: LoadLevel,
@@ -124,7 +125,7 @@ def trial_id(
 @dataclass(frozen=True)
 class Plan:
     scenario: Scenario
-    models: list[ModelSpec]
+    models: list[ServedModel]
     settings: list[ServerSetting]
     trials: list[Trial]
 
@@ -156,8 +157,15 @@ class Plan:
         return found
 
 
-def resolve_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
-    """Every model the scenario names, in the order the sections list them, deduplicated."""
+def resolve_models(scenario: Scenario, base_dir: Path) -> list[ServedModel]:
+    """Every model the scenario names, in the order the sections list them, deduplicated:
+    the generated ones, then the user's files (read at validation, kept by the scenario;
+    validation refused a file whose name another model has)."""
+    return [*generated_models(scenario, base_dir), *scenario.imported_models(base_dir)]
+
+
+def generated_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:
+    """The models servebench generates (or an export folder holds), deduplicated."""
     from model_zoo.export.family import load_family
 
     section = scenario.models

@@ -35,7 +35,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from model_zoo.spec import ModelSpec
+from model_zoo.imports import ServedModel
 from servebench.clients.factory import create_client
 from servebench.clients.registry import for_server
 from servebench.load import LoadEngine, run_in_loop
@@ -316,7 +316,7 @@ class ScenarioRunner:
         ctx: TrialContext,
         server: Server,
         setting: ServerSetting,
-        models: list[ModelSpec],
+        models: list[ServedModel],
         directory: RunDirectory,
     ) -> TrialRow:
         try:
@@ -357,7 +357,7 @@ class ScenarioRunner:
         self,
         server: Server,
         setting: ServerSetting,
-        models: list[ModelSpec],
+        models: list[ServedModel],
         directory: RunDirectory,
         *,
         cold: bool,

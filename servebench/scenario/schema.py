@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
 
+from model_zoo.imports import ImportedModel, read_model
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import KNOB_DEFAULTS, LayerType, ModelSpec
 from servebench.clients.endpoints import grpc_target, http_base
@@ -177,6 +178,22 @@ class ResNetReference(Strict):
     image_size: Annotated[int, Field(ge=32, le=4096)] = 224
 
 
+class ModelFile(Strict):
+    """A user's own model (any format `servebench models import` reads: ONNX, TorchScript,
+    torch.export, Keras, SavedModel, a Triton model folder), imported by the run.
+
+    `path` is relative to the scenario's folder; `name` is the name it is served under and
+    trials.csv's `model` (default: the file's stem); `input_shapes` give one sample's
+    shape of each input whose file leaves a dimension open (docs/scenarios.md).
+    """
+
+    path: Path
+    name: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    input_shapes: dict[str, list[Annotated[int, Field(gt=0, le=MAX_SAMPLE_ELEMENTS)]]] = Field(
+        default_factory=dict
+    )
+
+
 class ModelsSection(Strict):
     """Where the models come from; the union of every source given, deduplicated by id."""
 
@@ -187,6 +204,7 @@ class ModelsSection(Strict):
     repository: Path | None = Field(
         default=None, description="an existing `servebench models export` folder"
     )
+    files: list[ModelFile] = Field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -196,12 +214,15 @@ class ModelsSection(Strict):
             + (self.grid.size if self.grid else 0)
             + (self.mutate.count + 1 if self.mutate else 0)
             + (1 if self.resnet50 else 0)
+            + len(self.files)
         )
 
-    @rule("specs", "grid", "mutate", "resnet50", "repository")
+    @rule("specs", "grid", "mutate", "resnet50", "repository", "files")
     def _something(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        if not (self.specs or self.grid or self.mutate or self.resnet50 or self.repository):
-            yield (), "give at least one of specs, grid, mutate, resnet50, repository"
+        if not (
+            self.specs or self.grid or self.mutate or self.resnet50 or self.repository or self.files
+        ):
+            yield (), "give at least one of specs, grid, mutate, resnet50, repository, files"
 
     @rule("specs", "grid", "mutate", "resnet50")
     def _not_too_many(self, context: Mapping[str, Any]) -> Iterator[Problem]:
@@ -561,6 +582,8 @@ class Scenario(Strict):
     # Profile files read by `link_profile`, by (reference, folder).
     _link_files: dict[tuple[str, Path], LinkProfile] = PrivateAttr(default_factory=dict)
     _input_files: dict[Path, InputData] = PrivateAttr(default_factory=dict)
+    # Model files read by `imported_model`, by (path, name, shapes).
+    _model_files: dict[str, ImportedModel] = PrivateAttr(default_factory=dict)
 
     @field_validator("links")
     @classmethod
@@ -599,6 +622,27 @@ class Scenario(Strict):
         if key not in self._input_files:
             self._input_files[key] = read_input_data(path)
         return self._input_files[key]
+
+    def imported_model(self, entry: ModelFile, base_dir: Path) -> ImportedModel:
+        """One of `models.files` read (`model_zoo.imports.read_model`, the path relative to
+        `base_dir`, the scenario's folder).
+
+        Read once per scenario and kept, as link profiles and input data are: validation
+        reads it to report its errors at the scenario's line, and the plan takes the same
+        model (signature, shapes, counts) instead of reading the file again.
+        """
+        path = entry.path if entry.path.is_absolute() else Path(base_dir) / entry.path
+        shapes = {name: tuple(dims) for name, dims in entry.input_shapes.items()}
+        key = repr((str(path.resolve()), entry.name, sorted(shapes.items())))
+        if key not in self._model_files:
+            self._model_files[key] = read_model(
+                path, name=entry.name, input_shapes=shapes, option="input_shapes"
+            )
+        return self._model_files[key]
+
+    def imported_models(self, base_dir: Path) -> list[ImportedModel]:
+        """Every model of `models.files`, read (see `imported_model`)."""
+        return [self.imported_model(entry, base_dir) for entry in self.models.files]
 
     @rule("servers")
     def _distinct_servers(self, context: Mapping[str, Any]) -> Iterator[Problem]:

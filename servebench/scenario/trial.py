@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model_zoo.counting import count
-from model_zoo.spec import ModelSpec
+from model_zoo.imports import ImportedModel, ServedModel
 from servebench.clients.factory import create_client
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -314,15 +314,32 @@ def coordinates(trial: Trial) -> TrialCoordinates:
     )
 
 
-def model_columns(spec: ModelSpec, *, counted: bool = True) -> ModelColumns:
-    """A model's row columns: its family and, `counted`, its size (`model_zoo.counting`)."""
+def model_columns(model: ServedModel, *, counted: bool = True) -> ModelColumns:
+    """A model's row columns: its family and, `counted`, its size.
+
+    A generated model is counted from its spec (`model_zoo.counting`); a user's file from
+    its ONNX graph where it has one (`model_zoo.imports.counts`), its columns empty
+    (unknown) where the graph does not allow; its `layer_type` is the file's format
+    (onnx, keras, triton, ...) and it has no depth or width.
+    """
+    if isinstance(model, ImportedModel):
+        if not counted:
+            return ModelColumns(model.layer_type)
+        graph = model.counts
+        return ModelColumns(
+            layer_type=model.layer_type,
+            params=graph.params,
+            flops_per_sample=float(graph.flops) if graph.flops is not None else None,
+            weight_bytes=graph.weight_bytes,
+            activation_bytes=graph.activation_bytes,
+        )
     if not counted:
-        return ModelColumns(spec.layer_type, spec.depth, spec.width)
-    cost = count(spec)
+        return ModelColumns(model.layer_type, model.depth, model.width)
+    cost = count(model)
     return ModelColumns(
-        layer_type=spec.layer_type,
-        depth=spec.depth,
-        width=spec.width,
+        layer_type=model.layer_type,
+        depth=model.depth,
+        width=model.width,
         params=cost.params,
         flops_per_sample=cost.flops,
         weight_bytes=cost.weight_bytes,

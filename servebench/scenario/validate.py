@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from model_zoo.counting import count
-from model_zoo.export.family import load_family
+from model_zoo.export.family import TFS_FORMAT, load_family
+from model_zoo.imports import ImportedModel, ModelImportError, ShapeError
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
 from servebench.common.errors import ServebenchError
@@ -192,6 +194,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.cost()
         problems += checks.links()
         problems += checks.files()
+        problems += checks.model_files()
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
@@ -223,6 +226,7 @@ class _Checks:
         self.base_dir = source.path.parent
         self.matrices: list[tuple[ServerSection, SettingsMatrix]] = []
         self.family: list[ModelSpec] = []  # the export folder's models, once read
+        self.imported: list[tuple[int, ImportedModel]] = []  # models.files[i], once read
 
     def problem(self, location: Location, value: Any, expected: str) -> str:
         line = self.source.line_of(location)
@@ -350,6 +354,99 @@ class _Checks:
                 )
         return problems
 
+    def model_files(self) -> list[str]:
+        """Each of `models.files` exists, reads (`Scenario.imported_model`, which keeps it
+        for the plan), has every dimension, a name no other model has, and can be served
+        by every server of the scenario (TF Serving needs a SavedModel; a model without a
+        batch axis takes neither batches nor the dynamic batcher)."""
+        models = self.scenario.__dict__.get("models")
+        if models is None or not known(models, "files"):
+            return []
+        problems = []
+        taken = self._generated_ids()
+        for i, entry in enumerate(models.files):
+            where = ("models", "files", i)
+            path = self._path(entry.path)
+            if not path.exists():
+                problems.append(
+                    self.problem((*where, "path"), str(entry.path), f"{path}: no such file")
+                )
+                continue
+            try:
+                model = self.scenario.imported_model(entry, self.base_dir)
+            except ShapeError as err:
+                problems.append(self.problem((*where, "input_shapes"), None, _reason(err, path)))
+                continue
+            except (ModelImportError, OSError, ValueError) as err:
+                problems.append(self.problem((*where, "path"), str(entry.path), _reason(err, path)))
+                continue
+            named = (*where, "name") if entry.name else (*where, "path")
+            if model.id in taken:
+                problems.append(
+                    self.problem(
+                        named, entry.name or str(entry.path),
+                        f"model name {model.id!r} is already {taken[model.id]}; "
+                        "give this file another name",
+                    )
+                )  # fmt: skip
+                continue
+            taken[model.id] = f"models.files[{i}]'s"
+            self.imported.append((i, model))
+            problems += self._servable(where, model)
+        return problems
+
+    def _generated_ids(self) -> dict[str, str]:
+        """The ids of the models servebench generates, with where each comes from."""
+        from servebench.scenario.plan import generated_models
+
+        models = self.scenario.models
+        if not known(models, "specs", "grid", "mutate", "resnet50", "repository"):
+            return {}
+        try:
+            specs = generated_models(self.scenario, self.base_dir)
+        except (OSError, ValueError):  # a broken export folder: files() names it
+            return {}
+        return {spec.id: "a generated model's" for spec in specs}
+
+    def _servable(self, where: Location, model: ImportedModel) -> list[str]:
+        """What no server of the scenario can do with `model`, one problem each."""
+        problems = []
+        for server in self.scenario.__dict__.get("servers") or []:
+            if server is None or not known(server, "kind", "launch"):
+                continue
+            kind = server.server_kind
+            if kind.export_format == TFS_FORMAT and not model.to_savedmodel:
+                problems.append(
+                    self.problem(
+                        (*where, "path"), None,
+                        f"model {model.id!r} ({model.source_format}) cannot be served by "
+                        f"server {server.name!r} ({kind.api.title}): only a SavedModel or "
+                        "Keras file converts to TF Serving here",
+                    )
+                )  # fmt: skip
+        if model.batched:
+            return problems
+        why = f"model {model.id!r} has no batch axis (max_batch_size 0), so Triton cannot batch it"
+        if known(self.scenario, "workload.batch_sizes"):
+            for j, batch in enumerate(self.scenario.workload.batch_sizes):
+                if batch > 1:
+                    problems.append(
+                        self.problem(
+                            ("workload", "batch_sizes", j), batch,
+                            f"{why}; give this model a scenario with batch_sizes [1]",
+                        )
+                    )  # fmt: skip
+        for server, matrix in self.matrices:
+            if True in as_list(getattr(matrix, "dynamic_batching", False)):
+                k = self.scenario.servers.index(server)
+                problems.append(
+                    self.problem(
+                        ("servers", k, "settings", "dynamic_batching"), None,
+                        f"{why}; set dynamic_batching: false",
+                    )
+                )  # fmt: skip
+        return problems
+
     def sizes(self, complete: bool) -> list[str]:
         """Models within the byte caps; models and trials within their counts.
 
@@ -363,6 +460,8 @@ class _Checks:
         problems = []
         for location, spec in self._largest_models():
             problems += self._model_bytes(location, spec, batch)
+        for i, model in self.imported:
+            problems += self._imported_bytes(("models", "files", i), model, batch)
         total = models.size + len(self.family)
         if self.family and total > self.limits.max_models:
             problems.append(
@@ -439,6 +538,34 @@ class _Checks:
                     location, None,
                     f"{spec.layer_type} depth {spec.depth} width {spec.width} has "
                     f"{weights / MIB:,.0f} MiB of weights; "
+                    + over_limit("max_model_mb", self.limits, " MiB"),
+                )
+            )  # fmt: skip
+        return problems
+
+    def _imported_bytes(self, location: Location, model: ImportedModel, batch: int) -> list[str]:
+        """A user's model within the same byte caps as a generated one (its weights where
+        its graph was counted)."""
+        per_sample = sum(
+            math.prod(model.input_shapes[t.name]) * np.dtype(t.dtype).itemsize
+            for t in model.signature.inputs
+        )
+        request = per_sample * (batch if model.batched else 1)
+        problems = []
+        if request > self.limits.max_request_mb * MIB:
+            problems.append(
+                self.problem(
+                    location, None,
+                    f"model {model.id!r} input x batch {batch} is {request / MIB:,.0f} MiB per "
+                    "request; " + over_limit("max_request_mb", self.limits, " MiB"),
+                )
+            )  # fmt: skip
+        weights = model.counts.weight_bytes or 0
+        if weights > self.limits.max_model_mb * MIB:
+            problems.append(
+                self.problem(
+                    location, None,
+                    f"model {model.id!r} has {weights / MIB:,.0f} MiB of weights; "
                     + over_limit("max_model_mb", self.limits, " MiB"),
                 )
             )  # fmt: skip

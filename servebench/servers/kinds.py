@@ -37,7 +37,7 @@ from servebench.servers.errors import ServerKindError
 from servebench.servers.settings import SettingsMatrix, TfsSettingsMatrix, TritonSettingsMatrix
 
 if TYPE_CHECKING:
-    from model_zoo.spec import ModelSpec
+    from model_zoo.imports import ServedModel
 
 # The folder under a server's work folder that holds the repository servebench writes.
 REPOSITORY_DIR = "models"
@@ -98,7 +98,7 @@ class Deployment:
 
     options: ServerOptions
     values: Mapping[str, Any]
-    models: Sequence[ModelSpec]
+    models: Sequence[ServedModel]
     export_dir: Path
     workdir: Path
 
@@ -192,16 +192,37 @@ def _parameters(cls: type[Server]) -> dict[str, inspect.Parameter]:
 
 
 def _triton_repository(deployment: Deployment, form: str) -> Path:
-    """`<workdir>/models`: each model's exported ONNX file with this setting's model config,
-    in the repository form the server runs (`model_zoo.export.triton`'s forms)."""
-    from model_zoo.export.triton import ONNX_FILENAME, STANDARD_REPOSITORY, write_triton_model
+    """`<workdir>/models`: each model with this setting's model config, in the repository
+    form the server runs (`model_zoo.export.triton`'s forms).
+
+    A generated model gets the config servebench writes for it next to its exported ONNX
+    file; an imported one (its folder in the export, the user's own config or the one its
+    import wrote from its signature) is copied with only the swept fields rewritten.
+    """
+    from model_zoo.export.triton import (
+        FORM_REPOSITORY,
+        ONNX_FILENAME,
+        STANDARD_REPOSITORY,
+        write_settings_copy,
+        write_triton_model,
+    )
+    from model_zoo.spec import ModelSpec
 
     settings = TritonSettingsMatrix.model_config_of(deployment.values)
     repository = deployment.workdir / REPOSITORY_DIR
-    for spec in deployment.models:
-        exported = deployment.export_dir / STANDARD_REPOSITORY / spec.id
-        onnx = sorted(exported.glob(f"*/{ONNX_FILENAME}"))[-1]
-        write_triton_model(onnx, spec, repository, settings, form=form, force=True)
+    for model in deployment.models:
+        if isinstance(model, ModelSpec):
+            exported = deployment.export_dir / STANDARD_REPOSITORY / model.id
+            onnx = sorted(exported.glob(f"*/{ONNX_FILENAME}"))[-1]
+            write_triton_model(onnx, model, repository, settings, form=form, force=True)
+            continue
+        exported = deployment.export_dir / FORM_REPOSITORY[form] / model.id
+        if not exported.is_dir():
+            raise ServerKindError(
+                f"model {model.id!r} ({model.source_format}) has no {form} form for this "
+                f"Triton (its platform runs only where its backend is: the official image)"
+            )
+        write_settings_copy(exported, repository, settings)
     return repository
 
 

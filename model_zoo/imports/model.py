@@ -1,0 +1,96 @@
+"""A user's model file as a scenario names it: read once, then served like a generated one.
+
+A trial's model is anything with an `id` (the name Triton and TF Serving serve it under, and
+trials.csv's `model`): a generated model's `ModelSpec`, or an `ImportedModel`. The
+imported one carries what reading its file told: the signature, the sample shapes, the
+counts the graph allows, and which servers' formats it reaches, so validation can refuse
+an impossible pairing and the run need not read the file again before importing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY, check_name
+from model_zoo.imports.counts import GraphCounts, count_onnx
+from model_zoo.imports.formats import open_source
+from model_zoo.imports.importer import clean_name
+from model_zoo.imports.onnx_file import OnnxSource
+from model_zoo.imports.signature import Signature, resolve_shapes
+from model_zoo.imports.triton_repo import TritonModelSource
+from model_zoo.spec import ModelSpec
+
+
+@dataclass(frozen=True, eq=False)
+class ImportedModel:
+    """One model file of a scenario, read.
+
+    `source_format` is the format the file is in (`formats.FORMATS`' names: onnx, keras,
+    triton, ...) and stands as the row's `layer_type`: an imported model has no layer
+    family, depth or width. `triton_repositories` are the export folders it is served
+    from (the standard one; the python-backend twin where the local tritonserver can run
+    it); `to_savedmodel` whether TF Serving can serve it.
+    """
+
+    id: str
+    path: Path
+    source_format: str
+    signature: Signature
+    input_shapes: Mapping[str, tuple[int, ...]]
+    counts: GraphCounts = field(default_factory=GraphCounts)
+    triton_repositories: tuple[str, ...] = (STANDARD_REPOSITORY, PYTHON_REPOSITORY)
+    to_savedmodel: bool = False
+
+    @property
+    def layer_type(self) -> str:
+        return self.source_format
+
+    @property
+    def batched(self) -> bool:
+        """Whether Triton may batch it: a batch axis on every tensor (for a Triton folder,
+        max_batch_size > 0 in its config)."""
+        return self.signature.batched
+
+
+# What a trial serves: a generated model or a user's; both are named by their `id`.
+ServedModel = ModelSpec | ImportedModel
+
+
+def read_model(
+    path: Path,
+    *,
+    name: str | None = None,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    option: str = "--input-shape",
+) -> ImportedModel:
+    """Read `path` (any format `models import` reads) without converting it.
+
+    Raises `ModelImportError` (a `ShapeError` for shapes, naming `option`, where the user
+    gives them) or `ValueError` for a name Triton would not take.
+    """
+    given = dict(input_shapes or {})
+    source = open_source(path, given)
+    signature = source.signature()
+    shapes = resolve_shapes(signature, given, str(path), option)
+    model_name = check_name(name or clean_name(source.default_name()))
+    counted = GraphCounts()
+    repositories = (STANDARD_REPOSITORY, PYTHON_REPOSITORY)
+    if isinstance(source, OnnxSource):
+        counted = count_onnx(source.path, shapes, signature.batched)
+    elif isinstance(source, TritonModelSource):
+        if source.is_onnx:
+            counted = count_onnx(source.model_file, shapes, signature.batched)
+        if not (source.is_onnx or source.is_python):
+            repositories = (STANDARD_REPOSITORY,)
+    return ImportedModel(
+        id=model_name,
+        path=Path(path).resolve(),
+        source_format=source.format,
+        signature=signature,
+        input_shapes=shapes,
+        counts=counted,
+        triton_repositories=repositories,
+        to_savedmodel=source.to_savedmodel,
+    )
