@@ -2,8 +2,8 @@
 
 A generated model is counted from its spec (`model_zoo.counting`); an imported one only
 has its graph. The counts follow the same conventions so the roofline can put both on one
-plot: parameters are the floating-point initializers' elements (weights and biases), weight bytes their
-size; FLOPs are 2 x the multiply-accumulates of MatMul, Gemm and Conv nodes (what
+plot: parameters are the floating-point initializers' (and Constant nodes') elements
+(weights and biases), weight bytes their size; FLOPs are 2 x the multiply-accumulates of MatMul, Gemm and Conv nodes (what
 `torch.utils.flop_counter` and `counting` count; bias adds, activations, norms, pooling
 and softmax are not), read off ONNX shape inference with the batch axis set to 1, so they
 are per sample; activation bytes are the inputs plus those nodes' outputs, per sample.
@@ -47,6 +47,13 @@ def count_onnx(
     # Floating-point initializers are the weights; integer ones are shapes and indices
     # (a Reshape's target, a Gather's positions) the exporter wrote as constants.
     arrays = [numpy_helper.to_array(init) for init in graph.initializer]
+    arrays += [  # a Constant node's tensor is a weight the exporter did not make an initializer
+        numpy_helper.to_array(attribute.t)
+        for node in graph.node
+        if node.op_type == "Constant"
+        for attribute in node.attribute
+        if attribute.name == "value"
+    ]
     floats = [array for array in arrays if array.dtype.kind == "f"]
     params = sum(array.size for array in floats)
     weight_bytes = sum(array.nbytes for array in floats)
