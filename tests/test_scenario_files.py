@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from google.protobuf import text_format
@@ -26,6 +28,7 @@ from model_zoo.export.onnx import export_onnx
 from model_zoo.imports.counts import count_onnx
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
+from servebench.analysis.roofline import uncounted_models
 from servebench.cli import app
 from servebench.scenario.plan import expand
 from servebench.scenario.runner import ScenarioRunner
@@ -271,3 +274,31 @@ def test_the_shipped_your_model_scenario_validates_with_its_files() -> None:
     (model,) = plan.models
     assert model.id == "your_model" and model.counts.flops is not None
     assert len(plan.settings) == 4 and plan.scenario.workload.inputs is not None
+
+
+def test_a_resumed_run_imports_each_file_once(user_files: Path, tmp_path: Path) -> None:
+    """The run's export holds each file after its first import; a second pass (a resumed
+    run) finds it in import.json and leaves it as it was."""
+    from servebench.scenario.deploy import export_for
+    from servebench.servers.kinds import KINDS
+
+    path = write(user_files, _scenario(BOTH), "resume.yaml")
+    plan = expand(load_scenario(path), path.parent)
+    kinds = [KINDS["triton-local"]]
+    out = export_for(kinds, plan.models, tmp_path, seed=0)
+    record = out / "import.json"
+    assert set(json.loads(record.read_text())) == {"net", "hand"}
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    export_for(kinds, plan.models, tmp_path, seed=0)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_models_without_counts_are_named_not_plotted() -> None:
+    trials = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "failed"],
+            "model": ["counted", "keras-file", "broken"],
+            "flops_per_sample": [1e6, None, None],
+        }
+    )
+    assert uncounted_models(trials) == ["keras-file"]

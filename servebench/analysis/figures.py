@@ -410,7 +410,8 @@ def roofline(points: pd.DataFrame, ceiling: Ceiling) -> str:
     if points.empty:
         raise NoData(
             "No successful trial has FLOP and byte counts with a throughput "
-            "(models from an existing repository carry no zoo counts)."
+            "(a model whose FLOPs are unknown, such as a user's file that is not an ONNX "
+            "graph, has none)."
         )
     models = list(dict.fromkeys(points["model"].fillna("?")))
     batches = sorted(points["batch_size"].dropna().unique())

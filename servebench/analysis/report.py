@@ -43,7 +43,13 @@ from servebench.analysis.overhead import (
     read_overhead,
 )
 from servebench.analysis.overhead import TEXT_COLUMNS as OVERHEAD_TEXT_COLUMNS
-from servebench.analysis.roofline import Ceiling, above_roof, host_ceiling, roofline_points
+from servebench.analysis.roofline import (
+    Ceiling,
+    above_roof,
+    host_ceiling,
+    roofline_points,
+    uncounted_models,
+)
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
@@ -200,7 +206,11 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
             "Roofline",
             lambda: figures.roofline(points, ceiling),
             _roofline_caption(ceiling),
-            tables=[_roofline_note(points, ceiling), _roofline_table(points)]
+            tables=[
+                _roofline_note(points, ceiling),
+                _roofline_table(points),
+                _uncounted_note(trials),
+            ]
             if not points.empty
             else [],
         ),
@@ -490,6 +500,17 @@ def _roofline_note(points: pd.DataFrame, ceiling: Ceiling) -> str:
         "faster than numpy's GEMM; the bandwidth roof is one thread's copy while a server "
         "streams with several. Re-measure on a quiet machine with "
         "<code>servebench report host-peak --remeasure</code>.</p>"
+    )
+
+
+def _uncounted_note(trials: pd.DataFrame) -> str:
+    """The models left off the plot because their FLOPs are unknown, named."""
+    models = uncounted_models(trials)
+    if not models:
+        return ""
+    return (
+        f'<p class="uncounted">FLOPs unknown, not plotted: {_e(", ".join(models))} '
+        "(a user's model file is counted only where it is an ONNX graph).</p>"
     )
 
 

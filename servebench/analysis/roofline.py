@@ -101,6 +101,15 @@ def above_roof(points: pd.DataFrame, tolerance: float = 1.0) -> pd.DataFrame:
     return points[points["efficiency"] > tolerance]
 
 
+def uncounted_models(trials: pd.DataFrame) -> list[str]:
+    """Models of ok trials whose FLOPs are unknown (a user's file its graph did not allow
+    to count, an older run's repository model): the roofline cannot place them."""
+    if "flops_per_sample" not in trials or trials.empty:
+        return []
+    ok = trials[trials["status"] == "ok"]
+    return list(dict.fromkeys(ok.loc[ok["flops_per_sample"].isna(), "model"].dropna()))
+
+
 def roofline_points(trials: pd.DataFrame, ceiling: Ceiling | None = None) -> pd.DataFrame:
     """One point per ok trial that has the zoo's counts and a throughput.
 

@@ -54,7 +54,7 @@ from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
 from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
 if TYPE_CHECKING:
-    from model_zoo.spec import ModelSpec
+    from model_zoo.imports import ServedModel
     from servebench.scenario.plan import ServerSetting
     from servebench.scenario.schema import Scenario
 
@@ -85,7 +85,7 @@ class ServerToStart:
     """What `servebench ui` starts for a scenario's server: its first trial's model on that
     trial's setting, which the server's kind builds as a scenario run does."""
 
-    spec: ModelSpec
+    spec: ServedModel
     setting: ServerSetting
     seed: int = 0
 
@@ -148,7 +148,7 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
     )
 
 
-def scenario_facts(scenario: Scenario, models: list[ModelSpec]) -> TrialFacts:
+def scenario_facts(scenario: Scenario, models: list[ServedModel]) -> TrialFacts:
     """The scenario's cost instance and price (its own price overrides applied, as the
     scenario runner prices), its SLO, and each model's size and FLOP counts."""
     from servebench.pricing import load_prices, merge_prices, price_of
