@@ -32,6 +32,7 @@ from servebench.analysis.roofline import uncounted_models
 from servebench.cli import app
 from servebench.scenario.plan import expand
 from servebench.scenario.runner import ScenarioRunner
+from servebench.scenario.trial import model_columns
 from servebench.scenario.validate import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,3 +303,18 @@ def test_models_without_counts_are_named_not_plotted() -> None:
         }
     )
     assert uncounted_models(trials) == ["keras-file"]
+
+
+def test_a_torchscript_file_needs_its_shapes_and_is_not_counted(tmp_path: Path) -> None:
+    torch.jit.script(_mlp(0)).save(str(tmp_path / "net.pt"))
+    text = _scenario("    - {path: net.pt}\n").replace("  inputs: inputs.npz\n", "")
+    (problem,) = problems(tmp_path, text)
+    assert problem.startswith(f"{tmp_path / 's.yaml'}:5 models.files[0].input_shapes: ")
+    assert "input_shapes: {input: [DIMS]}" in problem
+    given = text.replace("{path: net.pt}", "{path: net.pt, input_shapes: {input: [6]}}")
+    path = write(tmp_path, given, "given.yaml")
+    (model,) = expand(load_scenario(path), path.parent).models
+    columns = model_columns(model)
+    assert (columns.layer_type, columns.params, columns.flops_per_sample) == (
+        "torchscript", None, None,
+    )  # fmt: skip

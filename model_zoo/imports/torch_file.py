@@ -25,6 +25,7 @@ from model_zoo.imports.signature import (
     ShapeError,
     Signature,
     Tensor,
+    ask_for_shape,
     refused_as,
 )
 from model_zoo.imports.source import ModelSource, Unconvertible
@@ -72,9 +73,11 @@ class TorchScriptSource(_TorchFile):
     def _example(self) -> tuple[torch.Tensor, ...]:
         missing = [name for name in self.input_names if name not in self.input_shapes]
         if missing:
+            name = missing[0]
             raise ShapeError(
                 f"{self.path}: a TorchScript file carries no input shapes; give "
-                f"--input-shape {missing[0]}=DIMS (one sample, e.g. {missing[0]}=3x224x224)"
+                f"{ask_for_shape('--input-shape', name)} (in a scenario: "
+                f"{ask_for_shape('input_shapes', name)}; one sample, e.g. {name}=3x224x224)"
             )
         generator = torch.Generator().manual_seed(0)
         return tuple(
