@@ -1,0 +1,89 @@
+"""A weighted mix of models in one load: which model each request goes to.
+
+One arrival process (or one set of closed-loop workers) drives several models at once, as a
+deployment serving them behind one front door sees them. Request `seq` goes to the target
+`pick(seq)`, drawn by weight from a generator keyed by (seed, block of seq): the choice is a
+function of `seq` and the seed alone, so a rerun with the same seed sends the same sequence
+of models, whatever the timing and however the load is split over parts. The picks are drawn
+a block at a time with numpy, so the engine's hot path pays one list look-up a request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from servebench.clients.base import InferenceClient, Payload
+
+# Picks drawn at once; the engine's sequence numbers rise, so one block is cached.
+BLOCK = 1 << 14
+# Kept apart from the arrival process's stream of the same seed.
+_STREAM = 0x6D6978  # "mix"
+# Model codes travel as int8 in the records buffer (0: not a mix).
+MAX_TARGETS = 127
+
+
+@dataclass(frozen=True)
+class MixTarget:
+    """One model of a mix: its id (the records' `model`), its weight, a connected client
+    and the requests it cycles through (`payloads[seq % len]`, as a single load does)."""
+
+    model: str
+    weight: float
+    client: InferenceClient
+    payloads: tuple[Payload, ...]
+
+
+class Mix:
+    """The targets of a weighted mix and the seeded choice among them."""
+
+    def __init__(self, targets: Sequence[MixTarget], seed: int):
+        self.targets = tuple(targets)
+        if not self.targets:
+            raise ValueError("mix: give at least one model")
+        if len(self.targets) > MAX_TARGETS:
+            raise ValueError(f"mix: at most {MAX_TARGETS} models, got {len(self.targets)}")
+        self.models = tuple(t.model for t in self.targets)
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"mix: models must be distinct, got {list(self.models)}")
+        for target in self.targets:
+            if not (math.isfinite(target.weight) and target.weight > 0):
+                raise ValueError(
+                    f"mix: model {target.model!r} has weight {target.weight!r}; "
+                    "a weight must be a finite number > 0"
+                )
+            if not target.payloads:
+                raise ValueError(f"mix: model {target.model!r} has no request to send")
+        self.seed = seed
+        weights = np.array([t.weight for t in self.targets], dtype=np.float64)
+        self.shares = weights / weights.sum()
+        self._cdf = np.cumsum(self.shares)
+        self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
+        self._block = -1
+        self._picks: list[int] = []
+
+    def picks(self, start: int, count: int) -> np.ndarray:
+        """The targets (indices) of requests `start` .. `start + count - 1`."""
+        if start < 0 or count < 0:
+            raise ValueError("mix picks: start and count must be >= 0")
+        first, last = start // BLOCK, (start + count - 1) // BLOCK
+        if count == 0:
+            return np.empty(0, np.int8)
+        blocks = np.concatenate([self._draw(b) for b in range(first, last + 1)])
+        offset = start - first * BLOCK
+        return blocks[offset : offset + count]
+
+    def pick(self, seq: int) -> int:
+        """The target (index) of request `seq`: a list look-up but once a block."""
+        block, offset = divmod(seq, BLOCK)
+        if block != self._block:
+            self._picks = self._draw(block).tolist()
+            self._block = block
+        return self._picks[offset]
+
+    def _draw(self, block: int) -> np.ndarray:
+        rng = np.random.default_rng((self.seed, _STREAM, block))
+        return np.searchsorted(self._cdf, rng.random(BLOCK), side="right").astype(np.int8)
