@@ -17,13 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from servebench.clients.base import InferenceClient, Payload
+from servebench.common.limits import MAX_MIX_MODELS  # model codes travel as int8 (0: no mix)
 
 # Picks drawn at once; the engine's sequence numbers rise, so one block is cached.
 BLOCK = 1 << 14
 # Kept apart from the arrival process's stream of the same seed.
 _STREAM = 0x6D6978  # "mix"
-# Model codes travel as int8 in the records buffer (0: not a mix).
-MAX_TARGETS = 127
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ class Mix:
         self.targets = tuple(targets)
         if not self.targets:
             raise ValueError("mix: give at least one model")
-        if len(self.targets) > MAX_TARGETS:
-            raise ValueError(f"mix: at most {MAX_TARGETS} models, got {len(self.targets)}")
+        if len(self.targets) > MAX_MIX_MODELS:
+            raise ValueError(f"mix: at most {MAX_MIX_MODELS} models, got {len(self.targets)}")
         self.models = tuple(t.model for t in self.targets)
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"mix: models must be distinct, got {list(self.models)}")

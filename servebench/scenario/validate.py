@@ -24,7 +24,7 @@ from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
 from servebench.netem.profiles import is_profile_file
 from servebench.pricing import load_prices
-from servebench.scenario.plan import count_trials
+from servebench.scenario.plan import count_trials, resolve_models
 from servebench.scenario.schema import (
     LIMITS_CONTEXT_KEY,
     Limits,
@@ -192,6 +192,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.cost()
         problems += checks.links()
         problems += checks.files()
+        problems += checks.mix()
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
@@ -348,6 +349,32 @@ class _Checks:
                         ("models", "repository"), str(models.repository), _reason(err, path)
                     )
                 )
+        return problems
+
+    def mix(self) -> list[str]:
+        """Each model of `workload.mix` is one of the scenario's models, named by its id
+        (`scenario plan` lists them). Checked once the models section is valid: the ids
+        are those the plan resolves (`plan.resolve_models`)."""
+        workload = self.scenario.__dict__.get("workload")
+        mix = workload.__dict__.get("mix") if workload is not None else None
+        if not mix or not known(self.scenario, "models"):
+            return []
+        try:
+            ids = [spec.id for spec in resolve_models(self.scenario, self.base_dir)]
+        except (OSError, ValueError):
+            return []  # the models' own problem is reported where it is
+        problems = []
+        for i, entry in enumerate(mix):
+            model = entry.__dict__.get("model")  # None where the schema refused it
+            if isinstance(model, str) and model not in ids:
+                shown = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+                problems.append(
+                    self.problem(
+                        ("workload", "mix", i, "model"), model,
+                        f"not a model of this scenario (its ids: {shown}; "
+                        "`servebench scenario plan` lists them)",
+                    )
+                )  # fmt: skip
         return problems
 
     def sizes(self, complete: bool) -> list[str]:
