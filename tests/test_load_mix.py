@@ -53,8 +53,12 @@ def test_picks_are_a_function_of_seq_and_seed():
     order and across block edges; another seed picks another."""
     one, again = mix_of({"a": 3, "b": 1}, seed=3), mix_of({"a": 3, "b": 1}, seed=3)
     seqs = [*range(0, 50), *range(BLOCK - 5, BLOCK + 5), 3 * BLOCK + 1, 7]
-    assert [one.pick(s) for s in seqs] == [int(again.picks(s, 1)[0]) for s in seqs]
+    index = {model: i for i, model in enumerate(one.models)}
+    assert [index[one.target(s).model] for s in seqs] == [int(again.picks(s, 1)[0]) for s in seqs]
     assert np.array_equal(one.picks(BLOCK - 10, 20), again.picks(BLOCK - 10, 20))
+    # The records' codes, found again from seq off the hot path, are 1 + the same picks.
+    shuffled = np.array(seqs[::-1], dtype=np.int64)
+    assert list(one.codes(shuffled)) == [index[one.target(int(s)).model] + 1 for s in shuffled]
     other = mix_of({"a": 3, "b": 1}, seed=4)
     assert not np.array_equal(one.picks(0, 1000), other.picks(0, 1000))
 

@@ -17,12 +17,15 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from cli_checks import assert_one_line_error
 from scenario_checks import problems, write
 from typer.testing import CliRunner
 
 from model_zoo.spec import parse_spec
+from servebench.analysis.report import write_report
 from servebench.cli import app
 from servebench.load.mix import Mix, MixTarget
+from servebench.pricing import cost_per_million
 from servebench.scenario.plan import ModelMix, expand
 from servebench.scenario.runner import ScenarioRunner
 from servebench.scenario.validate import load_scenario
@@ -113,7 +116,20 @@ def test_a_mix_runs_as_one_trial_with_shares_by_weight(tmp_path: Path, triton_in
         mine = records[records.model == model].latency
         assert figures["errors"] == 0 and figures["ok"] == figures["count"]
         assert 0 < figures["latency_p50"] <= figures["latency_p99"] <= mine.max()
-    assert row.throughput_ips > 0 and row.cost_per_million > 0  # the whole system's
+    # Cost and recommend take the mix as one deployment, at the whole system's throughput.
+    assert row.cost_per_million == pytest.approx(
+        cost_per_million(row.throughput_ips, row.usd_per_hour)
+    )
+    answer = CliRunner().invoke(app, ["recommend", str(run), "--json"])
+    assert answer.exit_code in (0, 1), answer.output  # 1: no option meets the SLO
+    (ranking,) = json.loads(answer.output)["rankings"]
+    assert ranking["model"] == row.model
+    # The report shows each model's share and p99 of a mix trial.
+    html = write_report(run).path.read_text()
+    section = html[html.index('<section id="mix">') :].split("</section>")[0]
+    for model in (A_ID, B_ID):
+        assert model in section
+    assert f"{mix[B_ID]['latency_p99'] * 1e3:,.1f}" in section and "25.0%" in section
 
 
 def test_mix_problems_are_one_line_each_all_at_once(tmp_path: Path):
@@ -161,3 +177,10 @@ def test_mix_problems_are_one_line_each_all_at_once(tmp_path: Path):
 def test_other_mix_problems(tmp_path: Path, mix: str, expected: str):
     (found,) = problems(tmp_path, mix_scenario("  rates: [50]\n", mix))
     assert expected in found, found
+
+
+def test_servebench_ui_refuses_a_mix(tmp_path: Path):
+    """Locust users send to one model: a mix scenario is one line, before anything starts."""
+    path = write(tmp_path, mix_scenario("  rates: [50]\n"))
+    result = CliRunner().invoke(app, ["ui", str(path), "--headless", "-t", "1s"])
+    assert_one_line_error(result, "workload.mix", "scenario run")

@@ -104,7 +104,7 @@ class LoadEngine:
     is taken; a mismatch is recorded as `wrong_answer`.
 
     `client` may instead be a `Mix` of several models (with no `payloads`: each model has
-    its own): request `seq` then goes to the model `mix.pick(seq)` picks, with that model's
+    its own): request `seq` then goes to the model `mix.target(seq)` picks, with that model's
     client and its cycle of payloads, and its record names the model.
     """
 
@@ -358,11 +358,10 @@ class LoadEngine:
         """Send one request and record it; never raises except on engine cancellation."""
         mix = self.mix
         if mix is None:
-            client, payloads, model = self.client, self.payloads, 0
-        else:
-            target = mix.pick(seq)
-            client, payloads = mix.targets[target].client, mix.targets[target].payloads
-            model = target + 1  # the records' code: 0 is "the trial's one model"
+            client, payloads = self.client, self.payloads
+        else:  # the record's model is found again from seq when written (`Mix.codes`)
+            target = mix.target(seq)
+            client, payloads = target.client, target.payloads
         payload = payloads[seq % len(payloads)]
         send = perf_counter()
         self._active[seq] = (send + self.settings.timeout, asyncio.current_task())
@@ -416,7 +415,6 @@ class LoadEngine:
                 response_bytes,
                 client_send,
                 client_recv,
-                model,
             )
             if n >= self.settings.chunk_rows:
                 self._flush()
@@ -522,6 +520,8 @@ class LoadEngine:
     def _write(self, chunk: Chunk) -> None:
         clock, measurements = self._clock, self._measurements
         assert clock is not None and measurements is not None, "records before the run started"
+        if self.mix is not None:
+            chunk.model = self.mix.codes(chunk.seq)
         measurements.add(chunk)
         if self.sink is not None and len(chunk):
             self.sink.write(

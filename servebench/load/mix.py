@@ -5,7 +5,9 @@ deployment serving them behind one front door sees them. Request `seq` goes to t
 `pick(seq)`, drawn by weight from a generator keyed by (seed, block of seq): the choice is a
 function of `seq` and the seed alone, so a rerun with the same seed sends the same sequence
 of models, whatever the timing and however the load is split over parts. The picks are drawn
-a block at a time with numpy, so the engine's hot path pays one list look-up a request.
+a block at a time with numpy, so the engine's hot path pays a list look-up a request, and
+the records' model column is found again from `seq` when a chunk is written (`codes`), so
+nothing about the model is buffered per request.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from servebench.clients.base import InferenceClient, Payload
 from servebench.common.limits import MAX_MIX_MODELS  # model codes travel as int8 (0: no mix)
 
 # Picks drawn at once; the engine's sequence numbers rise, so one block is cached.
-BLOCK = 1 << 14
+_SHIFT = 14
+BLOCK = 1 << _SHIFT
+_MASK = BLOCK - 1
 # Kept apart from the arrival process's stream of the same seed.
 _STREAM = 0x6D6978  # "mix"
 
@@ -62,7 +66,7 @@ class Mix:
         self._cdf = np.cumsum(self.shares)
         self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
         self._block = -1
-        self._picks: list[int] = []
+        self._block_targets: list[MixTarget] = []
 
     def picks(self, start: int, count: int) -> np.ndarray:
         """The targets (indices) of requests `start` .. `start + count - 1`."""
@@ -75,13 +79,23 @@ class Mix:
         offset = start - first * BLOCK
         return blocks[offset : offset + count]
 
-    def pick(self, seq: int) -> int:
-        """The target (index) of request `seq`: a list look-up but once a block."""
-        block, offset = divmod(seq, BLOCK)
-        if block != self._block:
-            self._picks = self._draw(block).tolist()
-            self._block = block
-        return self._picks[offset]
+    def codes(self, seqs: np.ndarray) -> np.ndarray:
+        """The records' model codes (1 + the target's index) of requests `seqs`, in any
+        order: what the engine sent them to, found again from `seq` off the hot path."""
+        codes = np.empty(seqs.size, np.int8)
+        blocks = seqs // BLOCK
+        for block in np.unique(blocks):
+            mine = blocks == block
+            codes[mine] = self._draw(int(block))[seqs[mine] - block * BLOCK] + 1
+        return codes
+
+    def target(self, seq: int) -> MixTarget:
+        """The target of request `seq`: on the engine's hot path, a list look-up but once
+        a block (shifts, not divmod: a builtin call costs more than both)."""
+        if seq >> _SHIFT != self._block:
+            self._block = seq >> _SHIFT
+            self._block_targets = [self.targets[i] for i in self._draw(self._block).tolist()]
+        return self._block_targets[seq & _MASK]
 
     def _draw(self, block: int) -> np.ndarray:
         rng = np.random.default_rng((self.seed, _STREAM, block))

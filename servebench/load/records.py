@@ -67,7 +67,8 @@ class Chunk:
     client_send: np.ndarray | None = None
     client_recv: np.ndarray | None = None
     # The model of a mix each request went to: 1 + its index in the mix, 0 where the
-    # load has one model (`load.mix`). A chunk built without it has 0 throughout.
+    # load has one model. Not buffered per request: the engine fills it from `seq` when it
+    # hands the chunk over (`Mix.codes`). A chunk built without it has 0 throughout.
     model: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -82,10 +83,8 @@ class Chunk:
 
 
 # RecordBuffer's columns: seq, intended, send, completion, code, request and response
-# bytes, client send and client receive, model.
-_DTYPES = (
-    np.int64, *(np.float64,) * 3, np.int8, np.int64, np.int64, np.float64, np.float64, np.int8,
-)  # fmt: skip
+# bytes, client send and client receive.
+_DTYPES = (np.int64, *(np.float64,) * 3, np.int8, np.int64, np.int64, np.float64, np.float64)
 
 
 class RecordBuffer:
@@ -112,7 +111,6 @@ class RecordBuffer:
             array("q"),
             array("d"),
             array("d"),
-            array("b"),
         )
 
     def add(
@@ -126,7 +124,6 @@ class RecordBuffer:
         response_bytes: int,
         client_send: float = math.nan,
         client_recv: float = math.nan,
-        model: int = 0,
     ) -> int:
         """Append one record; returns the number buffered so the caller can flush."""
         c = self._cols
@@ -139,7 +136,6 @@ class RecordBuffer:
         c[6].append(response_bytes)
         c[7].append(client_send)
         c[8].append(client_recv)
-        c[9].append(model)
         return len(c[0])
 
     def __len__(self) -> int:
@@ -147,7 +143,7 @@ class RecordBuffer:
 
     def take(self) -> Chunk:
         cols, self._cols = self._cols, self._fresh()
-        seq, intended, send, completion, code, req, resp, client_send, client_recv, model = (
+        seq, intended, send, completion, code, req, resp, client_send, client_recv = (
             np.frombuffer(col, dtype=dtype) if len(col) else np.empty(0, dtype)
             for col, dtype in zip(
                 cols,
@@ -155,9 +151,7 @@ class RecordBuffer:
                 strict=True,
             )
         )
-        return Chunk(
-            seq, intended, send, completion, code, req, resp, client_send, client_recv, model
-        )
+        return Chunk(seq, intended, send, completion, code, req, resp, client_send, client_recv)
 
 
 @dataclass(frozen=True)
