@@ -119,11 +119,10 @@ RECORD_SCHEMA = pa.schema(
     ],
     metadata={"servebench.records": "1", "time_unit": "s"},
 )
-# The model a request of a weighted mix (`workload.mix`) went to; null in a trial of one
+# Columns a run written before them lacks: `conform_records` adds them as null. `model` is
+# the model of a weighted mix (`workload.mix`) the request went to; null in a trial of one
 # model (its trials.csv row names it) and in runs written before mixes existed.
-MODEL_RECORD_COLUMN = "model"
-# Columns a run written before them lacks: `conform_records` adds them as null.
-OPTIONAL_RECORD_COLUMNS = (*CLIENT_SPLIT_COLUMNS, MODEL_RECORD_COLUMN)
+OPTIONAL_RECORD_COLUMNS = (*CLIENT_SPLIT_COLUMNS, "model")
 
 
 def conform_records(table: pa.Table, where: object) -> pa.Table:

@@ -104,8 +104,8 @@ def test_a_mix_runs_as_one_trial_with_shares_by_weight(tmp_path: Path, triton_in
     # The seeded sequence: request seq went to the model the scenario's seed picks for it,
     # so a rerun with the same seed sends the same sequence.
     picker = Mix([MixTarget(m, w, None, (None,)) for m, w in ((A_ID, 3), (B_ID, 1))], SEED)  # type: ignore[arg-type]
-    picks = picker.picks(0, int(records.seq.max()) + 1)
-    assert list(records.model) == [(A_ID, B_ID)[picks[s]] for s in records.seq]
+    codes = picker.codes(records.seq.to_numpy())
+    assert list(records.model) == [(A_ID, B_ID)[code - 1] for code in codes]
     # The per-model columns, from the same requests as the row's whole-system figures.
     mix = json.loads(row.mix_json)
     assert set(mix) == {A_ID, B_ID}

@@ -2,7 +2,7 @@
 
 One arrival process (or one set of closed-loop workers) drives several models at once, as a
 deployment serving them behind one front door sees them. Request `seq` goes to the target
-`pick(seq)`, drawn by weight from a generator keyed by (seed, block of seq): the choice is a
+`target(seq)`, drawn by weight from a generator keyed by (seed, block of seq): the choice is a
 function of `seq` and the seed alone, so a rerun with the same seed sends the same sequence
 of models, whatever the timing and however the load is split over parts. The picks are drawn
 a block at a time with numpy, so the engine's hot path pays a list look-up a request, and
@@ -67,17 +67,6 @@ class Mix:
         self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
         self._block = -1
         self._block_targets: list[MixTarget] = []
-
-    def picks(self, start: int, count: int) -> np.ndarray:
-        """The targets (indices) of requests `start` .. `start + count - 1`."""
-        if start < 0 or count < 0:
-            raise ValueError("mix picks: start and count must be >= 0")
-        first, last = start // BLOCK, (start + count - 1) // BLOCK
-        if count == 0:
-            return np.empty(0, np.int8)
-        blocks = np.concatenate([self._draw(b) for b in range(first, last + 1)])
-        offset = start - first * BLOCK
-        return blocks[offset : offset + count]
 
     def codes(self, seqs: np.ndarray) -> np.ndarray:
         """The records' model codes (1 + the target's index) of requests `seqs`, in any

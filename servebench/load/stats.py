@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from servebench.common.quantiles import percentile
 from servebench.load.records import OK, Chunk, kind_code, kind_name
 from servebench.load.summary import LATE_THRESHOLD, LoadSummary, WindowStats
-from servebench.results import CLIENT_SPLIT_COLUMNS, MODEL_RECORD_COLUMN
+from servebench.results import CLIENT_SPLIT_COLUMNS
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -142,17 +142,13 @@ class Measurements:
 
 
 def columns_from_table(
-    table: pa.Table,
-    *,
-    origin: float | None = None,
-    latency_from_send: bool | None = None,
-    models: Sequence[str] = (),
+    table: pa.Table, *, origin: float | None = None, latency_from_send: bool | None = None
 ) -> Columns:
     """Columns from a records table; latency is taken as recorded unless told otherwise.
 
     `origin` is the wall-clock time offsets count from (the schedule start); by default
-    the earliest intended send. `models` are a mix's models in the order of their codes
-    (`Columns.model`); a record naming none of them (or no model) has code 0.
+    the earliest intended send. (Its loads are of one model: Locust's, and those split over
+    processes, which a mix is not.)
     """
     send = table["send_time"].to_numpy()
     intended = table["intended_time"].to_numpy()
@@ -183,15 +179,7 @@ def columns_from_table(
         client_send=client_send,
         client_recv=client_recv,
         network_server=network_server(send, completion, client_send, client_recv),
-        model=_model_codes(table, models),
     )
-
-
-def _model_codes(table: pa.Table, models: Sequence[str]) -> np.ndarray:
-    if not models or MODEL_RECORD_COLUMN not in table.column_names:
-        return np.zeros(table.num_rows, np.int8)
-    index = pc.index_in(table[MODEL_RECORD_COLUMN], pa.array(list(models), pa.string()))
-    return (pc.fill_null(index, -1).to_numpy() + 1).astype(np.int8)
 
 
 def rate(count: int, span: float) -> float:
