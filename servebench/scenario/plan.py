@@ -78,7 +78,7 @@ class ModelMix:
 
     @property
     def id(self) -> str:
-        return "mix(" + "+".join(f"{spec.id}*{weight:g}" for spec, weight in self.members) + ")"
+        return "mix(" + "+".join(f"{spec.id}*{weight:.15g}" for spec, weight in self.members) + ")"
 
     @property
     def specs(self) -> tuple[ModelSpec, ...]:
