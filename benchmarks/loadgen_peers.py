@@ -709,14 +709,23 @@ def engine_alone() -> None:
     """The engine with a client that answers at once: its own ceiling, and its memory.
 
     Prints one JSON line: closed-loop requests/s and CPU per request next to a bare asyncio
-    loop doing the same awaits; the open-loop rate it holds; RSS while it streams records.
+    loop doing the same awaits, and for a 3:1 mix of two such clients (`load.mix`: the seeded
+    pick of each request's model); the open-loop rate it holds; RSS while it streams records.
     """
     import resource
 
     import psutil
 
     from servebench.clients.base import InferResult, ModelSignature, Payload
-    from servebench.load import LoadSettings, ParquetRecordWriter, constant, run_in_loop, run_load
+    from servebench.load import (
+        LoadSettings,
+        Mix,
+        MixTarget,
+        ParquetRecordWriter,
+        constant,
+        run_in_loop,
+        run_load,
+    )
 
     class Instant:
         async def connect(self) -> None:
@@ -759,6 +768,13 @@ def engine_alone() -> None:
     c0, t0 = cpu(), time.perf_counter()
     s = run_in_loop(run_load(Instant(), LoadSettings(concurrency=CONNECTIONS, count=n)))
     out["closed_us"], out["closed_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
+    a, b = Instant(), Instant()
+    mix = Mix(
+        [MixTarget(m, w, c, (c.make_payload(1),)) for m, w, c in (("a", 3, a), ("b", 1, b))], 0
+    )
+    c0 = cpu()
+    s = run_in_loop(run_load(mix, LoadSettings(concurrency=CONNECTIONS, count=n)))
+    out["closed_mix_us"], out["closed_mix_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
     s = run_in_loop(run_load(Instant(), LoadSettings(arrivals=constant(20_000), duration=3)))
     out["open_rate"], out["open_late"] = s.achieved_rate, s.late_share
     out["open_lag_p99"] = s.schedule_lag_p99
@@ -983,6 +999,10 @@ def report(
             f"  closed loop, {CONNECTIONS} workers: {engine['closed_rps']:,.0f} req/s, "
             f"{engine['closed_us']:.2f} us CPU per request (a bare asyncio loop doing the "
             f"same awaits: {engine['bare_us']:.2f} us, {engine['bare_rps']:,.0f} req/s)"
+        )
+        print(
+            f"  the same, a 3:1 mix of two such clients: {engine['closed_mix_rps']:,.0f} req/s, "
+            f"{engine['closed_mix_us']:.2f} us CPU per request"
         )
         print(
             f"  open loop at 20,000 req/s: achieved {engine['open_rate']:,.0f} req/s, "

@@ -111,22 +111,31 @@ RECORD_SCHEMA = pa.schema(
             pa.float64(),
             metadata={"unit": "s", "doc": "answer arrived to answer read, decoded and checked"},
         ),
+        pa.field(
+            "model",
+            pa.string(),
+            metadata={"unit": "", "doc": "a mix's model this request went to (null: the trial's)"},
+        ),
     ],
     metadata={"servebench.records": "1", "time_unit": "s"},
 )
+# Columns a run written before them lacks: `conform_records` adds them as null. `model` is
+# the model of a weighted mix (`workload.mix`) the request went to; null in a trial of one
+# model (its trials.csv row names it) and in runs written before mixes existed.
+OPTIONAL_RECORD_COLUMNS = (*CLIENT_SPLIT_COLUMNS, "model")
 
 
 def conform_records(table: pa.Table, where: object) -> pa.Table:
-    """`table` with exactly `RECORD_SCHEMA`'s columns, in order: a split column an older
-    run lacks is added as null; any other missing column is an error naming `where`."""
+    """`table` with exactly `RECORD_SCHEMA`'s columns, in order: a column an older run
+    lacks (`OPTIONAL_RECORD_COLUMNS`) is added as null; any other missing column is an
+    error naming `where`."""
     missing = [n for n in RECORD_SCHEMA.names if n not in table.column_names]
-    lacking = [n for n in missing if n not in CLIENT_SPLIT_COLUMNS]
+    lacking = [n for n in missing if n not in OPTIONAL_RECORD_COLUMNS]
     if lacking:
         raise ValueError(f"{where}: records lack columns {lacking}")
     for name in missing:
-        table = table.append_column(
-            RECORD_SCHEMA.field(name), pa.nulls(table.num_rows, pa.float64())
-        )
+        column = RECORD_SCHEMA.field(name)
+        table = table.append_column(column, pa.nulls(table.num_rows, column.type))
     return table.select(RECORD_SCHEMA.names)
 
 
@@ -286,8 +295,20 @@ _COST = (
     ),
 )
 
+# A weighted mix of models in one trial (`workload.mix`): the row's other columns are the
+# whole system's (every request, whichever model it went to); this one splits them by model.
+_MIX = (
+    _column(
+        "mix_json",
+        _TEXT,
+        "",
+        "mix: JSON {model id: {weight, share, count, ok, errors, latency_p50, latency_p99}}; "
+        "share = the model's requests / all requests, latencies in s (empty: one model)",
+    ),
+)
+
 TRIAL_SCHEMA = pa.schema(
-    [*_OUTCOME, *_COORDINATES, *_SERVER, *_MODEL, *_LINK, *_LOAD, *_TELEMETRY, *_COST],
+    [*_OUTCOME, *_COORDINATES, *_SERVER, *_MODEL, *_LINK, *_LOAD, *_TELEMETRY, *_COST, *_MIX],
     metadata={"servebench.trials": "1", "time_unit": "s"},
 )
 TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)

@@ -149,6 +149,8 @@ def build_row(
     for name in _NOT_COLUMNS:
         stats.pop(name, None)
     stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
+    mix = stats.pop("mix")  # a weighted mix: each model's figures, in a column of their own
+    stats["mix_json"] = json.dumps(mix) if mix else None
     values.update(stats)
     if link is not None:
         values.update(

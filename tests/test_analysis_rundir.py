@@ -344,6 +344,7 @@ def _records(trial_id, sim, batch, t0, *, closed, error_kinds=None) -> pa.Table:
             # A failed request has no split: null, as the load engine writes it.
             "client_send_s": pa.array(np.where(ok, sim["client_send"], np.nan), from_pandas=True),
             "client_recv_s": pa.array(np.where(ok, sim["client_recv"], np.nan), from_pandas=True),
+            "model": pa.nulls(n, pa.string()),  # trials of one model, as the engine writes them
         }
     )
 

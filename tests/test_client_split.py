@@ -28,7 +28,7 @@ from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
 from servebench.load import LoadSettings, MemoryRecordSink, columns_from_table, run_load, summarize
 from servebench.load.records import read_records
-from servebench.results import CLIENT_SPLIT_COLUMNS, RECORD_SCHEMA, conform_records
+from servebench.results import OPTIONAL_RECORD_COLUMNS, RECORD_SCHEMA, conform_records
 
 HOLD_S = 0.1
 # Larger than loopback's socket buffers: the write cannot finish before the server reads.
@@ -171,8 +171,8 @@ async def test_triton_clients_time_what_their_transport_shows(triton_dense_model
 
 
 def _old_records(rows: int = 3) -> pa.Table:
-    """A records table as servebench wrote it before the split columns existed."""
-    old = pa.schema([f for f in RECORD_SCHEMA if f.name not in CLIENT_SPLIT_COLUMNS])
+    """A records table as servebench wrote it before the split (and model) columns existed."""
+    old = pa.schema([f for f in RECORD_SCHEMA if f.name not in OPTIONAL_RECORD_COLUMNS])
     return pa.table(
         {
             "trial_id": ["t1"] * rows,

@@ -139,6 +139,7 @@ def test_records_have_the_design_columns_and_open_loop_latency():
             "response_bytes",
             "client_send_s",
             "client_recv_s",
+            "model",
         ]
     )
     t = table.to_pandas()
@@ -148,6 +149,7 @@ def test_records_have_the_design_columns_and_open_loop_latency():
     assert len(t) == s.count == 200
     assert (t.trial_id == "t1").all() and (t.batch_size == 8).all() and t.ok.all()
     assert t.error_kind.isna().all()
+    assert t.model.isna().all()  # one model: the trial's row names it
     assert np.allclose(t.latency, t.completion_time - t.intended_time, rtol=0, atol=EPS)
     assert (t.send_time >= t.intended_time - EPS).all()
     assert (t.request_bytes == 100).all() and (t.response_bytes == 50).all()

@@ -213,7 +213,9 @@ def read_trials(path: Path) -> pd.DataFrame:
         frame[name] = frame[name].map(_to_bool).astype(object)
     if frame["status"].isna().any():
         frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
-    return frame.reset_index(drop=True)
+    # One block per dtype again: column by column, the frame is left in a hundred blocks,
+    # and every reader that adds a column after would pay for (and warn about) it.
+    return frame.reset_index(drop=True).copy()
 
 
 def _first_line(err: BaseException) -> str:

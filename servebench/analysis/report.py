@@ -14,6 +14,8 @@ page is still written (a failed run deserves a report most of all).
 from __future__ import annotations
 
 import html
+import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -183,6 +185,7 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
 
     return [
         _summary_section(data),
+        *_mix_sections(trials),
         *_search_sections(report, trials),
         _plot_section(
             report,
@@ -370,6 +373,66 @@ def _summary_section(data: RunData) -> _Section:
     )
     section.body.append(f"<script>{FILTER_SCRIPT}</script>")
     return section
+
+
+def _mix_sections(trials: pd.DataFrame) -> list[_Section]:
+    """Per model of each mix trial (`mix_json`): its weight, share of the requests and
+    latencies, in runs with a weighted mix (other runs get no empty section)."""
+    rows = []
+    for trial in report_order(trials).to_dict("records"):
+        text = trial.get("mix_json")
+        if missing(text):
+            continue
+        try:
+            mix = json.loads(str(text))
+        except json.JSONDecodeError:
+            continue  # a hand-edited cell: the trial's own row still shows
+        total = sum(float(m.get("weight") or 0) for m in mix.values()) or math.nan
+        for model, m in mix.items():
+            rows.append(
+                [
+                    trial_label({**trial, "model": None}),
+                    str(model),
+                    f"{float(m.get('weight') or 0):g}",
+                    _share(float(m.get("weight") or 0) / total),
+                    _share(m.get("share")),
+                    str(m.get("count", "–")),
+                    str(m.get("errors", "–")),
+                    ms(m.get("latency_p50")),
+                    ms(m.get("latency_p99")),
+                ]
+            )
+    if not rows:
+        return []
+    section = _Section("mix", "Weighted mix: per model")
+    section.body.append(
+        html_table(
+            [
+                "trial",
+                "model",
+                "weight",
+                "asked",
+                "share",
+                "requests",
+                "errors",
+                "p50 ms",
+                "p99 ms",
+            ],
+            rows,
+            text_columns=(0, 1),
+        )
+    )
+    section.body.append(
+        '<p class="caption">Each mix trial sends every request to one of its models, picked '
+        "by weight: asked is the weight's share, share the requests that went to the model; "
+        "p50 and p99 are of that model's successful requests. The summary's figures are the "
+        "whole system's.</p>"
+    )
+    return [section]
+
+
+def _share(value: object) -> str:
+    return "–" if missing(value) else f"{float(value):.1%}"  # type: ignore[arg-type]
 
 
 def _overhead_section(data: RunData) -> _Section | None:

@@ -111,7 +111,7 @@ class UiSetup:
 
 def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> UiSetup:
     """The first trial of a scenario's first (or named) server (ScenarioError if invalid)."""
-    from servebench.scenario.plan import expand
+    from servebench.scenario.plan import ModelMix, expand
     from servebench.scenario.validate import load_scenario
 
     scenario = load_scenario(path)
@@ -125,6 +125,11 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
     # Validation refuses a batch size no settings combination serves: every server has trials.
     plan = expand(scenario, path.parent)
     trial = next(t for t in plan.trials if t.setting.server is server)
+    if isinstance(trial.model, ModelMix):
+        raise LaunchError(
+            f"{path}: workload.mix: Locust users send to one model; "
+            "`servebench scenario run` measures a mix"
+        )
     target = Target(
         model=trial.model.id,
         protocol=server.client_protocol.name,

@@ -24,6 +24,10 @@ MAX_COLD_START_REPEATS = 20  # each is a full server restart and model load: min
 MAX_SEED = 2**64 - 1  # numpy's generators take no other
 MAX_STABILITY_WINDOWS = 1000
 MAX_SEARCH_STEPS = 100
+# A weighted mix of models in one trial (`workload.mix`): a weight is a relative share, so a
+# ratio past a million to one is a slip; its models travel in the records as 1-byte codes.
+MAX_MIX_WEIGHT = 1e6
+MAX_MIX_MODELS = 127
 
 # Model specs: far above any model a serving benchmark builds, so that a slip (an extra
 # zero, `1e11`) is refused instead of exhausting memory in a builder or exporter.

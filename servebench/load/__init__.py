@@ -23,6 +23,8 @@ _HOMES = {
     "step": "arrivals",
     "EngineReport": "engine",
     "LoadEngine": "engine",
+    "Mix": "mix",
+    "MixTarget": "mix",
     "RECORD_SCHEMA": "records",
     "MemoryRecordSink": "records",
     "ParquetRecordWriter": "records",

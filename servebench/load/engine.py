@@ -38,6 +38,7 @@ from time import perf_counter
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
 from servebench.clients.input_data import answer_matches
 from servebench.common.verdict_codes import VerdictCode
+from servebench.load.mix import Mix
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
     ERROR_CODE,
@@ -101,11 +102,15 @@ class LoadEngine:
     parts of a load go through the cycle in order between them. A payload with `expected`
     outputs has its answer compared (`input_data.answer_matches`) after the answer's time
     is taken; a mismatch is recorded as `wrong_answer`.
+
+    `client` may instead be a `Mix` of several models (with no `payloads`: each model has
+    its own): request `seq` then goes to the model `mix.target(seq)` picks, with that model's
+    client and its cycle of payloads, and its record names the model.
     """
 
     def __init__(
         self,
-        client: InferenceClient,
+        client: InferenceClient | Mix,
         payloads: Sequence[Payload],
         settings: LoadSettings,
         sink: RecordSink | None = None,
@@ -116,9 +121,12 @@ class LoadEngine:
     ):
         if not 0 <= part[0] < part[1]:
             raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
+        self.mix = client if isinstance(client, Mix) else None
         self.client = client
         self.payloads = tuple(payloads)
-        if not self.payloads:
+        if self.mix is not None and self.payloads:
+            raise ValueError("engine payload: a mix sends each model's own payloads")
+        if self.mix is None and not self.payloads:
             raise ValueError("engine payload: give at least one request")
         self.settings = settings
         self.sink = sink
@@ -348,13 +356,18 @@ class LoadEngine:
 
     async def _call(self, seq: int, intended: float, measured: bool) -> None:
         """Send one request and record it; never raises except on engine cancellation."""
-        payloads = self.payloads
+        mix = self.mix
+        if mix is None:
+            client, payloads = self.client, self.payloads
+        else:  # the record's model is found again from seq when written (`Mix.codes`)
+            target = mix.target(seq)
+            client, payloads = target.client, target.payloads
         payload = payloads[seq % len(payloads)]
         send = perf_counter()
         self._active[seq] = (send + self.settings.timeout, asyncio.current_task())
         client_send = client_recv = math.nan  # the split of a failed request: not timed
         try:
-            result = await self.client.infer(payload)
+            result = await client.infer(payload)
             done = perf_counter()
             code = OK
             if payload.expected is not None and not answer_matches(
@@ -507,6 +520,8 @@ class LoadEngine:
     def _write(self, chunk: Chunk) -> None:
         clock, measurements = self._clock, self._measurements
         assert clock is not None and measurements is not None, "records before the run started"
+        if self.mix is not None:
+            chunk.model = self.mix.codes(chunk.seq)
         measurements.add(chunk)
         if self.sink is not None and len(chunk):
             self.sink.write(
@@ -516,6 +531,7 @@ class LoadEngine:
                     batch_size=self.settings.batch_size,
                     clock=clock,
                     latency_from_send=self.settings.mode == "closed",
+                    models=self.mix.models if self.mix is not None else (),
                 )
             )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -65,11 +66,17 @@ class Chunk:
     # A chunk built without them (Locust, older callers) has NaN throughout.
     client_send: np.ndarray | None = None
     client_recv: np.ndarray | None = None
+    # The model of a mix each request went to: 1 + its index in the mix, 0 where the
+    # load has one model. Not buffered per request: the engine fills it from `seq` when it
+    # hands the chunk over (`Mix.codes`). A chunk built without it has 0 throughout.
+    model: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("client_send", "client_recv"):
             if getattr(self, name) is None:
                 setattr(self, name, np.full(self.seq.size, np.nan))
+        if self.model is None:
+            self.model = np.zeros(self.seq.size, np.int8)
 
     def __len__(self) -> int:
         return int(self.seq.size)
@@ -165,14 +172,22 @@ def chunk_to_batch(
     batch_size: int,
     clock: Clock,
     latency_from_send: bool,
+    models: Sequence[str] = (),
 ) -> pa.RecordBatch:
-    """Build the Arrow record batch for a chunk (vectorised; runs off the event loop)."""
+    """Build the Arrow record batch for a chunk (vectorised; runs off the event loop).
+
+    `models` names a mix's models in the order of its codes (`Chunk.model`); a load of one
+    model leaves the `model` column null."""
     n = len(chunk)
     start = chunk.send if latency_from_send else chunk.intended
     latency = chunk.completion - start
     ok = chunk.code == OK
     kinds = pa.DictionaryArray.from_arrays(chunk.code, _KIND_DICTIONARY, mask=ok)
     trial = pa.DictionaryArray.from_arrays(np.zeros(n, np.int8), pa.array([trial_id]))
+    assert chunk.model is not None
+    model = pa.DictionaryArray.from_arrays(
+        chunk.model, pa.array(["", *models], type=pa.string()), mask=chunk.model == 0
+    )
     return pa.RecordBatch.from_arrays(
         [
             trial.cast(pa.string()),
@@ -189,6 +204,7 @@ def chunk_to_batch(
             # NaN (not timed) is written as null: "not measured", not a number.
             pa.array(chunk.client_send, from_pandas=True),
             pa.array(chunk.client_recv, from_pandas=True),
+            model.cast(pa.string()),
         ],
         schema=RECORD_SCHEMA,
     )

@@ -31,9 +31,10 @@ from servebench.clients.base import InferenceClient, Payload
 from servebench.clients.input_data import InputData
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine
+from servebench.load.mix import Mix
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.settings import LoadSettings
-from servebench.load.stats import Columns, columns_from_table, summarize
+from servebench.load.stats import Columns, columns_from_table, mix_figures, summarize
 from servebench.load.summary import LoadSummary, judge
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,11 @@ _START_MARGIN = 0.25
 _READY_TIMEOUT = 120.0
 
 
-def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -> LoadSummary:
-    """One summary from the reports of all processes of a run, with its verdict."""
+def summarize_reports(
+    settings: LoadSettings, reports: Sequence[EngineReport], mix: Mix | None = None
+) -> LoadSummary:
+    """One summary from the reports of all processes of a run, with its verdict; for a
+    `mix`, with each model's figures besides (`LoadSummary.mix`)."""
     columns = Columns.concat([r.columns for r in reports])
     windows = next((r.windows for r in reports if r.windows), [])
     target = None
@@ -67,6 +71,8 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
     summary = summarize(
         columns, mode=settings.mode, target_rate=target, late_threshold=settings.late_threshold
     )
+    if mix is not None:
+        summary.mix = mix_figures(columns, mix.models, [t.weight for t in mix.targets])
     summary.load = settings.describe()
     summary.concurrency = settings.concurrency
     summary.batch_size = settings.batch_size
@@ -107,7 +113,7 @@ def build_payloads(
 
 
 async def run_load(
-    client: InferenceClient,
+    client: InferenceClient | Mix,
     settings: LoadSettings,
     *,
     sink: RecordSink | None = None,
@@ -119,17 +125,24 @@ async def run_load(
 
     `on_engine` receives the engine before it starts, e.g. to wire a stop button.
     `on_measure_start` is awaited before the first measured send (see `LoadEngine`): where
-    a caller reads the server's counters for the measured window.
+    a caller reads the server's counters for the measured window. A `Mix` of models
+    (connected clients, each with its payloads) runs as one load that sends each request
+    to the model the mix picks.
     """
     if settings.processes != 1:
         raise ValueError("load.processes: run_load runs in one loop; use run() for processes > 1")
+    mix = client if isinstance(client, Mix) else None
     if payload is None:
-        payload = build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
+        payload = (
+            build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
+            if mix is None
+            else ()
+        )
     engine = LoadEngine(client, payload, settings, sink, on_measure_start=on_measure_start)
     if on_engine is not None:
         on_engine(engine)
     report = await engine.run()
-    return summarize_reports(settings, [report])
+    return summarize_reports(settings, [report], mix)
 
 
 def run(

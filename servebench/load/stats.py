@@ -35,6 +35,7 @@ _FIELDS = (
     "client_send",
     "client_recv",
     "network_server",
+    "model",
 )
 
 
@@ -46,7 +47,8 @@ class Columns:
     `client_send` and `client_recv` as the client timed them, and `network_server`, what
     is left of completion − actual send once both are taken off (a send the client could
     not time counts as 0, so for gRPC it holds the send too; NaN where the receive was
-    not timed).
+    not timed). `model`: the mix's model each request went to, 1 + its index in the mix
+    (`load.mix`); 0 throughout for a load of one model.
     """
 
     latency: np.ndarray
@@ -58,11 +60,14 @@ class Columns:
     client_send: np.ndarray | None = None
     client_recv: np.ndarray | None = None
     network_server: np.ndarray | None = None
+    model: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("client_send", "client_recv", "network_server"):
             if getattr(self, name) is None:
                 setattr(self, name, np.full(self.code.size, np.nan, np.float32))
+        if self.model is None:
+            self.model = np.zeros(self.code.size, np.int8)
 
     def __len__(self) -> int:
         return int(self.code.size)
@@ -115,6 +120,7 @@ class Measurements:
             network_server=network_server(
                 chunk.send, chunk.completion, chunk.client_send, chunk.client_recv
             ).astype(np.float32),
+            model=np.array(chunk.model, np.int8),
         )
         with self._lock:
             self._parts.append(part)
@@ -141,7 +147,8 @@ def columns_from_table(
     """Columns from a records table; latency is taken as recorded unless told otherwise.
 
     `origin` is the wall-clock time offsets count from (the schedule start); by default
-    the earliest intended send.
+    the earliest intended send. (Its loads are of one model: Locust's, and those split over
+    processes, which a mix is not.)
     """
     send = table["send_time"].to_numpy()
     intended = table["intended_time"].to_numpy()
@@ -242,6 +249,32 @@ def summarize(
         network_server_s=_mean(cols.network_server[ok_mask]),
         latencies=latency,
     )
+
+
+def mix_figures(
+    cols: Columns, models: Sequence[str], weights: Sequence[float]
+) -> dict[str, dict[str, float | int]]:
+    """Per model of a mix (`Columns.model` codes in `models`' order): its weight, its share
+    of the requests, its counts, and the p50 and p99 of its successful requests' latencies
+    (nearest rank, as the whole load's; NaN where it had none)."""
+    n = len(cols)
+    ok_mask = cols.code == OK
+    figures: dict[str, dict[str, float | int]] = {}
+    for code, (model, weight) in enumerate(zip(models, weights, strict=True), start=1):
+        mine = cols.model == code
+        count = int(mine.sum())
+        ok = int((mine & ok_mask).sum())
+        latency = cols.latency[mine & ok_mask].astype(np.float64)
+        figures[model] = {
+            "weight": float(weight),
+            "share": count / n if n else float("nan"),
+            "count": count,
+            "ok": ok,
+            "errors": count - ok,
+            "latency_p50": percentile(latency, 50.0),
+            "latency_p99": percentile(latency, 99.0),
+        }
+    return figures
 
 
 def _mean(values: np.ndarray) -> float:

@@ -95,6 +95,9 @@ class LoadSummary:
     client_send_s: float = math.nan
     client_recv_s: float = math.nan
     network_server_s: float = math.nan
+    # A weighted mix of models (`load.mix`): per model, its weight, share of the requests,
+    # counts and latency p50/p99 (`stats.mix_figures`); None for a load of one model.
+    mix: dict[str, dict[str, float | int]] | None = None
     # The successful requests' latencies (s, float64) the percentiles above were taken
     # from: any other percentile of the same requests (an SLO's) comes from them too, by
     # the same function (`latency_at`). Not written out.

@@ -70,13 +70,40 @@ class LoadLevel:
 
 
 @dataclass(frozen=True)
+class ModelMix:
+    """A weighted mix of the scenario's models (`workload.mix`), measured as one trial: one
+    load whose requests each go to a model picked by weight. Its `id` is the trial's `model`
+    coordinate, e.g. `mix(dense-d2-w16-1a2b3c*3+conv-d1-w8-4d5e6f*1)`."""
+
+    members: tuple[tuple[ServedModel, float], ...]
+
+    @property
+    def id(self) -> str:
+        return "mix(" + "+".join(f"{spec.id}*{weight:.15g}" for spec, weight in self.members) + ")"
+
+    @property
+    def specs(self) -> tuple[ServedModel, ...]:
+        return tuple(spec for spec, _ in self.members)
+
+
+def model_mix(scenario: Scenario, models: list[ServedModel]) -> ModelMix | None:
+    """The scenario's mix with each id resolved to its model, or None without a mix.
+    (Validation has checked every id names one of `models`.)"""
+    if not scenario.workload.mix:
+        return None
+    by_id = {spec.id: spec for spec in models}
+    return ModelMix(tuple((by_id[m.model], m.weight) for m in scenario.workload.mix))
+
+
+@dataclass(frozen=True)
 class Trial:
     """One trial of the plan. `link` is resolved (`Scenario.link_profile`) when the plan is
-    expanded: nothing downstream reads a profile file or decides what a link name means."""
+    expanded: nothing downstream reads a profile file or decides what a link name means.
+    `model` is one model, or the weighted mix a `workload.mix` scenario measures."""
 
     index: int
     setting: ServerSetting
-    model: ServedModel
+    model: ServedModel | ModelMix
     link: LinkProfile
     batch_size: int
     level: LoadLevel
@@ -88,9 +115,18 @@ class Trial:
     def coordinates(self) -> dict[str, Any]:
         return _coordinates(self.setting, self.model, self.link.name, self.batch_size, self.level)
 
+    @property
+    def models(self) -> tuple[ServedModel, ...]:
+        """The models the trial sends to, which its server must have loaded."""
+        return self.model.specs if isinstance(self.model, ModelMix) else (self.model,)
+
 
 def _coordinates(
-    setting: ServerSetting, model: ServedModel, link: str, batch_size: int, level: LoadLevel
+    setting: ServerSetting,
+    model: ServedModel | ModelMix,
+    link: str,
+    batch_size: int,
+    level: LoadLevel,
 ) -> dict[str, Any]:
     return {
         "server": setting.server.name,
@@ -106,7 +142,7 @@ def _coordinates(
 
 def trial_id(
     setting: ServerSetting,
-    model: ServedModel,
+    model: ServedModel | ModelMix,
     link: str | LinkProfile,
     batch_size: int,
     level: LoadLevel,
@@ -211,11 +247,14 @@ def _server_settings(server: ServerSection) -> list[ServerSetting]:
 
 
 def count_trials(scenario: Scenario, models: int) -> int:
-    """The trials `expand` would list for `models` models, counted without listing them.
+    """The trials `expand` would list for `models` models, counted without listing them
+    (a mix is one model).
 
     Each server's settings matrix must be validated (`settings_model`) and no bigger than
     `limits.max_trials` combinations: it is expanded, the rest is multiplied.
     """
+    if scenario.workload.mix:
+        models = 1
     per_setting = models * len(scenario.links) * len(_levels(scenario))
     total = 0
     for server in scenario.servers:
@@ -253,15 +292,19 @@ def _trial_seconds(scenario: Scenario, level: LoadLevel) -> float:
 def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
     """Every trial of the scenario, in run order; `base_dir` is the scenario's folder.
 
-    Links are resolved here, once: each trial carries its `LinkProfile`.
+    Links are resolved here, once: each trial carries its `LinkProfile`. With a
+    `workload.mix`, the mix is every trial's model (its models are the plan's `models`).
     """
     models = resolve_models(scenario, base_dir)
+    mix = model_mix(scenario, models)
+    if mix is not None:
+        models = list(mix.specs)
     settings = [s for server in scenario.servers for s in _server_settings(server)]
     levels = _levels(scenario)
     links = [(link, scenario.link_profile(link, base_dir)) for link in scenario.links]
     trials: list[Trial] = []
     for setting in settings:
-        for model in models:
+        for model in models if mix is None else [mix]:
             for link, profile in links:
                 for batch_size in scenario.workload.batch_sizes:
                     if batch_size > setting.values.get("max_batch_size", batch_size):

@@ -264,7 +264,7 @@ class ScenarioRunner:
         tasks: tuple[TaskID, TaskID],
     ) -> None:
         overall, current = tasks
-        models = list({t.model.id: t.model for t in trials}.values())
+        models = list({m.id: m for t in trials for m in t.models}.values())
         server: Server | None = None
         try:
             server = await asyncio.to_thread(build_server, setting, index, models, directory.path)

@@ -35,6 +35,8 @@ from servebench.common.limits import (
     MAX_GPUS,
     MAX_HEADS,
     MAX_KERNEL_SIZE,
+    MAX_MIX_MODELS,
+    MAX_MIX_WEIGHT,
     MAX_OUTPUTS,
     MAX_RATE,
     MAX_REQUESTS,
@@ -424,6 +426,14 @@ class SearchConfig(Strict):
             yield ("max_rate",), over_limit("max_rate", limits)
 
 
+class MixEntry(Strict):
+    """One model of a weighted mix: a model id of the scenario's models and its weight
+    (a share of the requests relative to the others')."""
+
+    model: str = Field(min_length=1)
+    weight: Annotated[float, Field(gt=0, le=MAX_MIX_WEIGHT)]
+
+
 class Workload(Strict):
     mode: Literal["open", "closed"] = "open"
     arrival: Literal["poisson", "constant"] = "poisson"
@@ -451,6 +461,22 @@ class Workload(Strict):
     stability: StabilityConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)
+    mix: list[MixEntry] = Field(
+        default_factory=list,
+        min_length=2,
+        max_length=MAX_MIX_MODELS,
+        description="a weighted mix of models in one trial: each request picks its model "
+        "by weight (seeded by the scenario's seed)",
+    )
+
+    @rule("mix")
+    def _mix_models_distinct(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        seen: set[str] = set()
+        for i, entry in enumerate(self.mix):
+            model = entry.__dict__.get("model")  # None where the entry's model is broken
+            if model is not None and model in seen:
+                yield ("mix", i, "model"), f"{model!r} is in the mix already"
+            seen.add(model)
 
     @rule("mode")
     def _levels(self, context: Mapping[str, Any]) -> Iterator[Problem]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from model_zoo.counting import count
 from model_zoo.imports import ImportedModel, ServedModel
+from servebench.clients.base import InferenceClient
 from servebench.clients.factory import create_client
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -25,6 +26,8 @@ from servebench.load import (
     LoadEngine,
     LoadSettings,
     LoadSummary,
+    Mix,
+    MixTarget,
     ParquetRecordWriter,
     StabilitySettings,
     TraceArrivals,
@@ -38,7 +41,7 @@ from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
-from servebench.scenario.plan import Trial
+from servebench.scenario.plan import ModelMix, Trial
 from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
 from servebench.servers.base import Server
@@ -164,11 +167,27 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
                 LinkEmulator(profile, target, seed=scenario.seed)
             )
             url = f"http://{address}" if server_section.protocol == "http" else str(address)
-        client = create_client(protocol, url, trial.model.id, timeout=scenario.workload.timeout_s)
-        await client.connect()
-        stack.push_async_callback(client.close)
         data = scenario.input_data(ctx.base_dir)
-        payload = build_payloads(client, trial.batch_size, scenario.seed, data)
+        targets = []
+        for spec in trial.models:
+            one = create_client(protocol, url, spec.id, timeout=scenario.workload.timeout_s)
+            await one.connect()
+            stack.push_async_callback(one.close)
+            targets.append((spec, one, build_payloads(one, trial.batch_size, scenario.seed, data)))
+        client: InferenceClient | Mix
+        if isinstance(trial.model, ModelMix):
+            # One load over every model of the mix, each request to the model it picks.
+            weights = [weight for _, weight in trial.model.members]  # trial.models' order
+            client = Mix(
+                [
+                    MixTarget(spec.id, weight, one, tuple(payloads))
+                    for (spec, one, payloads), weight in zip(targets, weights, strict=True)
+                ],
+                scenario.seed,
+            )
+            payload = None
+        else:
+            ((_, client, payload),) = targets
         sink = TrialSink(records_path)
         stack.callback(sink.close)
         recorder = server_recorder(ctx.server, trial.id).start()
@@ -208,9 +227,9 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         recorder.stop()
         sink.close()
         telemetry = recorder.snapshot()
-        row = trial_row(
-            trial, ctx, profile, summary, recorder.summary(trial.model.id), sink, search
-        )
+        # A mix's server counters are those of every model (only its models are sent to).
+        model = None if isinstance(trial.model, ModelMix) else trial.model.id
+        row = trial_row(trial, ctx, profile, summary, recorder.summary(model), sink, search)
         return TrialOutcome(row, telemetry)
 
 
@@ -314,14 +333,17 @@ def coordinates(trial: Trial) -> TrialCoordinates:
     )
 
 
-def model_columns(model: ServedModel, *, counted: bool = True) -> ModelColumns:
+def model_columns(model: ServedModel | ModelMix, *, counted: bool = True) -> ModelColumns:
     """A model's row columns: its family and, `counted`, its size.
 
     A generated model is counted from its spec (`model_zoo.counting`); a user's file from
     its ONNX graph where it has one (`model_zoo.imports.counts`), its columns empty
     (unknown) where the graph does not allow; its `layer_type` is the file's format
-    (onnx, keras, triton, ...) and it has no depth or width.
+    (onnx, keras, triton, ...) and it has no depth or width. A mix has no one family or
+    size: its columns are empty (`mix_json` splits the trial by model).
     """
+    if isinstance(model, ModelMix):
+        return ModelColumns()
     if isinstance(model, ImportedModel):
         if not counted:
             return ModelColumns(model.layer_type)

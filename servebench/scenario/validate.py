@@ -26,7 +26,7 @@ from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
 from servebench.netem.profiles import is_profile_file
 from servebench.pricing import load_prices
-from servebench.scenario.plan import count_trials
+from servebench.scenario.plan import count_trials, resolve_models
 from servebench.scenario.schema import (
     LIMITS_CONTEXT_KEY,
     Limits,
@@ -195,6 +195,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.links()
         problems += checks.files()
         problems += checks.model_files()
+        problems += checks.mix()
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
@@ -443,6 +444,32 @@ class _Checks:
                     self.problem(
                         ("servers", k, "settings", "dynamic_batching"), None,
                         f"{why}; set dynamic_batching: false",
+                    )
+                )  # fmt: skip
+        return problems
+
+    def mix(self) -> list[str]:
+        """Each model of `workload.mix` is one of the scenario's models, named by its id
+        (`scenario plan` lists them). Checked once the models section is valid: the ids
+        are those the plan resolves (`plan.resolve_models`)."""
+        workload = self.scenario.__dict__.get("workload")
+        mix = workload.__dict__.get("mix") if workload is not None else None
+        if not mix or not known(self.scenario, "models"):
+            return []
+        try:
+            ids = [spec.id for spec in resolve_models(self.scenario, self.base_dir)]
+        except (OSError, ValueError):
+            return []  # the models' own problem is reported where it is
+        problems = []
+        for i, entry in enumerate(mix):
+            model = entry.__dict__.get("model")  # None where the schema refused it
+            if isinstance(model, str) and model not in ids:
+                shown = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+                problems.append(
+                    self.problem(
+                        ("workload", "mix", i, "model"), model,
+                        f"not a model of this scenario (its ids: {shown}; "
+                        "`servebench scenario plan` lists them)",
                     )
                 )  # fmt: skip
         return problems
