@@ -2,13 +2,18 @@
 
 Every model is built here (no downloads), imported into one export folder, served by the
 real local Triton from its python-backend twin, and must answer like the model it came
-from (parity <= 1e-4 relative). Bad inputs are one `error:` line, exit 2, and leave
-nothing behind in --out.
+from (parity <= 1e-4 relative). Each is then loaded by `servebench load --input-data`
+with an .npz of samples and the source framework's own outputs for them, on the local
+Triton over both its protocols and, for the formats that convert, on the TF Serving double
+over REST and gRPC: every answer passes the load's check, and the same file with one
+sample's output off by 1e-2 fails exactly the requests that carried it. Bad inputs are one
+`error:` line, exit 2, and leave nothing behind in --out.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import urllib.request
 from pathlib import Path
@@ -24,10 +29,15 @@ from typer.testing import CliRunner
 from model_zoo.export.triton import TensorConfig, TritonSettings, build_config, render_config
 from model_zoo.imports import import_model
 from servebench.cli import app
+from servebench.clients.input_data import ATOL, RTOL
 from servebench.common.tf_runtime import import_keras
 
 runner = CliRunner()
 RNG = np.random.default_rng(7)
+#: The formats whose import writes a SavedModel for TF Serving as well as Triton's folder.
+TFS_FORMATS = ("keras", "savedmodel")
+#: Every format of the `sources` fixture, for tests parametrized by format.
+FORMATS = ("onnx", "pt", "pt2", "keras", "savedmodel", "triton", "python")
 
 
 class TwoInputs(torch.nn.Module):
@@ -173,15 +183,33 @@ def test_each_format_is_imported_with_its_signature(imported: tuple[Path, dict])
     assert (out / "triton-python" / "python" / "1" / "model.py").read_text() == PYTHON_MODEL
 
 
-def test_imported_models_answer_like_their_source_on_local_triton(
-    imported: tuple[Path, dict], sources: dict, local_triton_module
-) -> None:
-    out, results = imported
+@pytest.fixture(scope="module")
+def imports_on_triton(imported: tuple[Path, dict], sources: dict, local_triton_module):
+    """The local Triton serving every import from its python-backend twins, all loaded."""
+    out, _ = imported
     server = local_triton_module(out / "triton-python")
-    client = triton_http.InferenceServerClient(server.endpoints.http_address)
+    for name in sources:
+        server.load_model(name)
+    return server
+
+
+@pytest.fixture(scope="module")
+def imports_on_tfs_double(imported: tuple[Path, dict]):
+    """The TF Serving double serving the imports that convert to TF Serving."""
+    from tfs_protocol_server import TfsProtocolDouble
+
+    out, _ = imported
+    with TfsProtocolDouble({name: out / "tfs" / name for name in TFS_FORMATS}) as double:
+        yield double
+
+
+def test_imported_models_answer_like_their_source_on_local_triton(
+    imported: tuple[Path, dict], sources: dict, imports_on_triton
+) -> None:
+    _, results = imported
+    client = triton_http.InferenceServerClient(imports_on_triton.endpoints.http_address)
     try:
         for name, (_, _, reference, _) in sources.items():
-            server.load_model(name)
             signature = results[name].signature
             feeds = {
                 t.name: RNG.standard_normal((3, *results[name].input_shapes[t.name])).astype(
@@ -204,25 +232,126 @@ def test_imported_models_answer_like_their_source_on_local_triton(
 
 
 def test_tfs_exports_answer_like_keras_on_the_tfs_double(
-    imported: tuple[Path, dict], sources: dict
+    sources: dict, imports_on_tfs_double
 ) -> None:
     """The SavedModels under tfs/ speak TF Serving's REST predict like the Keras model."""
-    from tfs_protocol_server import TfsProtocolDouble
-
-    out, _ = imported
-    models = {name: out / "tfs" / name for name in ("keras", "savedmodel")}
     x = RNG.standard_normal((4, 5)).astype(np.float32)
     want = sources["keras"][2]({"x": x})["output_0"]
-    with TfsProtocolDouble(models) as double:
-        for name in models:
-            body = json.dumps({"inputs": {"x": x.tolist()}}).encode()
-            request = urllib.request.Request(
-                f"{double.rest_url}/v1/models/{name}:predict", data=body, method="POST"
-            )
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                got = np.asarray(json.load(answer)["outputs"], dtype=np.float32)
-            assert got.shape == want.shape
-            assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
+    for name in TFS_FORMATS:
+        body = json.dumps({"inputs": {"x": x.tolist()}}).encode()
+        request = urllib.request.Request(
+            f"{imports_on_tfs_double.rest_url}/v1/models/{name}:predict", data=body, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            got = np.asarray(json.load(answer)["outputs"], dtype=np.float32)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
+
+
+# -- real input data through servebench's load ---------------------------------------------
+# Each import, loaded by `servebench load --input-data` with an .npz of samples whose
+# `expected/` outputs come from the source framework itself. 5 samples in batches of 2 make
+# a cycle of 5 distinct requests, request k of it samples 2k and 2k+1 mod 5 (k = 2 wraps
+# round the end: samples 4 and 0), so 20 requests go round the cycle 4 times.
+SAMPLES = 5
+BATCH = 2
+REQUESTS = 20
+#: The sample whose expected output the negative control perturbs (1e-2, 100x the bound).
+WRONG_SAMPLE = 3
+
+
+def _samples_file(path: Path, result, reference, perturb: int | None = None) -> Path:
+    """An .npz of `SAMPLES` random inputs for an import and the source model's outputs for
+    them, keyed as servebench reads it; with `perturb`, that sample's first output is off."""
+    feeds = {
+        t.name: RNG.standard_normal((SAMPLES, *result.input_shapes[t.name])).astype(np.float32)
+        for t in result.signature.inputs
+    }
+    expected = {f"expected/{name}": np.array(want) for name, want in reference(feeds).items()}
+    if perturb is not None:
+        first = next(iter(expected.values()))
+        first[perturb] += 1e-2
+    np.savez(path, **feeds, **expected)
+    return path
+
+
+def _load(url: str, protocol: str, model: str, data: Path, out: Path) -> tuple[object, dict, list]:
+    """`servebench load --input-data` with a fixed count, writing into the new folder `out`;
+    its result, summary and records (seq, error_kind) in seq order."""
+    import pyarrow.parquet as pq
+
+    out.mkdir()
+    summary, records = out / "summary.json", out / "records.parquet"
+    result = runner.invoke(
+        app,
+        [
+            *("load", "--url", url, "--protocol", protocol, "--model", model),
+            *("--input-data", str(data), "--count", str(REQUESTS), "--concurrency", "2"),
+            *("--batch-size", str(BATCH), "--metrics-url", ""),
+            *("--json", str(summary), "--records", str(records)),
+        ],
+    )
+    if not summary.exists():
+        return result, {}, []
+    table = pq.read_table(records, columns=["seq", "error_kind"]).to_pylist()
+    return result, json.loads(summary.read_text()), sorted(table, key=lambda r: r["seq"])
+
+
+def _rows(seq: int) -> set[int]:
+    """The samples request `seq` carries (`input_data.Samples.batches`, the engine's
+    `payloads[seq % cycle]`)."""
+    cycle = SAMPLES // math.gcd(SAMPLES, BATCH)
+    k = seq % cycle
+    return {(k * BATCH + i) % SAMPLES for i in range(BATCH)}
+
+
+def test_the_answer_check_is_within_the_issues_parity_bound() -> None:
+    """The load's answer check, |got - want| <= ATOL + RTOL*|want| per element, is the
+    issue's 1e-4 taken as absolute (as the import's parity check, 1e-4 x max(1, max
+    |output|), takes it for outputs up to 1) plus 1e-5 relative; a change that loosened
+    either constant fails here."""
+    assert ATOL <= 1e-4 and RTOL <= 1e-4
+
+
+#: (format, protocol): every import on the local Triton's two protocols, and the imports
+#: that convert to TF Serving on the double's two.
+LOADS = [(name, p) for name in FORMATS for p in ("triton-http", "triton-grpc")] + [
+    (name, p) for name in TFS_FORMATS for p in ("tfs-rest", "tfs-grpc")
+]
+
+
+@pytest.mark.parametrize(("name", "protocol"), LOADS)
+def test_real_input_data_loads_each_import(
+    name: str, protocol: str, imported: tuple[Path, dict], sources: dict,
+    request: pytest.FixtureRequest, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The import answers every request of a samples file as its source model does, and
+    the same file with one sample's expected output off fails exactly the requests that
+    carried that sample (so the answers are checked, and request seq carried its samples)."""
+    if protocol.startswith("triton"):
+        endpoints = request.getfixturevalue("imports_on_triton").endpoints
+        url = endpoints.http_url if protocol == "triton-http" else endpoints.grpc_address
+    else:
+        double = request.getfixturevalue("imports_on_tfs_double")
+        url = double.rest_url if protocol == "tfs-rest" else double.grpc_address
+    _, results = imported
+    reference = sources[name][2]
+    good = _samples_file(tmp_path / "good.npz", results[name], reference)
+    run, summary, records = _load(url, protocol, name, good, tmp_path / "good")
+    assert run.exit_code == 0, run.output
+    assert summary["count"] == summary["ok"] == REQUESTS and summary["errors_by_kind"] == {}
+    assert [r["seq"] for r in records] == list(range(REQUESTS))
+    assert all(r["error_kind"] is None for r in records), records
+    assert set().union(*(_rows(r["seq"]) for r in records)) == set(range(SAMPLES))
+
+    wrong = _samples_file(tmp_path / "wrong.npz", results[name], reference, perturb=WRONG_SAMPLE)
+    run, summary, records = _load(url, protocol, name, wrong, tmp_path / "wrong")
+    assert run.exit_code == 3, run.output  # INVALID: the errors are over 1 %
+    carried = [r["seq"] for r in records if WRONG_SAMPLE in _rows(r["seq"])]
+    failed = [r["seq"] for r in records if r["error_kind"] == "wrong_answer"]
+    assert failed == carried and 0 < len(failed) < REQUESTS, records
+    assert summary["errors_by_kind"] == {"wrong_answer": len(carried)}
+    assert summary["ok"] == REQUESTS - len(carried)
 
 
 def _import(*args: str):
