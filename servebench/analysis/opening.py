@@ -39,6 +39,7 @@ from servebench.analysis.recommend import (
 )
 from servebench.analysis.svg import NoData, render
 from servebench.pricing import load_prices
+from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 
 MET, MISSED = "#2e7d32", "#c62828"
 _HASH = re.compile(r"-[0-9a-f]{6}$")  # a model id's content hash, left off in labels
@@ -313,11 +314,16 @@ def _scale(ax: Axes, axis: str, values: list[float]) -> bool:
     return True
 
 
+# The report's order of SLO decisions: met, then undecided (its interval straddles the
+# bound: it may meet it), then missed; unjudged after them.
+_SLO_ORDER = {SLO_MET: 0, SLO_UNDECIDED: 1, SLO_MISSED: 2}
+
+
 def report_order(trials: pd.DataFrame) -> pd.DataFrame:
-    """Trials as the report lists them: met the SLO first, then missed, then unjudged,
-    failed last; cheapest first within each (no cost last)."""
+    """Trials as the report lists them: met the SLO first, then undecided, then missed, then
+    unjudged, failed last; cheapest first within each (no cost last)."""
     failed = trials["status"] != "ok"
-    met = trials["slo_met"].map(lambda v: {True: 0, False: 1}.get(v, 2) if not missing(v) else 2)
+    met = trials["slo_met"].map(_SLO_ORDER).fillna(len(_SLO_ORDER))
     cost = trials["cost_per_million"].astype(float).fillna(np.inf)
     order = pd.DataFrame({"failed": failed, "met": met, "cost": cost, "index": range(len(trials))})
     ranks = order.sort_values(["failed", "met", "cost", "index"]).index

@@ -438,6 +438,7 @@ def load(
             typer.echo(f"note: {hint}")
     if json_out is not None:
         document = summary.to_dict()
+        document["confidence"] = summary.confidence()
         if server is not None:
             document["server"] = server
         json_out.write_text(json.dumps(document, indent=2) + "\n")
@@ -559,6 +560,8 @@ def print_load_summary(
     from rich.console import Console
     from rich.table import Table
 
+    from servebench.analysis.labels import ms_interval
+
     console = Console()
     table = Table(title=f"servebench load: {summary.load}" + (f" → {url}" if url else ""))
     table.add_column("metric")
@@ -579,7 +582,12 @@ def print_load_summary(
         ("latency p50 (ms)", _ms(summary.latency_p50)),
         ("latency p90 (ms)", _ms(summary.latency_p90)),
         ("latency p95 (ms)", _ms(summary.latency_p95)),
-        ("latency p99 (ms)", _ms(summary.latency_p99)),
+        (
+            f"latency p99 (ms, {summary.confidence_level:.0%} interval)",
+            ms_interval(
+                summary.latency_p99, summary.latency_p99_low, summary.latency_p99_high, digits=3
+            ),
+        ),
         ("latency p99.9 (ms)", _ms(summary.latency_p99_9)),
         ("latency max (ms)", _ms(summary.latency_max)),
         ("schedule lag p99 (ms)", _ms(summary.schedule_lag_p99)),

@@ -30,6 +30,9 @@ import numpy as np
 METHOD = "inverted_cdf"
 # The confidence of every interval servebench reports unless told otherwise.
 CONFIDENCE = 0.95
+# What an interval says about a bound (trials.csv's `slo_met` words): wholly within it,
+# wholly over it, or around it.
+MET, MISSED, UNDECIDED = "met", "missed", "undecided"
 # `requests_to_decide` looks no further than this many requests.
 MAX_REQUESTS_TO_DECIDE = 10**12
 
@@ -118,9 +121,9 @@ def decides(n: int, at_or_under: int, q: float, level: float = CONFIDENCE) -> st
     the low bound is not), or neither (None)."""
     low, high = bound_ranks(n, q, level)
     if high and high <= at_or_under:
-        return "met"
+        return MET
     if low and low > at_or_under:
-        return "missed"
+        return MISSED
     return None
 
 

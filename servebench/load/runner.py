@@ -65,7 +65,11 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
         if t1 > t0:
             target = settings.arrivals.expected(t0, t1) / (t1 - t0)
     summary = summarize(
-        columns, mode=settings.mode, target_rate=target, late_threshold=settings.late_threshold
+        columns,
+        mode=settings.mode,
+        target_rate=target,
+        late_threshold=settings.late_threshold,
+        confidence=settings.confidence,
     )
     summary.load = settings.describe()
     summary.concurrency = settings.concurrency
@@ -75,6 +79,7 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
     summary.stable = next((r.stable for r in reports if r.stable is not None), None)
     stopped = [r for r in reports if r.stop_reason]
     unreachable = any(r.stop_code == VerdictCode.SERVER_UNREACHABLE for r in stopped)
+    decided = bool(stopped) and all(r.stop_code == VerdictCode.SLO_DECIDED for r in stopped)
     judge(
         summary,
         late_threshold=settings.late_threshold,
@@ -83,7 +88,9 @@ def summarize_reports(settings: LoadSettings, reports: Sequence[EngineReport]) -
         rate_tolerance=settings.rate_tolerance,
         lag_ratio=settings.lag_ratio,
         stop_reason="; ".join(dict.fromkeys(r.stop_reason for r in stopped)) or None,
-        stop_code=VerdictCode.SERVER_UNREACHABLE if unreachable else VerdictCode.STOPPED_EARLY,
+        stop_code=VerdictCode.SERVER_UNREACHABLE
+        if unreachable
+        else (VerdictCode.SLO_DECIDED if decided else VerdictCode.STOPPED_EARLY),
     )
     found = zip(
         summary.reason_codes + summary.warning_codes,
