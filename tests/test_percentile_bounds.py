@@ -94,3 +94,31 @@ def test_a_trial_right_at_the_slo_needs_more_requests_to_decide() -> None:
     assert decides(5000, 5000 - 150, 99) == "missed"  # 3 % over a p99 bound
     assert requests_to_decide(5000, 150, 99) < 5000
     assert requests_to_decide(500, 0, 99) == 368  # none over: as soon as p99 has a top
+
+
+def test_the_report_draws_each_p99_interval_as_an_error_bar() -> None:
+    import pandas as pd
+
+    from servebench.analysis.figures import throughput_vs_p99
+
+    p99 = np.array([0.010, 0.012, 0.020])
+    trials = pd.DataFrame(
+        {
+            "status": "ok",
+            "throughput_ips": [100.0, 200.0, 300.0],
+            "latency_p99": p99,
+            "link": "direct",
+            "model": "m",
+            "setting": "s",
+            "batch_size": 1,
+            "load_level": [100.0, 200.0, 300.0],
+            "slo_bound_s": np.nan,
+            "latency_p99_low": np.nan,
+            "latency_p99_high": np.nan,
+        }
+    )
+    without = throughput_vs_p99(trials)
+    trials["latency_p99_low"] = p99 * 0.9
+    trials["latency_p99_high"] = [0.011, 0.013, np.nan]  # the last: no upper bound
+    with_bars = throughput_vs_p99(trials)
+    assert with_bars.count("<path") > without.count("<path")

@@ -232,7 +232,7 @@ def _slo_decisions(column: pd.Series, path: Path) -> pd.Series:
         raise ResultDirError(
             f"{path}: column slo_met: {bad.iloc[0]!r} is not one of {', '.join(SLO_DECISIONS)}"
         )
-    return decided
+    return decided.where(decided.notna(), None)
 
 
 def _first_line(err: BaseException) -> str:

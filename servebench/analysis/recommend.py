@@ -251,12 +251,14 @@ class Ranking:
 
     @property
     def tie_within_noise(self) -> bool:
-        """Whether #2's cost interval reaches #1's safe cost (see the module's docstring)."""
+        """Whether #2's cost interval (it has one: its low bounds price it lower) reaches #1's
+        safe cost (see the module's docstring)."""
         if len(self.ranked) < 2:
             return False
         first, second = self.ranked[0], self.ranked[1]
-        low = second.optimistic_cost if second.optimistic_cost is not None else second.cost
-        return low <= first.cost
+        low = second.optimistic_cost
+        # Equal costs without intervals are a plain tie ("ties with #1"), not noise.
+        return low is not None and low < second.cost and low <= first.cost
 
 
 @dataclass
@@ -440,8 +442,10 @@ def _point(rate: Any, column: str, row: dict[str, Any], kind: str, added: float)
     elif not measured:
         note = "no rate or latency measured"
     elif unbounded:
+        ok = row.get("ok")
+        count = "its" if missing(ok) else f"{float(ok):.0f}"
         note = (
-            f"{row.get('ok'):.0f} requests are too few to bound {column} from above at "
+            f"{count} requests are too few to bound {column} from above at "
             f"{float(row['confidence_level']):.0%} confidence"
         )
     else:

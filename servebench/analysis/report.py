@@ -191,7 +191,9 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
             "Throughput vs p99 latency",
             lambda: figures.throughput_vs_p99(trials),
             "Each curve is one server setting and batch size as the load rises: where it "
-            "bends up is the setting's usable capacity.",
+            "bends up is the setting's usable capacity. Error bars: each p99's confidence "
+            "interval (trials.csv confidence_level; no upper bar where too few requests "
+            "bound it from above).",
         ),
         _plot_section(report, "heatmap", "p99 heatmap", lambda: figures.p99_heatmap(trials)),
         _plot_section(

@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 METHOD = "inverted_cdf"
+# numpy is imported in each function, not here: the command line reads this module's
+# constants (the default confidence, the decision words) at start-up, through the load
+# summary's defaults, and must not pay for numpy to print its help.
 # The confidence of every interval servebench reports unless told otherwise.
 CONFIDENCE = 0.95
 # What an interval says about a bound (trials.csv's `slo_met` words): wholly within it,
@@ -39,6 +44,8 @@ MAX_REQUESTS_TO_DECIDE = 10**12
 
 def percentile(values: np.ndarray | Sequence[float], q: float) -> float:
     """The nearest-rank q-th percentile (q in [0, 100]) of `values`; NaN when empty."""
+    import numpy as np
+
     array = np.asarray(values, dtype=np.float64)
     if array.size == 0:
         return float("nan")
@@ -53,6 +60,8 @@ def percentiles(
     The result has the percentiles first (shape `(len(qs), …)`), as numpy gives them; an
     empty axis gives NaN for each.
     """
+    import numpy as np
+
     array = np.asarray(values, dtype=np.float64)
     q = np.asarray(qs, dtype=np.float64)
     if array.shape[axis] == 0:
@@ -74,6 +83,8 @@ def bound_ranks(
     P(B <= high - 1) >= (1 + level) / 2. The interval covers the true percentile with at
     least `level` probability for any continuous distribution (more where latencies tie).
     """
+    import numpy as np
+
     if not 0 < level < 1:
         raise ValueError(f"confidence level: must be in (0, 1), got {level}")
     from scipy.stats import binom  # scipy.stats takes ~0.3 s to import: only when bounding
@@ -106,6 +117,8 @@ def percentile_bounds(
     values at 95 % (0.99^n <= 0.025), of p99.9 3,688; the low side of p1 as many. With
     no values both are NaN.
     """
+    import numpy as np
+
     array = np.sort(np.asarray(values, dtype=np.float64))
     low_rank, high_rank = bound_ranks(array.size, q, level)
     padded = np.concatenate(([np.nan], array))  # rank 0 (no bound) reads NaN

@@ -13,6 +13,8 @@ from servebench.clients.input_data import InputData
 from servebench.common.quantiles import CONFIDENCE
 from servebench.load.arrivals import ArrivalProcess
 from servebench.load.summary import (
+    EARLY_STOP_MIN_DURATION,
+    EARLY_STOP_MIN_REQUESTS,
     LAG_RATIO,
     LATE_LIMIT,
     LATE_THRESHOLD,
@@ -44,12 +46,6 @@ class StabilitySettings:
             )
 
 
-# Early stop's minimums by default: a trial runs at least this long and this many
-# requests before its SLO question may end it (MLPerf LoadGen's min_duration and
-# min_query_count, scaled to servebench's short trials: 500 requests are enough for a
-# p99 to have both bounds at 95 %, which needs 368).
-EARLY_STOP_MIN_DURATION = 2.0
-EARLY_STOP_MIN_REQUESTS = 500
 EARLY_STOP_EVERY = 0.5  # seconds between checks
 
 

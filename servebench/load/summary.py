@@ -40,6 +40,12 @@ LATE_THRESHOLD = 1e-3  # seconds: a send this late counts as late
 LATE_LIMIT = 0.01  # share of late sends above which the run is warned about
 RATE_TOLERANCE = 0.05  # share short of the schedule that makes an open-loop run INVALID
 LAG_RATIO = 0.5  # schedule lag p99 over this share of latency p99 makes it INVALID
+# Early stop's minimums (`settings.EarlyStopSettings`): a load runs at least this long
+# and this many answered requests before its SLO question may end it (MLPerf LoadGen's
+# min_duration and min_query_count, scaled to servebench's short trials: 500 requests
+# give a p99 both bounds at 95 %, which needs 368).
+EARLY_STOP_MIN_DURATION = 2.0
+EARLY_STOP_MIN_REQUESTS = 500
 
 
 # The latency percentiles a summary reports, by field name; each has a `_low` and `_high`.

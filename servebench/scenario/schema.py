@@ -48,8 +48,14 @@ from servebench.common.limits import (
     MIN_RATE,
 )
 from servebench.common.validation import OnePassModel, Problem, known, rule
-from servebench.load.settings import EARLY_STOP_MIN_DURATION, EARLY_STOP_MIN_REQUESTS
-from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
+from servebench.load.summary import (
+    EARLY_STOP_MIN_DURATION,
+    EARLY_STOP_MIN_REQUESTS,
+    LAG_RATIO,
+    LATE_LIMIT,
+    LATE_THRESHOLD,
+    RATE_TOLERANCE,
+)
 from servebench.netem.errors import UnknownLinkError
 from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
 from servebench.servers.errors import ServerKindError
