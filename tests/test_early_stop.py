@@ -125,3 +125,33 @@ def test_early_stop_settings_name_the_field() -> None:
         LoadSettings(
             concurrency=2, duration=1.0, processes=2, early_stop=EarlyStopSettings(99.0, 0.05)
         )
+
+
+def test_a_scenario_trial_far_under_its_slo_stops_early_on_the_real_triton(
+    tmp_path: Path, triton_install
+) -> None:
+    """The scenario runner's path end to end: a 60 s trial far under a 5 s p99 SLO ends
+    after its minimums, VALID, and its row says why and that the SLO was met."""
+    from scenario_checks import TINY_WORKLOAD, tiny_scenario, write
+
+    from servebench.analysis.loader import read_trials
+    from servebench.results import TRIALS_FILE
+    from servebench.scenario.runner import ScenarioRunner
+
+    workload = {
+        **TINY_WORKLOAD,
+        "rates": [200],
+        "batch_sizes": [1],
+        "duration_s": 60.0,
+        "stop": {"min_duration_s": 0.5, "min_requests": 400},
+    }
+    slo = {"percentile": 99, "latency_ms": 5000}
+    path = write(tmp_path, tiny_scenario("early", workload=workload, slo=slo), "early.yaml")
+    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    assert outcome.status == "complete", outcome.reason
+    (row,) = read_trials(outcome.directory.path / TRIALS_FILE).to_dict("records")
+    assert row["verdict"] == "VALID", row["verdict_reasons"]
+    assert row["verdict_warning_codes"].split(";").count("slo_decided") == 1
+    assert row["stop_reason"].startswith("SLO met: p99 within 5000 ms")
+    assert row["slo_met"] == "met" and row["ok"] >= 400 and row["duration"] < 60
+    assert row["confidence_level"] == 0.95 and row["slo_latency_high"] <= 5.0

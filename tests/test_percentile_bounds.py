@@ -122,3 +122,45 @@ def test_the_report_draws_each_p99_interval_as_an_error_bar() -> None:
     trials["latency_p99_high"] = [0.011, 0.013, np.nan]  # the last: no upper bound
     with_bars = throughput_vs_p99(trials)
     assert with_bars.count("<path") > without.count("<path")
+
+
+def _trial_row(latency: np.ndarray, bound_s: float):
+    """The trials.csv row of a closed-loop trial whose answered requests had `latency`."""
+    from servebench.load.stats import Columns, summarize
+    from servebench.trial_row import Slo, TrialCoordinates, build_row
+
+    n = latency.size
+    send = np.arange(n, dtype=np.float64) * 0.01
+    cols = Columns(
+        latency=latency.astype(np.float32),
+        lag=np.zeros(n, dtype=np.float32),
+        send=send,
+        completion=send + latency,
+        code=np.zeros(n, dtype=np.int8),
+        batch_size=np.ones(n, dtype=np.int32),
+    )
+    summary = summarize(cols, mode="closed", target_rate=None)
+    where = TrialCoordinates(
+        "t", 1, "triton", "triton", "triton", "m", 1, "direct", "concurrency", 4.0, "local", "http"
+    )
+    return build_row(where, summary, slo=Slo(99.0, bound_s))
+
+
+def test_a_synthetic_trial_at_its_slo_is_undecided_at_500_and_decided_with_enough() -> None:
+    """The trial's own row: p99 right at the bound with 500 requests (0.8 % over it) is
+    undecided and names the count that would decide it; a trial of that many requests
+    with the same share over the bound is met."""
+    bound = np.float32(0.050)  # the records keep latencies as float32: compare as stored
+
+    def trial(n: int, over: int) -> np.ndarray:
+        latency = np.full(n, 0.010, dtype=np.float32)
+        latency[n - over - 2 : n - over] = bound
+        latency[n - over :] = 0.200
+        return latency
+
+    row = _trial_row(trial(500, 4), float(bound))
+    assert row.slo_latency_s == float(bound) and row.slo_met == "undecided"
+    needed = row.slo_requests_to_decide
+    assert needed is not None and needed > 500
+    enough = _trial_row(trial(needed, round(0.008 * needed)), float(bound))
+    assert enough.slo_met == "met" and enough.slo_latency_high <= float(bound)
