@@ -90,3 +90,31 @@ def test_load_shows_the_interval_and_stops_once_the_slo_is_decided(
     assert set(confidence) == {
         "level", "latency_p50", "latency_p90", "latency_p95", "latency_p99", "latency_p99_9"
     }  # fmt: skip
+
+
+def test_the_trial_table_shows_p99_with_its_interval() -> None:
+    from servebench.analysis.summary import summary_table
+
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["a", "b"],
+            "status": "ok",
+            "verdict": "VALID",
+            "throughput_rps": 100.0,
+            "throughput_ips": 100.0,
+            "latency_p50": 0.002,
+            "latency_p99": [0.0429, 0.0030],
+            "latency_p99_low": [0.0418, None],
+            "latency_p99_high": [0.0446, None],  # b: an older run's row, no interval
+            "errors": 0,
+            "max_rate": None,
+            "slo_met": ["undecided", None],
+            "server_cpu_mean": None,
+            "gpu_util_mean": None,
+            "cost_per_million": None,
+        }
+    )
+    headers, rows, _ = summary_table(trials)
+    p99, slo = headers.index("p99 ms"), headers.index("SLO")
+    assert [r[p99] for r in rows] == ["42.9 (41.8–44.6)", "3.0"]
+    assert [r[slo] for r in rows] == ["undecided", "–"]

@@ -12,7 +12,9 @@ line, exit 2.
 Rows written before trials.csv kept verdict codes have only the reasons' text (an older
 run, or the earlier rows of one resumed since). Their codes are read from that text here,
 once, by the texts those versions wrote (`legacy_codes`); nothing after the loader looks
-at a reason's text to decide anything.
+at a reason's text to decide anything. Likewise `slo_met`, True/False before confidence
+intervals, is read as met/missed (`results.slo_decision`), and the interval columns such
+a run lacks read as empty.
 """
 
 from __future__ import annotations
