@@ -138,9 +138,13 @@ def test_a_scenario_trial_far_under_its_slo_stops_early_on_the_real_triton(
     from servebench.results import TRIALS_FILE
     from servebench.scenario.runner import ScenarioRunner
 
+    # Closed loop: the generator's lateness on this shared 2-core machine is not what is
+    # tested here (an open-loop trial's verdict would judge it).
     workload = {
         **TINY_WORKLOAD,
-        "rates": [200],
+        "mode": "closed",
+        "rates": [],
+        "concurrency": [2],
         "batch_sizes": [1],
         "duration_s": 60.0,
         "stop": {"min_duration_s": 0.5, "min_requests": 400},

@@ -46,7 +46,7 @@ class StabilitySettings:
             )
 
 
-EARLY_STOP_EVERY = 0.5  # seconds between checks
+EARLY_STOP_EVERY = 1.0  # seconds between checks (each one flushes the records: not too often)
 
 
 @dataclass(frozen=True)
