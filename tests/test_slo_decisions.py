@@ -7,6 +7,7 @@ the p99's interval, writes it in `--json`, and stops early once the SLO is decid
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -78,7 +79,9 @@ def test_load_shows_the_interval_and_stops_once_the_slo_is_decided(
     args += ["--min-duration", "0.5", "--min-requests", "400", "--json", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "latency p99 (ms, 95% interval)" in result.output
+    assert "(…–…): confidence interval" in result.output
+    p99_line = next(line for line in result.output.splitlines() if "latency p99 (ms)" in line)
+    assert re.search(r"\d\.\d{3} \(\d+\.\d{3}–\d+\.\d{3}\)", p99_line), p99_line
     assert "warning: stopped early: SLO met: p99 within 5000 ms" in " ".join(result.output.split())
     summary = json.loads(out.read_text())
     assert summary["verdict"] == "VALID" and summary["warning_codes"] == ["slo_decided"]

@@ -634,7 +634,7 @@ def print_load_summary(
         ("latency p90 (ms)", _ms(summary.latency_p90)),
         ("latency p95 (ms)", _ms(summary.latency_p95)),
         (
-            f"latency p99 (ms, {summary.confidence_level:.0%} interval)",
+            "latency p99 (ms)",
             ms_interval(
                 summary.latency_p99, summary.latency_p99_low, summary.latency_p99_high, digits=3
             ),
@@ -644,6 +644,7 @@ def print_load_summary(
         ("schedule lag p99 (ms)", _ms(summary.schedule_lag_p99)),
         (f"sent > {late_threshold_s * 1e3:g} ms late", f"{summary.late_share:.2%}"),
         ("measured span (s)", f"{summary.duration:.2f}"),
+        ("(…–…): confidence interval", f"{summary.confidence_level:.0%}"),
     ]
     if server is not None:
         rows += _server_rows(summary, server)
