@@ -185,7 +185,7 @@ class LoadEngine:
         # are collected first: a full collection with torch and TensorFlow loaded takes
         # 0.4 s or more, and the little old garbage frozen with the rest is freed after.
         if s.early_stop is not None:
-            # The first decision imports scipy.stats (~0.3 s): here, not mid-load, where it
+            # The first decision imports scipy.stats (0.67 s measured): here, not mid-load, where it
             # would stall every send behind it.
             decides(1, 1, s.early_stop.percentile, s.early_stop.confidence)
         gc.collect(1)

@@ -86,9 +86,9 @@ class LoadSettings:
 
     Stop rules (MLPerf style): `duration` only, `count` only, or both (run until both
     minimums are met); `stability` replaces them. `early_stop` may end it sooner, once its
-    SLO question is decided (and `confidence` is then its level; it is the level of every
-    interval the summary reports). `warmup` seconds come first and are not recorded. Latency is measured from the intended send time in open loop and from the
-    actual send in closed loop.
+    SLO question is decided, at `confidence`: the level of every interval the summary
+    reports too. `warmup` seconds come first and are not recorded. Latency is measured
+    from the intended send time in open loop and from the actual send in closed loop.
     """
 
     arrivals: ArrivalProcess | None = None

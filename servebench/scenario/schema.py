@@ -47,6 +47,7 @@ from servebench.common.limits import (
     MAX_WIDTH,
     MIN_RATE,
 )
+from servebench.common.quantiles import CONFIDENCE
 from servebench.common.validation import OnePassModel, Problem, known, rule
 from servebench.load.summary import (
     EARLY_STOP_MIN_DURATION,
@@ -397,7 +398,7 @@ class StopConfig(Strict):
     before `min_duration_s` and `min_requests` (MLPerf LoadGen's minimums). `confidence`
     is also the level of every interval the trial's row reports."""
 
-    confidence: Annotated[float, Field(ge=0.5, lt=1)] = 0.95
+    confidence: Annotated[float, Field(ge=0.5, lt=1)] = CONFIDENCE
     min_duration_s: Annotated[float, Field(ge=0, le=MAX_TRIAL_S)] = EARLY_STOP_MIN_DURATION
     min_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)] = EARLY_STOP_MIN_REQUESTS
 
