@@ -222,7 +222,8 @@ def read_trials(path: Path) -> pd.DataFrame:
         frame[name] = frame[name].map(_to_bool).astype(object)
     if frame["status"].isna().any():
         frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
-    return frame.reset_index(drop=True)
+    # One block per type again: the column-by-column conversions above leave one each.
+    return frame.reset_index(drop=True).copy()
 
 
 def _slo_decisions(column: pd.Series, path: Path) -> pd.Series:

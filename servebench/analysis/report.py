@@ -355,8 +355,10 @@ def _summary_section(data: RunData) -> _Section:
         )
     )
     section.body.append(
-        '<p class="caption">Trials that met the SLO first, cheapest first; then those that '
-        "missed it, then failed ones. Type words to filter the rows, click a header to sort. "
+        '<p class="caption">Trials that met the SLO first, cheapest first; then those it '
+        "could not decide (the SLO percentile's interval straddles the bound), those that "
+        "missed it, then failed ones; p99 ms shows its confidence interval in brackets. "
+        "Type words to filter the rows, click a header to sort. "
         "Latency is from the intended send time in open-loop trials and "
         "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
     )
