@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from servebench.common.errors import ServebenchError
+from servebench.common.quantiles import MET, MISSED, UNDECIDED
 from servebench.common.textfile import TextFileError, read_json_object
 
 RUN_FILE = "run.json"
@@ -286,7 +287,13 @@ _COST = (
     _column("slo_percentile", _FLOAT, "%", "the SLO's latency percentile"),
     _column("slo_bound_s", _FLOAT, "s", "the SLO's latency bound"),
     _column("slo_latency_s", _FLOAT, "s", "latency at the SLO percentile (p99: = latency_p99)"),
-    _column("slo_met", _BOOL, "", "slo_latency_s <= slo_bound_s"),
+    _column(
+        "slo_met",
+        _TEXT,
+        "",
+        "met | missed | undecided: slo_latency_high <= slo_bound_s | slo_latency_low > "
+        "slo_bound_s | neither (older runs' True/False read as met/missed)",
+    ),
     _column("slo_throughput_ips", _FLOAT, "inferences/s", "highest throughput meeting the SLO"),
     _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
     _column("max_rate", _FLOAT, "req/s", "SLO search: highest rate meeting the SLO"),
@@ -307,8 +314,40 @@ _MIX = (
     ),
 )
 
+# How sure the percentiles are (issue 23): each one's distribution-free interval from the
+# order statistics of the measured latencies (servebench/common/quantiles.py), empty on a
+# side too few requests bound, and what it takes to decide the SLO.
+_CONFIDENCE = (
+    _column("confidence_level", _FLOAT, "share", "two-sided confidence of every interval"),
+    *(
+        _column(f"latency_{name}_{side}", _FLOAT, "s", f"{side} bound of latency_{name}")
+        for name in ("p50", "p90", "p95", "p99", "p99_9")
+        for side in ("low", "high")
+    ),
+    _column("slo_latency_low", _FLOAT, "s", "low bound of slo_latency_s"),
+    _column("slo_latency_high", _FLOAT, "s", "high bound of slo_latency_s"),
+    _column(
+        "slo_requests_to_decide",
+        _INT,
+        "requests",
+        "fewest requests that decide slo_met if the share over the bound stays as measured "
+        "(empty: a share right at the SLO's, which no count decides)",
+    ),
+)
+
 TRIAL_SCHEMA = pa.schema(
-    [*_OUTCOME, *_COORDINATES, *_SERVER, *_MODEL, *_LINK, *_LOAD, *_TELEMETRY, *_COST, *_MIX],
+    [
+        *_OUTCOME,
+        *_COORDINATES,
+        *_SERVER,
+        *_MODEL,
+        *_LINK,
+        *_LOAD,
+        *_TELEMETRY,
+        *_COST,
+        *_CONFIDENCE,
+        *_MIX,
+    ],
     metadata={"servebench.trials": "1", "time_unit": "s"},
 )
 TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)
@@ -372,9 +411,31 @@ def _unknown(trial_id: object, columns: list[str]) -> TrialRowError:
     )
 
 
+# What `slo_met` holds: whether the SLO percentile's interval lies under the bound, over
+# it, or around it (issue 23). Runs written before intervals hold True/False there.
+SLO_MET, SLO_MISSED, SLO_UNDECIDED = MET, MISSED, UNDECIDED
+SLO_DECISIONS = (SLO_MET, SLO_MISSED, SLO_UNDECIDED)
+
+
+def slo_decision(value: Any) -> Any:
+    """A `slo_met` cell as today's runs write it: an older run's True/False (or their CSV
+    spelling) as met/missed; anything else as it is (None stays None)."""
+    if isinstance(value, bool | str) and str(value) in ("True", "False"):
+        return SLO_MET if str(value) == "True" else SLO_MISSED
+    return value
+
+
 def _conform(row: object, name: str, value: Any) -> Any:
     """`value` as column `name` holds it: None for empty (NaN and "" too), else the schema's
-    type (numpy scalars become Python's, a whole float an int in an integer column)."""
+    type (numpy scalars become Python's, a whole float an int in an integer column); an
+    older run's `slo_met` as today's word (`slo_decision`)."""
+    if name == "slo_met":
+        value = slo_decision(value)
+        if isinstance(value, str) and value not in SLO_DECISIONS:
+            raise TrialRowError(
+                f"trial {getattr(row, 'trial_id', None)!r}: column slo_met holds {value!r}, "
+                f"not one of {', '.join(SLO_DECISIONS)}"
+            )
     if value is None:
         return None
     if hasattr(value, "item") and not isinstance(value, str | bytes):

@@ -10,7 +10,10 @@ the report, `recommend` and `report compare` read both the same way.
 
 The SLO verdict comes from the same requests and the same percentile function as the row's
 `latency_p*` columns (`LoadSummary.latency_at`): with a p99 SLO, `slo_latency_s` is
-`latency_p99`, and `slo_met` says whether that very number is within the bound.
+`latency_p99`, and its interval (`slo_latency_low`/`_high`) is `latency_p99_low`/`_high`.
+`slo_met` is decided on that interval, not on the point: `met` when its high bound is
+within the bound, `missed` when its low bound is over it, `undecided` when it straddles it
+(`common.quantiles.decides`), with the request count that would decide it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+from servebench.common.quantiles import decides, requests_to_decide
 from servebench.common.verdict_codes import join_codes
 from servebench.load.summary import LoadSummary
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
-from servebench.results import TrialRow
+from servebench.results import SLO_MISSED, SLO_UNDECIDED, TrialRow
 from servebench.telemetry import client_minus_server_s
 
 DIRECT = "direct"
@@ -176,8 +180,7 @@ def build_row(
     if slo is not None:
         values.update(slo_percentile=slo.percentile, slo_bound_s=slo.bound_s)
         if search is None:
-            latency = summary.latency_at(slo.percentile)
-            values.update(slo_latency_s=latency, slo_met=_within(latency, slo.bound_s))
+            values.update(_slo_columns(summary, slo))
     if search is not None:
         values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
     return TrialRow.from_record(values)
@@ -212,9 +215,25 @@ def search_steps_json(steps: Sequence[SearchStep]) -> str:
     )
 
 
-def _within(latency: float, bound_s: float) -> bool:
-    """Whether the SLO holds: no successful request (NaN latency) does not meet it."""
-    return bool(latency <= bound_s)
+def _slo_columns(summary: LoadSummary, slo: Slo) -> dict[str, Any]:
+    """The SLO percentile, its interval, the decision on it and the count that decides it.
+    No successful request misses the SLO (there is no latency to meet it with)."""
+    low, high = summary.latency_bounds_at(slo.percentile)
+    columns: dict[str, Any] = {
+        "slo_latency_s": summary.latency_at(slo.percentile),
+        "slo_latency_low": low,
+        "slo_latency_high": high,
+    }
+    latencies = summary.latencies
+    n = 0 if latencies is None else int(latencies.size)
+    if n == 0:
+        return {**columns, "slo_met": SLO_MISSED}
+    over = int((latencies > slo.bound_s).sum())
+    level = summary.confidence_level
+    decision = decides(n, n - over, slo.percentile, level)
+    columns["slo_met"] = decision or SLO_UNDECIDED
+    columns["slo_requests_to_decide"] = requests_to_decide(n, over, slo.percentile, level)
+    return columns
 
 
 def _wire_columns(wire: WireBytes, link: LinkProfile | None) -> dict[str, float]:

@@ -33,7 +33,8 @@ def test_reads_every_file(tmp_path: Path) -> None:
     assert data.trials["latency_p99"].dtype.kind == "f"
     assert data.trials["link_up_mbps"].isna().sum() == 9  # the direct trials
     assert data.trials["trial_id"].map(type).eq(str).all()
-    assert data.trials["slo_met"].isin([True, False, None]).all()
+    # This run is older than confidence intervals: its True/False read as met/missed.
+    assert set(data.trials["slo_met"].dropna()) == {"met", "missed"}
 
 
 def test_missing_directory_names_the_path(tmp_path: Path) -> None:

@@ -413,3 +413,56 @@ def test_each_model_and_batch_size_is_its_own_question(tmp_path: Path) -> None:
     text = run_cli(str(run), "--qps", "600", "--slo-p99-ms", "50")
     assert "── conv-d2-w32-abcdef, batch 8 ──" in text.output
     assert "each model and batch size is ranked on its own" in text.output
+
+
+def _bounded(setting: str, points: dict[float, tuple[float, float, float]]) -> list[dict]:
+    """Rows with intervals: rate -> (low, p99, high) in ms, at 95 % confidence."""
+    return [
+        trial(
+            setting,
+            rate,
+            p99,
+            confidence_level=0.95,
+            latency_p99_low=low / 1e3,
+            latency_p99_high=high / 1e3,
+            ok=1000,
+        )
+        for rate, (low, p99, high) in points.items()
+    ]
+
+
+def test_the_safe_side_of_the_interval_decides(tmp_path: Path) -> None:
+    """A p99 of 40 ms whose interval reaches 60 ms does not meet a 50 ms SLO: the max
+    rate is the lower one whose high bound is within it; a row whose high bound could not
+    be found (too few requests) meets nothing."""
+    rows = _bounded("A", {100.0: (9.0, 10.0, 12.0), 300.0: (35.0, 40.0, 60.0)})
+    result = decide([write_run(tmp_path, "a", rows)], qps=300.0)
+    assert result.best is not None and result.best.max_rate == 100.0
+    assert result.best.replicas == 3
+    few = _bounded("B", {100.0: (9.0, 10.0, 12.0)})
+    few[0]["latency_p99_high"] = None
+    none = decide([write_run(tmp_path, "b", few)], qps=100.0)
+    assert none.best is None
+    assert "too few to bound latency_p99 from above" in none.infeasible[0].reason
+
+
+def test_the_top_two_within_each_others_intervals_are_a_tie_within_the_noise(
+    tmp_path: Path,
+) -> None:
+    """A meets 50 ms at 300 req/s (2 replicas for 600); B's high bound at 300 is over (3
+    replicas), but its low bound is not: on the optimistic side B needs 2 as well, so the
+    answer is a tie within the noise. With B's low bound over too, A wins outright."""
+    a = _bounded("A", {200.0: (20.0, 22.0, 25.0), 300.0: (35.0, 38.0, 45.0)})
+    b = _bounded("B", {200.0: (20.0, 22.0, 25.0), 300.0: (45.0, 48.0, 55.0)})
+    result = decide([write_run(tmp_path, "tie", a + b)], qps=600.0)
+    assert [c.option.setting for c in result.ranked] == ["A", "B"]
+    assert [c.replicas for c in result.ranked] == [2, 3]
+    ranking = result.rankings[0]
+    assert ranking.tie_within_noise
+    from servebench.analysis.recommend import headline
+
+    assert "tie within the noise with #2, B" in headline(ranking, result.query)
+    b_over = _bounded("B", {200.0: (20.0, 22.0, 25.0), 300.0: (51.0, 53.0, 55.0)})
+    clear = decide([write_run(tmp_path, "clear", a + b_over)], qps=600.0)
+    assert not clear.rankings[0].tie_within_noise
+    assert "tie within the noise" not in headline(clear.rankings[0], clear.query)

@@ -269,23 +269,43 @@ def _at_the_bound(bound_from_p99) -> tuple[LoadSummary, float]:
     return summary, bound_from_p99(summary.latency_p99)
 
 
-@pytest.mark.parametrize(
-    ("bound_from_p99", "met"),
-    [
-        (lambda p99: p99, True),  # the p99 is the bound exactly
-        (lambda p99: float(np.nextafter(p99, -np.inf)), False),  # the p99 one ulp over it
-    ],
-    ids=["p99-at-the-bound", "p99-one-ulp-over"],
-)
-def test_slo_met_agrees_with_the_p99_the_row_shows(bound_from_p99, met: bool) -> None:
-    summary, bound = _at_the_bound(bound_from_p99)
+def test_the_slo_row_shows_the_nearest_rank_p99_and_cannot_bound_it_from_100() -> None:
+    summary, bound = _at_the_bound(lambda p99: p99)
     assert summary.ok == 100
     where = TrialCoordinates(
         "t", 1, "triton", "triton", "triton", "m", 1, "direct", "concurrency", 4.0, "local", "http"
     )
     row = build_row(where, summary, slo=Slo(99.0, bound))
     assert row.slo_latency_s == row.latency_p99  # the same number, not merely close
-    assert row.slo_met is met is (row.latency_p99 <= row.slo_bound_s)
+    # 100 requests cannot bound a p99 from above (0.99^100 > 2.5 %): the point is at the
+    # bound, but the SLO is undecided, whatever the point says.
+    assert row.slo_latency_high is None and row.slo_met == "undecided"
+
+
+@pytest.mark.parametrize(
+    ("bound_from", "decision"),
+    [
+        (lambda low, high: high, "met"),  # the high bound is the SLO bound exactly
+        (lambda low, high: float(np.nextafter(high, -np.inf)), "undecided"),  # one ulp under
+        (lambda low, high: low, "undecided"),  # the low bound is the SLO's: not over it
+        (lambda low, high: float(np.nextafter(low, -np.inf)), "missed"),  # low one ulp over
+    ],
+    ids=["high-at-bound", "high-one-ulp-over", "low-at-bound", "low-one-ulp-over"],
+)
+def test_slo_met_agrees_with_the_interval_the_row_shows(bound_from, decision: str) -> None:
+    latency = np.random.default_rng(5).lognormal(-4, 0.5, size=2001)
+    chunk = _chunk(2001, latency)  # the last one times out: 2000 answered
+    summary = _load_summary(_batch("t", chunk, 1), mode="closed")
+    low, high = summary.latency_p99_low, summary.latency_p99_high
+    where = TrialCoordinates(
+        "t", 1, "triton", "triton", "triton", "m", 1, "direct", "concurrency", 4.0, "local", "http"
+    )
+    row = build_row(where, summary, slo=Slo(99.0, bound_from(low, high)))
+    assert (row.slo_latency_low, row.slo_latency_s, row.slo_latency_high) == (
+        row.latency_p99_low, row.latency_p99, row.latency_p99_high
+    )  # fmt: skip
+    assert row.slo_met == decision
+    assert row.confidence_level == 0.95 and row.slo_requests_to_decide is not None
 
 
 @pytest.mark.parametrize("producer", ["scenario", "locust"])
@@ -306,6 +326,7 @@ def test_each_producer_decides_the_slo_from_its_row_p99(
     else:
         row = locust_row(tmp_path, chunk, TrialFacts(slo_percentile=99.0, slo_latency_s=0.05))
         path = tmp_path / "locust"
-    assert row.slo_latency_s == row.latency_p99 and row.slo_met is True
+    # 100 answered requests cannot bound p99 from above: undecided, though the point meets.
+    assert row.slo_latency_s == row.latency_p99 and row.slo_met == "undecided"
     read = read_trials(path / TRIALS_FILE).iloc[0]
-    assert read["slo_latency_s"] == read["latency_p99"] and read["slo_met"] is True
+    assert read["slo_latency_s"] == read["latency_p99"] and read["slo_met"] == "undecided"

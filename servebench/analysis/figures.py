@@ -178,8 +178,29 @@ def _legend_height(count: int) -> float:
     return 0.17 * count + 0.2 if count <= MAX_FIGURE_LEGEND else 0.3
 
 
+def _interval_bars(ax: Axes, rows: pd.DataFrame, column: str, color: str) -> None:
+    """Error bars from `<column>_low` to `<column>_high` (ms) at each point, where the rows
+    have them (runs since issue 23); a side too few requests bound gets no bar."""
+    low, high = rows[f"{column}_low"].astype(float), rows[f"{column}_high"].astype(float)
+    if low.isna().all() and high.isna().all():
+        return
+    point = rows[column].astype(float)
+    below = (point - low).fillna(0).clip(lower=0) * 1e3
+    above = (high - point).fillna(0).clip(lower=0) * 1e3
+    ax.errorbar(
+        rows["throughput_ips"],
+        point * 1e3,
+        yerr=[below.to_numpy(), above.to_numpy()],
+        fmt="none",
+        ecolor=color,
+        elinewidth=0.8,
+        capsize=2,
+    )
+
+
 def throughput_vs_p99(trials: pd.DataFrame) -> str:
-    """For each model (a panel), one curve per setting and batch: p99 as load rises."""
+    """For each model (a panel), one curve per setting and batch: p99 as load rises, with
+    its confidence interval as error bars."""
     ok = trials[(trials["status"] == "ok")].dropna(subset=["throughput_ips", "latency_p99"])
     link = reference_link(ok)
     if ok.empty or link is None:
@@ -197,12 +218,13 @@ def throughput_vs_p99(trials: pd.DataFrame) -> str:
             labels = varying_labels(keys, ("setting", "batch_size")) if curves else []
             for i, ((_, curve), label) in enumerate(zip(curves, labels, strict=True)):
                 curve = curve.sort_values("load_level")
-                ax.plot(
+                (line,) = ax.plot(
                     curve["throughput_ips"],
                     curve["latency_p99"] * 1e3,
                     marker=_MARKERS[i % len(_MARKERS)],
                     label=label,
                 )
+                _interval_bars(ax, curve, "latency_p99", line.get_color())
             if not slo.empty:
                 ax.axhline(slo.iloc[0] * 1e3, color="crimson", ls="--", lw=1, label="SLO bound")
             ax.set_title(f"{model} (link {link})")

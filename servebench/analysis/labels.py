@@ -53,6 +53,16 @@ def ms(seconds: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def ms_interval(seconds: Any, low: Any, high: Any, digits: int = 1) -> str:
+    """A latency and its confidence interval in milliseconds, `42.9 (41.8–44.6)`; a side
+    too few requests bound shows "?", and a value without any interval (an older run's)
+    shows alone."""
+    if missing(seconds) or (missing(low) and missing(high)):
+        return ms(seconds, digits)
+    side = [("?" if missing(v) else ms(v, digits)) for v in (low, high)]
+    return f"{ms(seconds, digits)} ({side[0]}–{side[1]})"
+
+
 def number(value: Any, digits: int = 1) -> str:
     if missing(value):
         return "–"

@@ -12,7 +12,9 @@ line, exit 2.
 Rows written before trials.csv kept verdict codes have only the reasons' text (an older
 run, or the earlier rows of one resumed since). Their codes are read from that text here,
 once, by the texts those versions wrote (`legacy_codes`); nothing after the loader looks
-at a reason's text to decide anything.
+at a reason's text to decide anything. Likewise `slo_met`, True/False before confidence
+intervals, is read as met/missed (`results.slo_decision`), and the interval columns such
+a run lacks read as empty.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from servebench.results import (
     RECORDS_FILE,
     RUN_FILE,
     SCENARIO_FILE,
+    SLO_DECISIONS,
     TELEMETRY_DIR,
     TELEMETRY_FILE,
     TRIAL_SCHEMA,
@@ -40,6 +43,7 @@ from servebench.results import (
     ResultDirError,
     conform_records,
     read_run_json,
+    slo_decision,
 )
 
 REPORT_FILE = "report.html"
@@ -189,6 +193,10 @@ def read_trials(path: Path) -> pd.DataFrame:
             raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
         if "trial_id" not in frame.columns:
             raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
+    absent = [name for name in TRIAL_SCHEMA.names if name not in frame.columns]
+    if absent:  # an older run's: added at once (one by one fragments the frame)
+        empty = {n: float("nan") if n in NUMBER_COLUMNS else None for n in absent}
+        frame = pd.concat([frame, pd.DataFrame(empty, index=frame.index)], axis=1)
     for codes, text in _CODE_COLUMNS.items():
         if text in frame.columns:
             frame[codes] = _codes_or_legacy(frame, codes, text)
@@ -196,6 +204,7 @@ def read_trials(path: Path) -> pd.DataFrame:
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), dtype=object)
         frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
+    frame["slo_met"] = _slo_decisions(frame["slo_met"], path)
     for name in NUMBER_COLUMNS:
         if name not in frame.columns:
             frame[name] = float("nan")
@@ -213,9 +222,20 @@ def read_trials(path: Path) -> pd.DataFrame:
         frame[name] = frame[name].map(_to_bool).astype(object)
     if frame["status"].isna().any():
         frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
-    # One block per dtype again: column by column, the frame is left in a hundred blocks,
-    # and every reader that adds a column after would pay for (and warn about) it.
+    # One block per type again: the column-by-column conversions above leave one each.
     return frame.reset_index(drop=True).copy()
+
+
+def _slo_decisions(column: pd.Series, path: Path) -> pd.Series:
+    """`slo_met` as met/missed/undecided: an older run's True/False (from before confidence
+    intervals, issue 23) read as met/missed; any other word is damage."""
+    decided = column.map(lambda v: None if v is None else slo_decision(v)).astype(object)
+    bad = decided[decided.notna() & ~decided.isin(SLO_DECISIONS)]
+    if len(bad):
+        raise ResultDirError(
+            f"{path}: column slo_met: {bad.iloc[0]!r} is not one of {', '.join(SLO_DECISIONS)}"
+        )
+    return decided.where(decided.notna(), None)
 
 
 def _first_line(err: BaseException) -> str:

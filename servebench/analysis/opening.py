@@ -39,8 +39,10 @@ from servebench.analysis.recommend import (
 )
 from servebench.analysis.svg import NoData, render
 from servebench.pricing import load_prices
+from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 
 MET, MISSED = "#2e7d32", "#c62828"
+UNDECIDED = "#ef8f00"  # an SLO whose interval straddles the bound
 _HASH = re.compile(r"-[0-9a-f]{6}$")  # a model id's content hash, left off in labels
 
 CSS = """
@@ -230,9 +232,19 @@ def not_measured(data: RunData) -> list[str]:
     return lines
 
 
+def _decisions(rows: pd.DataFrame, bound_s: float) -> pd.Series:
+    """Each trial's SLO decision: its `slo_met` (decided on the interval), else — a search
+    trial, whose chosen step has no interval — its point against the bound."""
+    point = pd.Series(
+        [SLO_MET if v <= bound_s else SLO_MISSED for v in rows["_latency"]], index=rows.index
+    )
+    return rows["slo_met"].where(rows["slo_met"].notna(), point)
+
+
 def cost_vs_latency(trials: pd.DataFrame, recommendations: list[Recommendation]) -> str:
     """One panel per link: every trial's SLO-percentile latency against its cost per
-    million inferences, met green, missed red, the SLO dashed, the recommendation starred."""
+    million inferences, met green, undecided amber, missed red (`slo_met`), the SLO
+    dashed, the recommendation starred."""
     slo = run_slo(trials)
     ok = trials[(trials["status"] == "ok") & trials["cost_per_million"].notna()]
     if ok.empty:
@@ -258,9 +270,16 @@ def cost_vs_latency(trials: pd.DataFrame, recommendations: list[Recommendation])
         axes = fig.subplots(1, len(links), sharey=True, squeeze=False)[0]
         for ax, link in zip(axes, links, strict=True):
             rows = ok[ok["link"] == link]
-            met = rows["_latency"] <= slo.bound_s
-            for mask, colour, label in ((met, MET, "met the SLO"), (~met, MISSED, "missed")):
-                part = rows[mask]
+            decision = _decisions(rows, slo.bound_s)
+            shades = (
+                (SLO_MET, MET, "met the SLO"),
+                (SLO_UNDECIDED, UNDECIDED, "undecided"),
+                (SLO_MISSED, MISSED, "missed"),
+            )
+            for word, colour, label in shades:
+                part = rows[decision == word]
+                if word == SLO_UNDECIDED and part.empty:
+                    continue  # older runs, and runs where every trial was decided
                 ax.scatter(
                     part["_latency"] * 1e3,
                     part["cost_per_million"],
@@ -313,11 +332,16 @@ def _scale(ax: Axes, axis: str, values: list[float]) -> bool:
     return True
 
 
+# The report's order of SLO decisions: met, then undecided (its interval straddles the
+# bound: it may meet it), then missed; unjudged after them.
+_SLO_ORDER = {SLO_MET: 0, SLO_UNDECIDED: 1, SLO_MISSED: 2}
+
+
 def report_order(trials: pd.DataFrame) -> pd.DataFrame:
-    """Trials as the report lists them: met the SLO first, then missed, then unjudged,
-    failed last; cheapest first within each (no cost last)."""
+    """Trials as the report lists them: met the SLO first, then undecided, then missed, then
+    unjudged, failed last; cheapest first within each (no cost last)."""
     failed = trials["status"] != "ok"
-    met = trials["slo_met"].map(lambda v: {True: 0, False: 1}.get(v, 2) if not missing(v) else 2)
+    met = trials["slo_met"].map(_SLO_ORDER).fillna(len(_SLO_ORDER))
     cost = trials["cost_per_million"].astype(float).fillna(np.inf)
     order = pd.DataFrame({"failed": failed, "met": met, "cost": cost, "index": range(len(trials))})
     ranks = order.sort_values(["failed", "met", "cost", "index"]).index

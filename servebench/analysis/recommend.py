@@ -16,13 +16,22 @@ nothing else, with a warning — closed-loop trials (clients in flight; their la
 measured from the actual send, so it leaves out the queueing a fixed arrival rate sees).
 A run stands for one instance type: its scenario's `cost.instance` (in trials.csv) or an
 `as_instance` mapping for runs on other hardware. This module reads result files only.
+
+How sure: where a trial row has confidence intervals (`confidence_level`, issue 23), its
+point's latency is the interval's high bound, so an option is recommended only where the
+SLO is met with that confidence; a row whose high bound could not be found (too few
+requests for the percentile) does not meet any SLO. Each point also keeps its low bound,
+and each candidate is priced a second time on the low bounds: its cost interval runs from
+that optimistic cost to the safe one. When the second candidate's interval reaches the
+first's safe cost, the two are a "tie within the noise": more requests could order them
+either way. SLO-search steps keep one latency each (the runner's rule), as do older runs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +161,12 @@ class Point:
     trial_id: str
     note: str = ""  # why not valid
     link_added_s: float = 0.0  # the analytic link time included in latency_s
+    # The low bound of latency_s's interval (link included); latency_s where none is known.
+    optimistic_s: float = math.nan
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.optimistic_s):
+            object.__setattr__(self, "optimistic_s", self.latency_s)
 
 
 @dataclass
@@ -197,6 +212,18 @@ class Candidate:
     margin_s: float  # SLO bound minus expected latency
     highest_measured: bool = False  # no rate above max_rate was measured: it may go higher
     loses_because: str = ""
+    # The cost priced on the points' low bounds: the other end of its cost interval (the
+    # same unit as the ranking's cost: USD/h with a target rate, else USD per million).
+    optimistic_cost: float | None = None
+
+    @property
+    def cost(self) -> float:
+        """What the ranking orders by: USD/h with a target rate, else USD per million."""
+        return (
+            self.usd_per_hour_total
+            if self.usd_per_hour_total is not None
+            else (self.usd_per_million)
+        )
 
 
 @dataclass
@@ -221,6 +248,17 @@ class Ranking:
     @property
     def best(self) -> Candidate | None:
         return self.ranked[0] if self.ranked else None
+
+    @property
+    def tie_within_noise(self) -> bool:
+        """Whether #2's cost interval (it has one: its low bounds price it lower) reaches #1's
+        safe cost (see the module's docstring)."""
+        if len(self.ranked) < 2:
+            return False
+        first, second = self.ranked[0], self.ranked[1]
+        low = second.optimistic_cost
+        # Equal costs without intervals are a plain tie ("ties with #1"), not noise.
+        return low is not None and low < second.cost and low <= first.cost
 
 
 @dataclass
@@ -357,7 +395,7 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
         )
         if not same:  # the steps hold another percentile: only the chosen step's row
             chosen = steps[steps["chosen"]].iloc[0]
-            return [_point(chosen["rate"], row.get(column), row, SEARCH, added)]
+            return [_point(chosen["rate"], column, row, SEARCH, added)]
         result = []
         for step in steps.to_dict("records"):
             latency = step["latency"]
@@ -384,25 +422,43 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
     rate = row.get("achieved_rate")
     if missing(rate):
         rate = row.get("throughput_rps")
-    return [_point(rate, row.get(column), row, CLOSED if closed else OPEN, added)]
+    return [_point(rate, column, row, CLOSED if closed else OPEN, added)]
 
 
-def _point(rate: Any, latency: Any, row: dict[str, Any], kind: str, added: float) -> Point:
+def _point(rate: Any, column: str, row: dict[str, Any], kind: str, added: float) -> Point:
+    """The row's point at latency column `column`: its interval's high bound where the row
+    has intervals (the safe side), its low bound as the optimistic one."""
+    latency, low = row.get(column), row.get(column)
+    unbounded = False
+    if not missing(row.get("confidence_level")) and not missing(latency):
+        high, low = row.get(f"{column}_high"), row.get(f"{column}_low")
+        unbounded = missing(high)
+        latency = math.inf if unbounded else high
+        low = row.get(column) if missing(low) else low
     measured = not missing(rate) and not missing(latency) and float(rate) > 0
     invalid = row.get("verdict") == "INVALID"
-    note = (
-        str(row.get("verdict_reasons") or "INVALID")
-        if invalid
-        else ("" if measured else "no rate or latency measured")
-    )
+    if invalid:
+        note = str(row.get("verdict_reasons") or "INVALID")
+    elif not measured:
+        note = "no rate or latency measured"
+    elif unbounded:
+        ok = row.get("ok")
+        count = "its" if missing(ok) else f"{float(ok):.0f}"
+        note = (
+            f"{count} requests are too few to bound {column} from above at "
+            f"{float(row['confidence_level']):.0%} confidence"
+        )
+    else:
+        note = ""
     return Point(
         float(rate) if not missing(rate) else math.nan,
         (float(latency) if not missing(latency) else math.nan) + added,
-        measured and not invalid,
+        measured and not invalid and not unbounded,
         kind,
         str(row["trial_id"]),
         note,
         added,
+        (float(low) if not missing(low) else math.nan) + added,
     )
 
 
@@ -483,6 +539,10 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
         for option in found:
             if (option.model, option.batch_size) == (model, batch):
                 outcome = evaluate(option, query)
+                if isinstance(outcome, Candidate):
+                    optimistic = evaluate(option, query, optimistic=True)
+                    if isinstance(optimistic, Candidate):
+                        outcome.optimistic_cost = optimistic.cost
                 (ranked if isinstance(outcome, Candidate) else infeasible).append(outcome)
         ranked.sort(key=_rank_key)
         for candidate in ranked[1:]:
@@ -499,9 +559,13 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
     return Recommendation(query, list(runs), rankings, list(dict.fromkeys(warnings)))
 
 
-def evaluate(option: Option, query: Query) -> Candidate | Infeasible:
-    """The option priced for the query, or why it cannot meet the SLO."""
-    curve = _Curve.of(option.points)
+def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candidate | Infeasible:
+    """The option priced for the query, or why it cannot meet the SLO; `optimistic` prices
+    it on its points' low bounds instead (the cheap end of its cost interval)."""
+    points = option.points
+    if optimistic:
+        points = [replace(p, latency_s=p.optimistic_s, valid=_optimistic_valid(p)) for p in points]
+    curve = _Curve.of(points)
     if not curve.points:
         notes = "; ".join(dict.fromkeys(p.note for p in option.points if p.note))
         return Infeasible(option, f"no valid measurement ({notes or 'none usable'})")
@@ -544,6 +608,11 @@ def evaluate(option: Option, query: Query) -> Candidate | Infeasible:
         margin_s=query.slo_s - latency,
         highest_measured=best is curve.points[-1],
     )
+
+
+def _optimistic_valid(point: Point) -> bool:
+    """A point left out only for want of a high bound counts on its low bound."""
+    return point.valid or (math.isinf(point.latency_s) and math.isfinite(point.optimistic_s))
 
 
 def replicas_needed(qps: float, usable_rate: float) -> int:
@@ -593,9 +662,8 @@ def _over_at_lowest(low: Point, query: Query) -> str:
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, str, str, str, str, int]:
-    cost = c.usd_per_hour_total if c.usd_per_hour_total is not None else c.usd_per_million
     o = c.option
-    return (cost, -c.margin_s, o.instance, o.setting, o.model, o.run_id, o.batch_size)
+    return (c.cost, -c.margin_s, o.instance, o.setting, o.model, o.run_id, o.batch_size)
 
 
 def _why_loses(candidate: Candidate, first: Candidate, percentile: float) -> str:
@@ -636,12 +704,23 @@ def headline(ranking: Ranking, query: Query) -> str:
             f"Cheapest per inference: {what} at {c.per_replica_rate:,.4g} req/s per replica: "
             f"${c.usd_per_million:,.4g} per million inferences, {latency} "
             f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
-        )
+        ) + _tie(ranking)
     plural = "replica" if c.replicas == 1 else "replicas"
     return (
         f"Run {c.replicas} {plural} of {what}: ${c.usd_per_hour_total:,.4g}/h, "
         f"${c.usd_per_million:,.4g} per million inferences, {latency} "
         f"(SLO {q.slo_s * 1e3:,.4g} ms) at {q.qps:,.6g} req/s {over}."
+    ) + _tie(ranking)
+
+
+def _tie(ranking: Ranking) -> str:
+    """The headline's last words when #1 and #2 are a tie within the noise."""
+    if not ranking.tie_within_noise:
+        return ""
+    second = ranking.ranked[1].option
+    return (
+        f" A tie within the noise with #2, {second.setting} on {second.instance}: its cost "
+        "at the optimistic ends of the latency intervals is no higher."
     )
 
 
@@ -688,6 +767,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             "margin_s": c.margin_s,
             "highest_measured": c.highest_measured,
             "loses_because": c.loses_because,
+            "optimistic_cost": c.optimistic_cost,
         }
 
     q = rec.query
@@ -719,6 +799,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
                 "model": r.model,
                 "batch_size": r.batch_size,
                 "headline": headline(r, q),
+                "tie_within_noise": r.tie_within_noise,
                 "ranked": [candidate(n, c) for n, c in enumerate(r.ranked, start=1)],
                 "infeasible": [{**option(i.option), "reason": i.reason} for i in r.infeasible],
             }

@@ -200,7 +200,9 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
             "Throughput vs p99 latency",
             lambda: figures.throughput_vs_p99(trials),
             "Each curve is one server setting and batch size as the load rises: where it "
-            "bends up is the setting's usable capacity.",
+            "bends up is the setting's usable capacity. Error bars: each p99's confidence "
+            "interval (trials.csv confidence_level; no upper bar where too few requests "
+            "bound it from above).",
         ),
         _plot_section(report, "heatmap", "p99 heatmap", lambda: figures.p99_heatmap(trials)),
         _plot_section(
@@ -366,8 +368,10 @@ def _summary_section(data: RunData) -> _Section:
         )
     )
     section.body.append(
-        '<p class="caption">Trials that met the SLO first, cheapest first; then those that '
-        "missed it, then failed ones. Type words to filter the rows, click a header to sort. "
+        '<p class="caption">Trials that met the SLO first, cheapest first; then those it '
+        "could not decide (the SLO percentile's interval straddles the bound), those that "
+        "missed it, then failed ones; p99 ms shows its confidence interval in brackets. "
+        "Type words to filter the rows, click a header to sort. "
         "Latency is from the intended send time in open-loop trials and "
         "from the actual send in closed-loop ones; inf/s counts samples (requests × batch).</p>"
     )

@@ -4,7 +4,7 @@ first table of the HTML report (both from `summary_table`, so they never disagre
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,29 +20,49 @@ from servebench.analysis.labels import (
     missing,
     money,
     ms,
+    ms_interval,
     number,
     short_settings,
     trial_label,
 )
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
 
-# (header, terminal header, column, formatter); optional columns appear only when some
-# trial has a value. The terminal's headers are short because a column is as wide as its
-# header and a number must never wrap.
-_ALWAYS = (
-    ("req/s", "req/s", "throughput_rps", lambda v: number(v, 1)),
-    ("inf/s", "inf/s", "throughput_ips", lambda v: number(v, 1)),
-    ("p50 ms", "p50 ms", "latency_p50", ms),
-    ("p99 ms", "p99 ms", "latency_p99", ms),
-    ("errors", "errors", "errors", lambda v: number(v, 0)),
+# (header, terminal header, column, formatter of (row, column)); optional columns appear
+# only when some trial has a value. The terminal's headers are short because a column is
+# as wide as its header and a number must never wrap.
+Formatter = Callable[[Mapping[str, Any], str], str]
+
+
+def _value(show: Callable[[Any], str]) -> Formatter:
+    """A formatter of the column's own value."""
+    return lambda row, column: show(row.get(column))
+
+
+def _with_interval(row: Mapping[str, Any], column: str) -> str:
+    """A latency with its confidence interval, `42.9 (41.8–44.6)` (columns `<column>_low`
+    and `_high`; older runs, without them, show the value alone)."""
+    return ms_interval(row.get(column), row.get(f"{column}_low"), row.get(f"{column}_high"))
+
+
+_ALWAYS: tuple[tuple[str, str, str, Formatter], ...] = (
+    ("req/s", "req/s", "throughput_rps", _value(lambda v: number(v, 1))),
+    ("inf/s", "inf/s", "throughput_ips", _value(lambda v: number(v, 1))),
+    ("p50 ms", "p50 ms", "latency_p50", _value(ms)),
+    ("p99 ms", "p99 ms", "latency_p99", _with_interval),
+    ("errors", "errors", "errors", _value(lambda v: number(v, 0))),
 )
-_OPTIONAL = (
-    ("max rate/s", "max/s", "max_rate", lambda v: number(v, 1)),
-    ("SLO", "SLO", "slo_met", lambda v: "–" if missing(v) else ("met" if v else "missed")),
+_OPTIONAL: tuple[tuple[str, str, str, Formatter], ...] = (
+    ("max rate/s", "max/s", "max_rate", _value(lambda v: number(v, 1))),
+    ("SLO", "SLO", "slo_met", _value(lambda v: "–" if missing(v) else str(v))),
     # Telemetry's units: server CPU in cores (CPU-seconds per second), GPU busy 0-1.
-    ("server cpu cores", "cpu", "server_cpu_mean", lambda v: number(v, 2)),
-    ("gpu %", "gpu %", "gpu_util_mean", lambda v: "–" if missing(v) else number(100 * v, 0)),
-    ("$/M inf", "$/M inf", "cost_per_million", money),
+    ("server cpu cores", "cpu", "server_cpu_mean", _value(lambda v: number(v, 2))),
+    (
+        "gpu %",
+        "gpu %",
+        "gpu_util_mean",
+        _value(lambda v: "–" if missing(v) else number(100 * v, 0)),
+    ),
+    ("$/M inf", "$/M inf", "cost_per_million", _value(money)),
 )
 # What the terminal's abbreviated headers mean, printed once under the table.
 _TERMINAL_NOTES = {
@@ -52,7 +72,7 @@ _TERMINAL_NOTES = {
 }
 
 
-def _metrics(trials: pd.DataFrame) -> list[tuple[str, str, str, Callable[[Any], str]]]:
+def _metrics(trials: pd.DataFrame) -> list[tuple[str, str, str, Formatter]]:
     return list(_ALWAYS) + [
         c for c in _OPTIONAL if trials[c[2]].map(lambda v: not missing(v)).any()
     ]
@@ -77,7 +97,7 @@ def summary_table(trials: pd.DataFrame) -> tuple[list[str], list[list[str]], lis
     for i, row in enumerate(trials.to_dict("records"), start=1):
         state, word, why = _state(row)
         text = f"{word}: {why}" if why else word
-        cells = [fmt(row.get(col)) for _, _, col, fmt in columns]
+        cells = [fmt(row, col) for _, _, col, fmt in columns]
         rows.append([str(i), trial_label(row), text, *cells])
         states.append(state)
     return headers, rows, states
@@ -173,7 +193,7 @@ def terminal_summary(trials: pd.DataFrame, width: int) -> TerminalSummary:
         *coordinates,
         _Column("status", status_cells, False, 6),
         *(
-            _Column(short, [fmt(r.get(col)) for r in rows], True, keep.get(short, 13 + n))
+            _Column(short, [fmt(r, col) for r in rows], True, keep.get(short, 13 + n))
             for n, (_, short, col, fmt) in enumerate(metrics)
         ),
     ]

@@ -41,7 +41,15 @@ from servebench.common.limits import (
     MAX_TRIAL_S,
     MIN_RATE,
 )
-from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
+from servebench.common.quantiles import CONFIDENCE
+from servebench.load.summary import (
+    EARLY_STOP_MIN_DURATION,
+    EARLY_STOP_MIN_REQUESTS,
+    LAG_RATIO,
+    LATE_LIMIT,
+    LATE_THRESHOLD,
+    RATE_TOLERANCE,
+)
 
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
@@ -234,6 +242,39 @@ def load(
             parser=Number(float, gt=0, le=1000),
         ),
     ] = LAG_RATIO,
+    early_stop_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Early stop: end once latency p<--percentile> is shown within or over this "
+            "bound (ms) at --confidence, after --min-duration and --min-requests.",
+            rich_help_panel=_STOP,
+            parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
+        ),
+    ] = None,
+    confidence: Annotated[
+        float,
+        typer.Option(
+            help="Two-sided confidence of every percentile's interval (and of --early-stop-ms).",
+            rich_help_panel=_STOP,
+            parser=Number(float, ge=0.5, lt=1),
+        ),
+    ] = CONFIDENCE,
+    min_duration: Annotated[
+        float,
+        typer.Option(
+            help="Early stop: never before this many measured seconds.",
+            rich_help_panel=_STOP,
+            parser=Number(float, ge=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s"),
+        ),
+    ] = EARLY_STOP_MIN_DURATION,
+    min_requests: Annotated[
+        int,
+        typer.Option(
+            help="Early stop: never before this many answered requests.",
+            rich_help_panel=_STOP,
+            parser=Number(int, ge=1, le=MAX_REQUESTS, limit="max_requests"),
+        ),
+    ] = EARLY_STOP_MIN_REQUESTS,
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False,
@@ -252,7 +293,7 @@ def load(
     percentile: Annotated[
         float,
         typer.Option(
-            help="Latency percentile compared.",
+            help="Latency percentile compared (stability windows, --early-stop-ms).",
             rich_help_panel=_STAB,
             parser=Number(float, gt=0, le=100),
         ),
@@ -354,7 +395,7 @@ def load(
     from servebench.clients.base import InferenceError
     from servebench.clients.factory import create_client
     from servebench.clients.input_data import read_input_data
-    from servebench.load import LoadSettings, StabilitySettings, run
+    from servebench.load import EarlyStopSettings, LoadSettings, StabilitySettings, run
 
     try:
         arrivals = _arrivals(
@@ -405,6 +446,16 @@ def load(
             rate_tolerance=rate_tolerance,
             lag_ratio=lag_ratio,
             input_data=data,
+            early_stop=EarlyStopSettings(
+                percentile=percentile,
+                bound_s=early_stop_ms / 1e3,
+                confidence=confidence,
+                min_duration=min_duration,
+                min_requests=min_requests,
+            )
+            if early_stop_ms is not None
+            else None,
+            confidence=confidence,
         )
         asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed, data))
     except ValueError as exc:
@@ -438,6 +489,7 @@ def load(
             typer.echo(f"note: {hint}")
     if json_out is not None:
         document = summary.to_dict()
+        document["confidence"] = summary.confidence()
         if server is not None:
             document["server"] = server
         json_out.write_text(json.dumps(document, indent=2) + "\n")
@@ -559,6 +611,8 @@ def print_load_summary(
     from rich.console import Console
     from rich.table import Table
 
+    from servebench.analysis.labels import ms_interval
+
     console = Console()
     table = Table(title=f"servebench load: {summary.load}" + (f" → {url}" if url else ""))
     table.add_column("metric")
@@ -579,12 +633,18 @@ def print_load_summary(
         ("latency p50 (ms)", _ms(summary.latency_p50)),
         ("latency p90 (ms)", _ms(summary.latency_p90)),
         ("latency p95 (ms)", _ms(summary.latency_p95)),
-        ("latency p99 (ms)", _ms(summary.latency_p99)),
+        (
+            "latency p99 (ms)",
+            ms_interval(
+                summary.latency_p99, summary.latency_p99_low, summary.latency_p99_high, digits=3
+            ),
+        ),
         ("latency p99.9 (ms)", _ms(summary.latency_p99_9)),
         ("latency max (ms)", _ms(summary.latency_max)),
         ("schedule lag p99 (ms)", _ms(summary.schedule_lag_p99)),
         (f"sent > {late_threshold_s * 1e3:g} ms late", f"{summary.late_share:.2%}"),
         ("measured span (s)", f"{summary.duration:.2f}"),
+        ("(…–…): confidence interval", f"{summary.confidence_level:.0%}"),
     ]
     if server is not None:
         rows += _server_rows(summary, server)

@@ -24,6 +24,9 @@ errors               reason   more than `max_error_share` of the requests failed
 unstable             reason   stability mode: the windows did not agree
 late_sends           warning  open loop: more than `late_limit` of sends left later than
                               `late_threshold` (charged in the latencies)
+slo_decided          warning  early stop: the load ended once its SLO question was decided
+                              at the stated confidence (a note, not a fault: the run is
+                              VALID unless another check says otherwise)
 ==================== ======== ===========================================================
 """
 
@@ -41,6 +44,7 @@ class VerdictCode(StrEnum):
     ERRORS = "errors"
     UNSTABLE = "unstable"
     LATE_SENDS = "late_sends"
+    SLO_DECIDED = "slo_decided"
 
 
 # A step of an SLO search with one of these reasons is not a rate the server sustains (its

@@ -36,6 +36,7 @@ _HOMES = {
     "run_load": "runner",
     "summarize_reports": "runner",
     "LoadSettings": "settings",
+    "EarlyStopSettings": "settings",
     "StabilitySettings": "settings",
     "columns_from_table": "stats",
     "summarize": "stats",

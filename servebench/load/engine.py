@@ -35,8 +35,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
 
+import numpy as np
+
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
 from servebench.clients.input_data import answer_matches
+from servebench.common.quantiles import MET, decides
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.mix import Mix
 from servebench.load.records import (
@@ -189,6 +192,10 @@ class LoadEngine:
         # here. Frozen objects are skipped until the run ends. Only the young generations
         # are collected first: a full collection with torch and TensorFlow loaded takes
         # 0.4 s or more, and the little old garbage frozen with the rest is freed after.
+        if s.early_stop is not None:
+            # The first decision imports scipy.stats (0.67 s measured): here, not mid-load, where it
+            # would stall every send behind it.
+            decides(1, 1, s.early_stop.percentile, s.early_stop.confidence)
         gc.collect(1)
         gc.freeze()
         # The clock starts after the set-up above, or the first sends would start late.
@@ -205,6 +212,8 @@ class LoadEngine:
         background = [loop.create_task(self._sweep())]
         if s.stability is not None:
             background.append(loop.create_task(self._monitor()))
+        if s.early_stop is not None:
+            background.append(loop.create_task(self._stop_when_decided()))
         try:
             await self._sleep_until(start)
             if s.arrivals is not None:
@@ -502,6 +511,34 @@ class LoadEngine:
         else:
             self._stable = False
         self.stop(None)
+
+    # -- early stop --------------------------------------------------------------------
+
+    async def _stop_when_decided(self) -> None:
+        """Stop (through `stop`, as stability mode does) once the requests answered so far
+        decide the SLO question, after the minimum duration and request count."""
+        rule = self.settings.early_stop
+        measurements = self._measurements
+        assert rule is not None and measurements is not None
+        await self._sleep_until(self._measure_from + rule.min_duration)
+        while not self._stopping:
+            await self._sync_flush()
+            cols = measurements.columns()
+            latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
+            n = int(latency.size)
+            if n >= rule.min_requests:
+                at_or_under = int((latency <= rule.bound_s).sum())
+                decision = decides(n, at_or_under, rule.percentile, rule.confidence)
+                if decision is not None:
+                    self.stop(
+                        f"SLO {decision}: p{rule.percentile:g} "
+                        f"{'within' if decision == MET else 'over'} "
+                        f"{rule.bound_s * 1e3:g} ms at {rule.confidence:.0%} confidence "
+                        f"after {n} requests",
+                        VerdictCode.SLO_DECIDED,
+                    )
+                    return
+            await self._sleep_until(perf_counter() + rule.every)
 
     # -- records -----------------------------------------------------------------------
 

@@ -69,7 +69,11 @@ def summarize_reports(
         if t1 > t0:
             target = settings.arrivals.expected(t0, t1) / (t1 - t0)
     summary = summarize(
-        columns, mode=settings.mode, target_rate=target, late_threshold=settings.late_threshold
+        columns,
+        mode=settings.mode,
+        target_rate=target,
+        late_threshold=settings.late_threshold,
+        confidence=settings.confidence,
     )
     if mix is not None:
         summary.mix = mix_figures(columns, mix.models, [t.weight for t in mix.targets])
@@ -81,6 +85,7 @@ def summarize_reports(
     summary.stable = next((r.stable for r in reports if r.stable is not None), None)
     stopped = [r for r in reports if r.stop_reason]
     unreachable = any(r.stop_code == VerdictCode.SERVER_UNREACHABLE for r in stopped)
+    decided = bool(stopped) and all(r.stop_code == VerdictCode.SLO_DECIDED for r in stopped)
     judge(
         summary,
         late_threshold=settings.late_threshold,
@@ -89,7 +94,9 @@ def summarize_reports(
         rate_tolerance=settings.rate_tolerance,
         lag_ratio=settings.lag_ratio,
         stop_reason="; ".join(dict.fromkeys(r.stop_reason for r in stopped)) or None,
-        stop_code=VerdictCode.SERVER_UNREACHABLE if unreachable else VerdictCode.STOPPED_EARLY,
+        stop_code=VerdictCode.SERVER_UNREACHABLE
+        if unreachable
+        else (VerdictCode.SLO_DECIDED if decided else VerdictCode.STOPPED_EARLY),
     )
     found = zip(
         summary.reason_codes + summary.warning_codes,

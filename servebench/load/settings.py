@@ -10,8 +10,11 @@ import math
 from dataclasses import dataclass
 
 from servebench.clients.input_data import InputData
+from servebench.common.quantiles import CONFIDENCE
 from servebench.load.arrivals import ArrivalProcess
 from servebench.load.summary import (
+    EARLY_STOP_MIN_DURATION,
+    EARLY_STOP_MIN_REQUESTS,
     LAG_RATIO,
     LATE_LIMIT,
     LATE_THRESHOLD,
@@ -43,14 +46,49 @@ class StabilitySettings:
             )
 
 
+EARLY_STOP_EVERY = 1.0  # seconds between checks (each one flushes the records: not too often)
+
+
+@dataclass(frozen=True)
+class EarlyStopSettings:
+    """End a load once its SLO question is decided: the `percentile`-th latency of the
+    requests answered so far is within `bound_s` (the interval's high bound is) or over it
+    (its low bound is), at two-sided confidence `confidence` (`common.quantiles.decides`),
+    checked every `every` seconds, never before `min_duration` seconds and `min_requests`
+    answered requests of the measured window. Only the requests answered by then count: a
+    request in flight is not a latency yet (those in flight at the stop still finish and
+    are in the summary, so its row decides on a few more). A load that never decides runs
+    to its end."""
+
+    percentile: float
+    bound_s: float
+    confidence: float = CONFIDENCE
+    min_duration: float = EARLY_STOP_MIN_DURATION
+    min_requests: int = EARLY_STOP_MIN_REQUESTS
+    every: float = EARLY_STOP_EVERY
+
+    def __post_init__(self) -> None:
+        if not 0 < self.percentile < 100:
+            raise ValueError(f"stop.percentile: must be in (0, 100), got {self.percentile}")
+        _positive("stop.bound_s", self.bound_s)
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"stop.confidence: must be in (0, 1), got {self.confidence}")
+        if self.min_duration < 0 or not math.isfinite(self.min_duration):
+            raise ValueError(f"stop.min_duration_s: must be >= 0 s, got {self.min_duration}")
+        if self.min_requests < 1:
+            raise ValueError(f"stop.min_requests: must be >= 1, got {self.min_requests}")
+        _positive("stop.every", self.every)
+
+
 @dataclass(frozen=True)
 class LoadSettings:
     """One load run. Give `arrivals` for open loop or `concurrency` for closed loop.
 
     Stop rules (MLPerf style): `duration` only, `count` only, or both (run until both
-    minimums are met); `stability` replaces them. `warmup` seconds come first and are not
-    recorded. Latency is measured from the intended send time in open loop and from the
-    actual send in closed loop.
+    minimums are met); `stability` replaces them. `early_stop` may end it sooner, once its
+    SLO question is decided, at `confidence`: the level of every interval the summary
+    reports too. `warmup` seconds come first and are not recorded. Latency is measured
+    from the intended send time in open loop and from the actual send in closed loop.
     """
 
     arrivals: ArrivalProcess | None = None
@@ -83,6 +121,9 @@ class LoadSettings:
     # Real input data (`clients.input_data`): requests cycle through its samples instead
     # of one random batch drawn from `seed`.
     input_data: InputData | None = None
+    early_stop: EarlyStopSettings | None = None
+    # Two-sided confidence of the summary's percentile intervals (`LoadSummary`).
+    confidence: float = CONFIDENCE
 
     def __post_init__(self) -> None:
         if (self.arrivals is None) == (self.concurrency is None):
@@ -138,6 +179,18 @@ class LoadSettings:
             _positive("load.unreachable_after", self.unreachable_after)
         if self.chunk_rows < 1:
             raise ValueError(f"load.chunk_rows: must be >= 1, got {self.chunk_rows}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"load.confidence: must be in (0, 1), got {self.confidence}")
+        if self.early_stop is not None:
+            if self.processes != 1:
+                raise ValueError("load.early_stop: needs processes = 1 (decided live)")
+            if self.stability is not None:
+                raise ValueError("load.early_stop: stability decides when to stop; not both")
+            if self.early_stop.confidence != self.confidence:
+                raise ValueError(
+                    f"load.early_stop: its confidence ({self.early_stop.confidence}) must be "
+                    f"the summary's ({self.confidence}), or the row could disagree with the stop"
+                )
 
     @property
     def mode(self) -> str:

@@ -17,12 +17,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from servebench.common.quantiles import percentile
+from servebench.common.quantiles import CONFIDENCE, percentile, percentile_bounds
 from servebench.load.records import OK, Chunk, kind_code, kind_name
-from servebench.load.summary import LATE_THRESHOLD, LoadSummary, WindowStats
+from servebench.load.summary import (
+    LATE_THRESHOLD,
+    PERCENTILE_FIELDS,
+    LoadSummary,
+    WindowStats,
+)
 from servebench.results import CLIENT_SPLIT_COLUMNS
 
-PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+PERCENTILES = tuple(PERCENTILE_FIELDS.values())
 
 
 _FIELDS = (
@@ -205,8 +210,10 @@ def summarize(
     mode: str,
     target_rate: float | None,
     late_threshold: float = LATE_THRESHOLD,
+    confidence: float = CONFIDENCE,
 ) -> LoadSummary:
-    """Everything measured about a set of requests; the verdict is added by the caller."""
+    """Everything measured about a set of requests, each latency percentile with its
+    interval at two-sided `confidence`; the verdict is added by the caller."""
     n = len(cols)
     ok_mask = cols.code == OK
     ok = int(ok_mask.sum())
@@ -222,6 +229,12 @@ def summarize(
     throughput = ok / span if span > 0 else 0.0
     mean_batch = float(cols.batch_size[ok_mask].mean()) if ok else 0.0
     quantiles = {q: percentile(latency, q) for q in PERCENTILES}
+    lows, highs = percentile_bounds(latency, PERCENTILES, confidence)
+    bounds = {
+        f"{name}_{side}": float(values[i])
+        for i, name in enumerate(PERCENTILE_FIELDS)
+        for side, values in (("low", lows), ("high", highs))
+    }
     return LoadSummary(
         mode=mode,
         count=n,
@@ -248,6 +261,8 @@ def summarize(
         client_recv_s=_mean(cols.client_recv[ok_mask]),
         network_server_s=_mean(cols.network_server[ok_mask]),
         latencies=latency,
+        confidence_level=confidence,
+        **bounds,
     )
 
 

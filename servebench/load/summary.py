@@ -22,6 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import VerdictCode
 
 if TYPE_CHECKING:
@@ -39,6 +40,22 @@ LATE_THRESHOLD = 1e-3  # seconds: a send this late counts as late
 LATE_LIMIT = 0.01  # share of late sends above which the run is warned about
 RATE_TOLERANCE = 0.05  # share short of the schedule that makes an open-loop run INVALID
 LAG_RATIO = 0.5  # schedule lag p99 over this share of latency p99 makes it INVALID
+# Early stop's minimums (`settings.EarlyStopSettings`): a load runs at least this long
+# and this many answered requests before its SLO question may end it (MLPerf LoadGen's
+# min_duration and min_query_count, scaled to servebench's short trials: 500 requests
+# give a p99 both bounds at 95 %, which needs 368).
+EARLY_STOP_MIN_DURATION = 2.0
+EARLY_STOP_MIN_REQUESTS = 500
+
+
+# The latency percentiles a summary reports, by field name; each has a `_low` and `_high`.
+PERCENTILE_FIELDS = {
+    "latency_p50": 50.0,
+    "latency_p90": 90.0,
+    "latency_p95": 95.0,
+    "latency_p99": 99.0,
+    "latency_p99_9": 99.9,
+}
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,20 @@ class LoadSummary:
     client_send_s: float = math.nan
     client_recv_s: float = math.nan
     network_server_s: float = math.nan
+    # How sure each latency percentile is: its distribution-free interval at two-sided
+    # confidence `confidence_level` (`common.quantiles.percentile_bounds`), NaN on a side
+    # too few requests bound (p99's high side needs 368 at 95 %).
+    confidence_level: float = CONFIDENCE
+    latency_p50_low: float = math.nan
+    latency_p50_high: float = math.nan
+    latency_p90_low: float = math.nan
+    latency_p90_high: float = math.nan
+    latency_p95_low: float = math.nan
+    latency_p95_high: float = math.nan
+    latency_p99_low: float = math.nan
+    latency_p99_high: float = math.nan
+    latency_p99_9_low: float = math.nan
+    latency_p99_9_high: float = math.nan
     # A weighted mix of models (`load.mix`): per model, its weight, share of the requests,
     # counts and latency p50/p99 (`stats.mix_figures`); None for a load of one model.
     mix: dict[str, dict[str, float | int]] | None = None
@@ -109,6 +140,24 @@ class LoadSummary:
         from servebench.common.quantiles import percentile
 
         return percentile(self.latencies if self.latencies is not None else [], q)
+
+    def latency_bounds_at(self, q: float) -> tuple[float, float]:
+        """The (low, high) interval of `latency_at(q)` at this summary's confidence level,
+        as the `latency_p*_low/_high` fields are computed."""
+        from servebench.common.quantiles import percentile_bounds
+
+        values = self.latencies if self.latencies is not None else []
+        low, high = percentile_bounds(values, q, self.confidence_level)
+        return float(low), float(high)
+
+    def confidence(self) -> dict[str, Any]:
+        """The intervals as `servebench load --json` writes them: {"level": 0.95,
+        "latency_p99": [low, high], ...}, None for a side that is not bounded."""
+        document: dict[str, Any] = {"level": self.confidence_level}
+        for name in PERCENTILE_FIELDS:
+            bounds = [getattr(self, f"{name}_low"), getattr(self, f"{name}_high")]
+            document[name] = _plain(bounds)
+        return document
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for JSON/CSV; NaN becomes None so JSON stays valid."""
@@ -139,11 +188,14 @@ def judge(
     stop_code: VerdictCode = VerdictCode.STOPPED_EARLY,
 ) -> LoadSummary:
     """Set the verdict, its reasons and warnings, each with its code; returns the same
-    summary for chaining. `stop_code` says what kind of stop `stop_reason` was."""
+    summary for chaining. `stop_code` says what kind of stop `stop_reason` was: an early
+    stop because the SLO was decided (`SLO_DECIDED`) is said, but does not invalidate."""
     reasons = _Findings()
     warnings = _Findings()
     summary.stop_reason = stop_reason
-    if stop_reason:
+    if stop_reason and stop_code == VerdictCode.SLO_DECIDED:
+        warnings.add(stop_code, f"stopped early: {stop_reason}")
+    elif stop_reason:
         reasons.add(stop_code, f"stopped early: {stop_reason}")
     if summary.count == 0:
         reasons.add(VerdictCode.NO_REQUESTS, "no requests measured")

@@ -50,8 +50,16 @@ from servebench.common.limits import (
     MAX_WIDTH,
     MIN_RATE,
 )
+from servebench.common.quantiles import CONFIDENCE
 from servebench.common.validation import OnePassModel, Problem, known, rule
-from servebench.load.summary import LAG_RATIO, LATE_LIMIT, LATE_THRESHOLD, RATE_TOLERANCE
+from servebench.load.summary import (
+    EARLY_STOP_MIN_DURATION,
+    EARLY_STOP_MIN_REQUESTS,
+    LAG_RATIO,
+    LATE_LIMIT,
+    LATE_THRESHOLD,
+    RATE_TOLERANCE,
+)
 from servebench.netem.errors import UnknownLinkError
 from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
 from servebench.servers.errors import ServerKindError
@@ -407,6 +415,17 @@ class StabilityConfig(Strict):
             yield ("window_s",), f"{windows} exceed a trial's {over_limit('max_trial_s', limits)}"
 
 
+class StopConfig(Strict):
+    """Early stop: end a trial once its SLO question is decided at `confidence` (the
+    SLO percentile's interval lies wholly within the bound or wholly over it), never
+    before `min_duration_s` and `min_requests` (MLPerf LoadGen's minimums). `confidence`
+    is also the level of every interval the trial's row reports."""
+
+    confidence: Annotated[float, Field(ge=0.5, lt=1)] = CONFIDENCE
+    min_duration_s: Annotated[float, Field(ge=0, le=MAX_TRIAL_S)] = EARLY_STOP_MIN_DURATION
+    min_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)] = EARLY_STOP_MIN_REQUESTS
+
+
 class SearchConfig(Strict):
     """SLO search: the highest open-loop rate whose SLO percentile meets the bound."""
 
@@ -459,6 +478,7 @@ class Workload(Strict):
     rate_tolerance: Annotated[float, Field(ge=0, lt=1)] = RATE_TOLERANCE
     lag_ratio: Annotated[float, Field(gt=0, le=1000)] = LAG_RATIO
     stability: StabilityConfig | None = None
+    stop: StopConfig | None = None
     search: Literal["max_rate"] | None = None
     search_settings: SearchConfig = Field(default_factory=SearchConfig)
     mix: list[MixEntry] = Field(
@@ -505,6 +525,8 @@ class Workload(Strict):
     def _when_to_stop(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if known(self, "stability", "requests") and self.stability and self.requests:
             yield ("stability",), "decides when to stop; drop requests"
+        if known(self, "stability", "stop") and self.stability and self.stop:
+            yield ("stop",), "stability decides when to stop; give stop or stability, not both"
         if (
             known(self, "duration_s", "requests", "stability")
             and self.duration_s is None
@@ -680,3 +702,10 @@ class Scenario(Strict):
     def _search_needs_slo(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.workload.search and self.slo is None:
             yield ("slo",), "search: max_rate needs an slo (percentile and latency_ms)"
+
+    @rule("workload.stop", "slo")
+    def _stop_needs_slo(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.workload.stop and self.slo is None:
+            yield ("slo",), "workload.stop ends a trial once its slo is decided: give an slo"
+        if self.workload.stop and self.slo is not None and self.slo.percentile >= 100:
+            yield ("slo", "percentile"), "early stop needs a percentile under 100"

@@ -21,8 +21,10 @@ from model_zoo.imports import ImportedModel, ServedModel
 from servebench.clients.base import InferenceClient
 from servebench.clients.factory import create_client
 from servebench.common.errors import ServebenchError
+from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
 from servebench.load import (
+    EarlyStopSettings,
     LoadEngine,
     LoadSettings,
     LoadSummary,
@@ -124,6 +126,22 @@ def load_settings(
         late_limit=w.late_limit,
         rate_tolerance=w.rate_tolerance,
         lag_ratio=w.lag_ratio,
+        early_stop=_early_stop(scenario),
+        confidence=w.stop.confidence if w.stop else CONFIDENCE,
+    )
+
+
+def _early_stop(scenario: Scenario) -> EarlyStopSettings | None:
+    """`workload.stop` as the engine takes it, held to the scenario's SLO."""
+    stop, slo = scenario.workload.stop, scenario.slo
+    if stop is None or slo is None:
+        return None
+    return EarlyStopSettings(
+        percentile=slo.percentile,
+        bound_s=slo.latency_ms / 1e3,
+        confidence=stop.confidence,
+        min_duration=stop.min_duration_s,
+        min_requests=stop.min_requests,
     )
 
 
