@@ -236,6 +236,29 @@ def test_bad_files_are_one_line_each_naming_file_line_and_field(
     assert _validate(write(tmp_path, fixed, "fixed.yaml")).exit_code == 0
 
 
+def test_input_data_that_does_not_fit_a_model_is_refused_at_validation(
+    user_files: Path, tmp_path: Path
+) -> None:
+    """`workload.inputs` is matched against each model's served signature before anything
+    runs: a file's own (net.onnx takes x of 6 features), a generated model's (`input`)."""
+    (tmp_path / "net.onnx").write_bytes((user_files / "net.onnx").read_bytes())
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "inputs.npz", x=rng.standard_normal((4, 5)).astype(np.float32))
+    path = write(tmp_path, _scenario("    - {path: net.onnx}\n"))
+    (found,) = problems(tmp_path, _scenario("    - {path: net.onnx}\n"))
+    assert found.startswith(f"{path}:13 workload.inputs: 'inputs.npz' — does not fit model 'net'")
+    assert "per-sample shape [5], the model's is [6]" in found
+    assert _validate(path).exit_code == 2
+    # A generated model is served with one tensor named `input`: x is not it.
+    np.savez(tmp_path / "inputs.npz", x=rng.standard_normal((4, 6)).astype(np.float32))
+    generated = _scenario("    - {path: net.onnx}\n").replace(
+        "  files:\n",
+        "  specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [6]}]\n  files:\n",
+    )
+    (found,) = problems(tmp_path, generated)
+    assert "does not fit model 'dense-d1-w8-" in found and "'x' is not an input" in found
+
+
 def test_a_model_servebench_cannot_serve_so_is_refused_before_the_run(
     user_files: Path, tmp_path: Path
 ) -> None:

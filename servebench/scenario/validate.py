@@ -17,9 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from model_zoo.counting import count
 from model_zoo.export.family import TFS_FORMAT, load_family
-from model_zoo.imports import ImportedModel, ModelImportError, ShapeError
+from model_zoo.imports import ImportedModel, ModelImportError, ServedModel, ShapeError
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
-from model_zoo.spec import MUTABLE_LAYER_TYPES, ModelSpec, resnet50_spec
+from model_zoo.spec import INPUT_NAME, MUTABLE_LAYER_TYPES, OUTPUT_NAME, ModelSpec, resnet50_spec
+from servebench.clients.base import ModelSignature, TensorSpec
+from servebench.clients.input_data import InputDataError
 from servebench.common.errors import ServebenchError
 from servebench.common.validation import known, value_at
 from servebench.load.arrivals import TraceArrivals
@@ -196,6 +198,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.files()
         problems += checks.model_files()
         problems += checks.mix()
+        problems += checks.inputs_fit(problems)
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
@@ -325,7 +328,7 @@ class _Checks:
 
     def files(self) -> list[str]:
         """The trace, the input data and the export folder exist and parse (the input
-        data's fit to each model is checked against the served signature, at its trial)."""
+        data's fit to each model is `inputs_fit`'s)."""
         problems = []
         readers: dict[str, Callable[[Path], object]] = {
             "trace": TraceArrivals.from_file,
@@ -474,6 +477,30 @@ class _Checks:
                 )  # fmt: skip
         return problems
 
+    def inputs_fit(self, problems_so_far: list[str]) -> list[str]:
+        """`workload.inputs` fits every model its trials send to (the mix's, or all of
+        them): the names, dtypes and per-sample shapes each model is served with — a
+        generated model's `input`/`output`, a user's file's own signature — so a misfit is
+        refused here, before any server starts, not as failed trials an hour in. The trial
+        checks again against what the server reports (`InputData.match`, the same check)."""
+        if problems_so_far or not known(self.scenario, "workload.inputs", "models"):
+            return []
+        data = self.scenario.input_data(self.base_dir)
+        if data is None:
+            return []
+        models = resolve_models(self.scenario, self.base_dir)
+        mix = self.scenario.workload.mix
+        if mix:
+            models = [m for m in models if m.id in {entry.model for entry in mix}]
+        for model in models:
+            try:
+                data.match(_served_signature(model))
+            except InputDataError as err:
+                where = ("workload", "inputs")
+                value = str(self.scenario.workload.inputs)
+                return [self.problem(where, value, f"does not fit model {model.id!r}: {err}")]
+        return []
+
     def sizes(self, complete: bool) -> list[str]:
         """Models within the byte caps; models and trials within their counts.
 
@@ -612,6 +639,24 @@ def _sized(layer_type: str, depth: int, width: int, shape: Any, **knobs: Any) ->
     data = {k: v for k, v in data.items() if v is not None}
     filled = ModelSpec._prepare({**data, "input_shape": tuple(shape)})
     return ModelSpec.model_construct(**filled)
+
+
+def _served_signature(model: ServedModel) -> ModelSignature:
+    """The signature `model` is served with, as a server's metadata will state it: a
+    generated model's named tensors (`model_zoo.export`), a file's own (per-sample dims
+    where it batches; -1 where a dimension is open)."""
+    if isinstance(model, ModelSpec):
+        return ModelSignature(
+            model.id,
+            (TensorSpec(INPUT_NAME, model.dtype, model.served_input_shape),),
+            (TensorSpec(OUTPUT_NAME, model.dtype, model.served_output_shape),),
+        )
+    signature = model.signature
+
+    def tensors(found: tuple) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(t.name, t.dtype, signature.served_dims(t)) for t in found)
+
+    return ModelSignature(model.id, tensors(signature.inputs), tensors(signature.outputs))
 
 
 def _reason(err: Exception, path: Path) -> str:
