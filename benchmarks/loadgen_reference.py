@@ -1,7 +1,7 @@
 """LoadGen's Server scenario beside `servebench load --poisson`, on the same local Triton model.
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_reference.py
-        [--rates 200 500] [--duration 25] [--repeats 3] [--slo-ms 20] [--out DIR]
+        [--rates 200 500] [--duration 25] [--repeats 3] [--slo-ms 20] [--untraced] [--out DIR]
 
 One small dense model is exported and served by the local tritonserver (as
 benchmarks/clients_cpu.py does); then, at each Poisson rate, the same load is issued by two
@@ -27,19 +27,24 @@ Figures are medians over the repeats. Where a percentile's intervals from the tw
 do not overlap in a repeat, the table counts it ("disjoint"); the split of LoadGen's
 latency (its issue delay, our callback → coroutine hand-off, the request, the answer →
 QuerySamplesComplete) and of servebench's (schedule lag, send → answer) says where the
-difference comes from. The machine's load average is printed before and after. Nothing
-here is an MLPerf result: no accuracy run, no audit, no submission rules.
+difference comes from. Each side's CPU is sampled twice a second (loadgen_peers.run_tool's
+method: cores used between 40 % and 90 % of the run): the servebench process, LoadGen's
+process split into the client's loop thread and LoadGen's own threads, and the server.
+`--untraced` adds a LoadGen run without its trace (LoadGen's default) to each repeat, to
+show what the trace costs; its figures are LoadGen's printed ones, without bounds. The
+machine's load average is printed as it goes. Nothing here is an MLPerf result: no
+accuracy run, no audit, no submission rules.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,7 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
+from loadgen_peers import LAST_CPU_SHARE, LAST_SERVER_SHARE, SERVER_PID, cpu_share, run_tool
 
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
@@ -81,6 +88,7 @@ class Measured:
     verdict: str  # the tool's own VALID/INVALID
     early_stop: str  # LoadGen: its early-stopping line; servebench: decides' answer
     parts: dict[str, np.ndarray] = field(default_factory=dict)  # latency split, seconds
+    cpu: dict[str, float] = field(default_factory=dict)  # cores used, steady middle of the run
     errors: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -99,8 +107,9 @@ class LoopSut:
         self.client = create_client(PROTOCOL, url, model, transport="auto")
         self.payloads: list[Payload] = self._run(self._connect(seed))
         # per answered query: LoadGen's sample sequence number, its QSL index, then
-        # callback entry, coroutine start, answer, just before QuerySamplesComplete (ns)
-        self.times: list[tuple[int, int, int, int, int, int]] = []
+        # callback entry, coroutine start, answer (then QuerySamplesComplete), the return
+        # from QuerySamplesComplete (ns)
+        self.times: list[tuple[int, ...]] = []
         self.issued = 0  # samples handed over so far: the next one's sample_seq
         self.errors = 0
         self.tasks: set[asyncio.Task] = set()
@@ -134,8 +143,8 @@ class LoopSut:
         except (InferenceError, TimeoutError):
             self.errors += 1  # LoadGen has no failed answer: it still needs the completion
         answered = time.perf_counter_ns()
-        self.times.append((seq, index, entered, started, answered, time.perf_counter_ns()))
         lg.QuerySamplesComplete([lg.QuerySampleResponse(query_id, 0, 0)])
+        self.times.append((seq, index, entered, started, answered, time.perf_counter_ns()))
 
     def flush_queries(self) -> None:
         """Nothing is batched on our side, so there is nothing to flush."""
@@ -147,10 +156,59 @@ class LoopSut:
         self.loop.close()
 
 
+class CpuSampler:
+    """This process's CPU time twice a second, split into the client's loop thread and
+    every other thread (LoadGen's issue, response and logging threads, the main thread
+    in StartTest), and the server's; `shares()` gives each as cores used between 40 %
+    and 90 % of the run (loadgen_peers.cpu_share, as the servebench run is measured)."""
+
+    def __init__(self, loop_thread: int) -> None:
+        self.loop_thread = loop_thread
+        self.samples: dict[str, list[tuple[float, float]]] = {
+            "client loop thread": [], "LoadGen's threads": [], "server": []
+        }  # fmt: skip
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        server = psutil.Process(SERVER_PID[0])
+        sampler = threading.get_native_id()
+        while not self.done.wait(0.5):
+            now = time.perf_counter()
+            threads = {t.id: t.user_time + t.system_time for t in me.threads()}
+            loop = threads.pop(self.loop_thread, 0.0)
+            threads.pop(sampler, None)
+            self.samples["client loop thread"].append((now, loop))
+            self.samples["LoadGen's threads"].append((now, sum(threads.values())))
+            tree = [server, *server.children()]
+            self.samples["server"].append((now, sum(sum(p.cpu_times()[:2]) for p in tree)))
+
+    def shares(self) -> dict[str, float]:
+        return {name: cpu_share(samples) for name, samples in self.samples.items()}
+
+
 def run_loadgen(
-    url: str, model: str, rate: float, duration: float, slo_s: float, seed: int, out: Path
+    url: str,
+    model: str,
+    rate: float,
+    duration: float,
+    slo_s: float,
+    seed: int,
+    out: Path,
+    *,
+    trace: bool = True,
 ) -> Measured:
-    """One LoadGen Server-scenario run; its logs go to `out`."""
+    """One LoadGen Server-scenario run; its logs go to `out`. Without `trace` (LoadGen's
+    default) there are no per-sample figures, only its summary's."""
     import mlperf_loadgen as lg
 
     out.mkdir(parents=True, exist_ok=True)
@@ -169,16 +227,30 @@ def run_loadgen(
     log = lg.LogSettings()
     log.log_output.outdir = str(out)
     log.log_output.copy_summary_to_stdout = False
-    log.enable_trace = True  # per-sample latencies and issue delays
+    log.enable_trace = trace  # per-sample latencies and issue delays
     sut = lg.ConstructSUT(sut_impl.issue_queries, sut_impl.flush_queries)
     qsl = lg.ConstructQSL(SAMPLES, SAMPLES, lambda _: None, lambda _: None)
     try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        with CpuSampler(sut_impl.thread.native_id) as cpu:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log)
     finally:
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
         sut_impl.close()
     summary = parse_summary((out / "mlperf_log_summary.txt").read_text())
+    printed = {k.split()[0]: int(v) / 1e9 for k, v in summary.items() if "percentile latency" in k}
+    if not trace:
+        return Measured(
+            tool="LoadGen untraced",
+            latencies=np.array([]),
+            sent_rate=float(summary["Scheduled samples per second"]),
+            done_rate=float(summary["Completed samples per second"]),
+            verdict=_loadgen_verdict(summary),
+            early_stop=_early_stop(summary["early_stopping"]),
+            cpu=cpu.shares(),
+            errors=sut_impl.errors,
+            extra={"printed": printed},
+        )
     trace = trace_samples(out / "mlperf_log_trace.json")
     ours = np.asarray(sut_impl.times, dtype=np.int64).reshape(-1, 6)
     ours = ours[np.argsort(ours[:, 0])]
@@ -187,7 +259,7 @@ def run_loadgen(
     if len(ours) != len(trace) or not np.array_equal(ours[:, :2], trace[:, :2]):
         raise SystemExit(f"{out}: LoadGen's trace and the SUT's samples do not line up")
     latency, issue = trace[:, 3], trace[:, 2]
-    entered, started, answered, completing = ours[:, 2], ours[:, 3], ours[:, 4], ours[:, 5]
+    entered, started, answered, completed = ours[:, 2:6].T
     return Measured(
         tool="LoadGen",
         latencies=latency / 1e9,
@@ -199,13 +271,15 @@ def run_loadgen(
             "issue delay": issue / 1e9,
             # IssueQuery → our callback's first line, plus QuerySamplesComplete's entry
             # until LoadGen stamps the completion: pybind11 taking the GIL and converting
-            "GIL + pybind11": ((latency - issue) - (completing - entered)) / 1e9,
+            "GIL + pybind11": ((latency - issue) - (answered - entered)) / 1e9,
             "hand-off to loop": (started - entered) / 1e9,
             "request": (answered - started) / 1e9,
-            "answer to complete": (completing - answered) / 1e9,
+            # not in this sample's latency, but the loop thread is held for it
+            "(complete call)": (completed - answered) / 1e9,
         },
+        cpu=cpu.shares(),
         errors=sut_impl.errors,
-        extra={k: v for k, v in summary.items() if "percentile latency" in k},
+        extra={"printed": printed},
     )
 
 
@@ -290,9 +364,7 @@ def run_servebench(
         "--duration", str(duration), "--metrics-url", "",
         "--json", str(summary_path), "--records", str(records_path),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode not in (0, 3):  # 3: INVALID, still a measurement
-        raise SystemExit(f"servebench load failed ({done.returncode}): {done.stderr.strip()}")
+    run_tool(command, timeout=4 * duration + 120)  # samples its CPU and the server's
     summary = json.loads(summary_path.read_text())
     records = pq.read_table(records_path).to_pandas()
     answered = records[records["ok"]]
@@ -311,6 +383,7 @@ def run_servebench(
             "schedule lag": (answered["send_time"] - answered["intended_time"]).to_numpy(),
             "send to answer": (answered["completion_time"] - answered["send_time"]).to_numpy(),
         },
+        cpu={"generator process": LAST_CPU_SHARE[0], "server": LAST_SERVER_SHARE[0]},
         errors=int((~records["ok"]).sum()),
     )
 
@@ -333,51 +406,60 @@ def _loadavg() -> str:
 
 
 def report(rate: float, runs: list[Measured], slo_s: float) -> None:
-    """Medians over the repeats per tool, the disjoint intervals, and the latency split."""
+    """Medians over the repeats per tool, the disjoint intervals, the latency split and
+    the CPU each side used."""
     print(f"\n== {rate:g} req/s Poisson, SLO p{SLO_PERCENTILE:g} <= {slo_s * 1e3:g} ms ==")
     head = "  ".join(f"{f'p{q:g} ms (95 % CI)':>22}" for q in QUANTILES)
-    print(f"{'tool':11} {'sent/s':>7} {'done/s':>7}  {head}  {'errors':>6}")
+    print(f"{'tool':16} {'sent/s':>7} {'done/s':>7}  {head}  {'errors':>6}")
     tools = sorted({r.tool for r in runs})
     for tool in tools:
         mine = [r for r in runs if r.tool == tool]
         cells = []
         for q in QUANTILES:
-            figures = np.array([_bounded(r.latencies, q) for r in mine])
-            mid, low, high = np.median(figures, axis=0)
-            cells.append(f"{_ms(mid)} ({_ms(low).strip()}-{_ms(high).strip()})".rjust(22))
+            if mine[0].latencies.size:
+                figures = np.array([_bounded(r.latencies, q) for r in mine])
+                mid, low, high = np.median(figures, axis=0)
+                cells.append(f"{_ms(mid)} ({_ms(low).strip()}-{_ms(high).strip()})".rjust(22))
+            else:  # untraced: LoadGen's printed figure, no per-sample latencies to bound it
+                mid = statistics.median(r.extra["printed"][f"{q:.2f}"] for r in mine)
+                cells.append(f"{_ms(mid)} (no CI)".rjust(22))
         sent = statistics.median(r.sent_rate for r in mine)
         done = statistics.median(r.done_rate for r in mine)
         errors = sum(r.errors for r in mine)
-        print(f"{tool:11} {sent:7.1f} {done:7.1f}  {'  '.join(cells)}  {errors:6d}")
+        print(f"{tool:16} {sent:7.1f} {done:7.1f}  {'  '.join(cells)}  {errors:6d}")
     print(f"  verdicts; early stopping (LoadGen) or decision (servebench) at p{SLO_PERCENTILE:g}:")
     for r in runs:
-        print(f"    repeat {r.extra['repeat']} {r.tool:11} {r.verdict}; {r.early_stop}")
-    by_repeat = {}
+        print(f"    repeat {r.extra['repeat']} {r.tool:16} {r.verdict}; {r.early_stop}")
+    by_repeat: dict[int, dict[str, Measured]] = {}
     for r in runs:
-        by_repeat.setdefault(r.extra.get("repeat"), {})[r.tool] = r
+        by_repeat.setdefault(r.extra["repeat"], {})[r.tool] = r
     for q in QUANTILES:
-        disjoint = []
+        disjoint = 0
         for pair in by_repeat.values():
-            if len(pair) < 2:
-                continue
             (_, a_low, a_high), (_, b_low, b_high) = (
-                _bounded(p.latencies, q) for p in pair.values()
+                _bounded(pair[tool].latencies, q) for tool in ("LoadGen", "servebench")
             )
-            if a_high < b_low or b_high < a_low:
-                disjoint.append(pair)
-        print(f"  p{q:g}: intervals disjoint in {len(disjoint)} of {len(by_repeat)} repeats")
+            disjoint += bool(a_high < b_low or b_high < a_low)
+        print(f"  p{q:g}: LoadGen's and servebench's intervals disjoint in {disjoint} of "
+              f"{len(by_repeat)} repeats")  # fmt: skip
     print("  latency split, ms (median over repeats of each part's p50 / p99):")
     for tool in tools:
         mine = [r for r in runs if r.tool == tool]
         for part in mine[0].parts:
             p50 = statistics.median(percentile(r.parts[part], 50) for r in mine)
             p99 = statistics.median(percentile(r.parts[part], 99) for r in mine)
-            print(f"    {tool:11} {part:20} {_ms(p50)} / {_ms(p99)}")
+            print(f"    {tool:16} {part:20} {_ms(p50)} / {_ms(p99)}")
+    print("  CPU, cores (median over repeats, steady middle of each run):")
+    for tool in tools:
+        mine = [r for r in runs if r.tool == tool]
+        shares = ", ".join(
+            f"{name} {statistics.median(r.cpu[name] for r in mine):.2f}" for name in mine[0].cpu
+        )
+        print(f"    {tool:16} {shares}")
     for r in runs:
-        if r.tool == "LoadGen":
-            printed = ", ".join(f"{k.split()[0]}: {int(v) / 1e6:.2f}" for k, v in r.extra.items()
-                                if k.split()[0] in ("50.00", "90.00", "99.00"))  # fmt: skip
-            print(f"    LoadGen's own summary, repeat {r.extra['repeat']} (ms): {printed}")
+        if r.tool.startswith("LoadGen"):
+            printed = ", ".join(f"p{k}: {v * 1e3:.2f}" for k, v in r.extra["printed"].items())
+            print(f"    {r.tool}'s own summary, repeat {r.extra['repeat']} (ms): {printed}")
 
 
 def main() -> None:
@@ -386,6 +468,11 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=25.0, help="seconds per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slo-ms", type=float, default=20.0, help="latency target at p99")
+    parser.add_argument(
+        "--untraced",
+        action="store_true",
+        help="also run LoadGen without its trace (its default) each repeat: what the trace costs",
+    )
     parser.add_argument("--out", type=Path, help="work folder (default: a temp dir)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="servebench-loadgen-"))
@@ -397,24 +484,25 @@ def main() -> None:
     served = create_server(
         "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
     )
+    untraced = functools.partial(run_loadgen, trace=False)
     with served as server:
+        SERVER_PID[:] = [server.pid]
         url = server.endpoints.http_url
         run_servebench(url, export.name, args.rates[0], 3.0, slo_s, 0, out / "warmup")
         for rate in args.rates:
             runs: list[Measured] = []
             for repeat in range(args.repeats):
-                tools = [run_loadgen, run_servebench]
+                tools = [run_loadgen, run_servebench, *([untraced] if args.untraced else [])]
                 if repeat % 2:
                     tools.reverse()
-                for tool in tools:
-                    where = out / f"r{rate:g}" / f"{repeat}-{tool.__name__}"
+                for number, tool in enumerate(tools):
+                    where = out / f"r{rate:g}" / f"{repeat}-{number}"
                     measured = tool(url, export.name, rate, args.duration, slo_s, repeat, where)
                     measured.extra["repeat"] = repeat
                     runs.append(measured)
                     print(
                         f"  {rate:g} req/s repeat {repeat} {measured.tool}: "
-                        f"p99 {percentile(measured.latencies, 99) * 1e3:.2f} ms, "
-                        f"{len(measured.latencies)} answers; load {_loadavg()}",
+                        f"{measured.done_rate:.1f} answers/s; load {_loadavg()}",
                         flush=True,
                     )
             report(rate, runs, slo_s)
