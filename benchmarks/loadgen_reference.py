@@ -1,7 +1,8 @@
 """LoadGen's Server scenario beside `servebench load --poisson`, on the same local Triton model.
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_reference.py
-        [--rates 200 500] [--duration 25] [--repeats 3] [--slo-ms 20] [--untraced] [--out DIR]
+        [--rates 200 500] [--duration 25] [--repeats 3] [--slo-ms 20] [--untraced]
+        [--loop uvloop|asyncio] [--out DIR]
 
 One small dense model is exported and served by the local tritonserver (as
 benchmarks/clients_cpu.py does); then, at each Poisson rate, the same load is issued by two
@@ -9,8 +10,8 @@ engines, alternating which goes first over the repeats:
 
 - LoadGen (mlcommons-loadgen, its C++ engine) in its Server scenario, performance mode: its
   issue thread schedules Poisson arrivals at `server_target_qps` for `min_duration_ms`
-  and calls our SUT's `issue_queries`, which hands each query to an asyncio loop in a
-  second thread where servebench's own client (clients.factory.create_client, the
+  and calls our SUT's `issue_queries`, which hands each query to an event loop (uvloop,
+  as `servebench load` runs on) in a second thread where servebench's own client (clients.factory.create_client, the
   triton-http client `servebench load` uses) sends it; each answer calls
   `QuerySamplesComplete`. The QSL is 1,024 random samples (each a payload the client
   encoded once). LoadGen's p50/p90/p99, rates, early-stopping verdict and VALID/INVALID are
@@ -25,9 +26,9 @@ engines, alternating which goes first over the repeats:
 
 Figures are medians over the repeats. Where a percentile's intervals from the two tools
 do not overlap in a repeat, the table counts it ("disjoint"); the split of LoadGen's
-latency (its issue delay, our callback → coroutine hand-off, the request, the answer →
-QuerySamplesComplete) and of servebench's (schedule lag, send → answer) says where the
-difference comes from. Each side's CPU is sampled twice a second (loadgen_peers.run_tool's
+latency per sample (its issue delay, pybind11 taking the GIL into our callback and out of
+QuerySamplesComplete, our callback → coroutine hand-off, the request) and of
+servebench's (schedule lag, send → answer) says where the difference comes from. Each side's CPU is sampled twice a second (loadgen_peers.run_tool's
 method: cores used between 40 % and 90 % of the run): the servebench process, LoadGen's
 process split into the client's loop thread and LoadGen's own threads, and the server.
 `--untraced` adds a LoadGen run without its trace (LoadGen's default) to each repeat, to
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
+import uvloop
 from loadgen_peers import LAST_CPU_SHARE, LAST_SERVER_SHARE, SERVER_PID, cpu_share, run_tool
 
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
@@ -100,8 +102,10 @@ class LoopSut:
     """A LoadGen SUT that sends each query with servebench's client on an asyncio loop in
     its own thread; LoadGen's issue thread only hands the queries over."""
 
-    def __init__(self, url: str, model: str, seed: int) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, url: str, model: str, seed: int, loop: str) -> None:
+        # uvloop is what `servebench load` runs on (load.runner picks it when installed);
+        # `--loop asyncio` shows what the plain asyncio loop changes.
+        self.loop = uvloop.new_event_loop() if loop == "uvloop" else asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.client = create_client(PROTOCOL, url, model, transport="auto")
@@ -206,13 +210,14 @@ def run_loadgen(
     out: Path,
     *,
     trace: bool = True,
+    loop: str = "uvloop",
 ) -> Measured:
     """One LoadGen Server-scenario run; its logs go to `out`. Without `trace` (LoadGen's
     default) there are no per-sample figures, only its summary's."""
     import mlperf_loadgen as lg
 
     out.mkdir(parents=True, exist_ok=True)
-    sut_impl = LoopSut(url, model, seed)
+    sut_impl = LoopSut(url, model, seed, loop)
     settings = lg.TestSettings()
     settings.scenario = lg.TestScenario.Server
     settings.mode = lg.TestMode.PerformanceOnly
@@ -473,6 +478,12 @@ def main() -> None:
         action="store_true",
         help="also run LoadGen without its trace (its default) each repeat: what the trace costs",
     )
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the LoadGen SUT's event loop (servebench load runs on uvloop)",
+    )
     parser.add_argument("--out", type=Path, help="work folder (default: a temp dir)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="servebench-loadgen-"))
@@ -484,7 +495,8 @@ def main() -> None:
     served = create_server(
         "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
     )
-    untraced = functools.partial(run_loadgen, trace=False)
+    traced = functools.partial(run_loadgen, loop=args.loop)
+    untraced = functools.partial(run_loadgen, trace=False, loop=args.loop)
     with served as server:
         SERVER_PID[:] = [server.pid]
         url = server.endpoints.http_url
@@ -492,7 +504,7 @@ def main() -> None:
         for rate in args.rates:
             runs: list[Measured] = []
             for repeat in range(args.repeats):
-                tools = [run_loadgen, run_servebench, *([untraced] if args.untraced else [])]
+                tools = [traced, run_servebench, *([untraced] if args.untraced else [])]
                 if repeat % 2:
                     tools.reverse()
                 for number, tool in enumerate(tools):
