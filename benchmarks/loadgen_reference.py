@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlperf_loadgen as lg
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
@@ -142,8 +143,6 @@ class LoopSut:
             task.add_done_callback(self.tasks.discard)
 
     async def _send(self, seq: int, query_id: int, index: int, entered: int) -> None:
-        import mlperf_loadgen as lg
-
         started = time.perf_counter_ns()
         try:
             await self.client.infer(self.payloads[index])
@@ -217,8 +216,6 @@ def run_loadgen(
 ) -> Measured:
     """One LoadGen Server-scenario run; its logs go to `out`. Without `trace` (LoadGen's
     default) there are no per-sample figures, only its summary's."""
-    import mlperf_loadgen as lg
-
     out.mkdir(parents=True, exist_ok=True)
     sut_impl = LoopSut(url, model, seed, loop)
     settings = lg.TestSettings()
