@@ -1,5 +1,5 @@
-"""A run's trials in the forms other tools read: perf_analyzer's CSV, and the plain trial
-table as CSV, Parquet or JSON.
+"""A run's trials in the forms other tools read: perf_analyzer's CSV, LoadGen's summary
+(its Server scenario), and the plain trial table as CSV, Parquet or JSON.
 
 perf_analyzer's CSV (its `-f` file; ReportWriter::GenerateReport in report_writer.cc) is
 one file per measured configuration, one row per load level sorted by inferences/s: the
@@ -17,6 +17,15 @@ measure is an empty cell, never a 0 (gRPC's client send, the server's split for 
 without Triton's metrics); an SLO-search trial is the one row of its chosen rate, with
 server times taken over all of its steps. Failed, INVALID and trace-driven trials have no
 row.
+
+LoadGen's summary (`loadgen_summaries`; the layout of mlperf_log_summary.txt, LogSummary
+in LoadGen's results.cc) is one text file per open-loop trial at one rate: scenario
+Server, the target and achieved rates, min/max/mean and the 50/90/95/97/99/99.9th
+percentile latencies in whole nanoseconds (servebench's nearest rank over the trial's
+answered requests; LoadGen reads index floor(n·p) of the sorted latencies, one rank
+higher when n·p is whole), the early-stopping result at the trial's SLO (`decides` at
+LoadGen's confidence, one-sided 99 %) and servebench's verdict with its reasons. Each file
+says it is not an MLPerf result: no accuracy run, no audit, servebench's own schedule.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -36,10 +46,11 @@ import pyarrow.parquet as pq
 from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
+from servebench.common.quantiles import decides, percentiles, requests_to_decide
 from servebench.common.serving_apis import serving_api
 from servebench.results import TRIAL_SCHEMA
 
-FORMATS = ("perf_analyzer", "csv", "parquet", "json")
+FORMATS = ("perf_analyzer", "loadgen", "csv", "parquet", "json")
 CONCURRENCY, REQUEST_RATE = "Concurrency", "Request Rate"
 PERCENTILES = ((50, "latency_p50"), (90, "latency_p90"), (95, "latency_p95"), (99, "latency_p99"))
 # perf_analyzer writes the server's split only when it has the server's statistics:
@@ -241,6 +252,153 @@ def _file_name(row: dict[str, Any], mode: str) -> str:
     return _UNSAFE.sub("_", "__".join(str(p) for p in parts if not missing(p))).strip("_")
 
 
+# -- LoadGen's summary (Server scenario) -------------------------------------------------
+
+# The percentiles LoadGen's summary lists (latency_percentiles in loadgen.cc), in order.
+LOADGEN_PERCENTILES = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
+# LoadGen's early stopping is one-sided at 99 % (confidence 0.99 in its results.cc): the
+# upper side of a two-sided 98 % interval, the level `decides` takes.
+LOADGEN_LEVEL = 0.98
+NOT_MLPERF = (
+    "servebench trial in LoadGen's summary layout: not an MLPerf result "
+    "(no accuracy run, no audit; servebench's schedule and client)"
+)
+_RULE = "=" * 48
+
+
+def loadgen_summaries(
+    trials: pd.DataFrame, records: pd.DataFrame | None
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """(file name stem, text) per open-loop, fixed-rate trial with records, in LoadGen's
+    summary layout; notes say which trials have none and why."""
+    notes: list[str] = []
+    skipped: dict[str, int] = {}
+    files = []
+    answered: dict[str, np.ndarray] = {}
+    if records is not None:
+        latencies = records[records["ok"].astype(bool)].groupby("trial_id")["latency"]
+        answered = {str(k): v.to_numpy(dtype=float) for k, v in latencies}
+    for row in trials.to_dict("records"):
+        why = _not_a_server_run(row)
+        if why is None and answered.get(str(row["trial_id"])) is None:
+            why = (
+                "no answered request in the records"
+                if records is not None
+                else "the run has no records (records.parquet)"
+            )
+        if why is not None:
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        stem = f"{_file_name(row, REQUEST_RATE)}__{row['trial_id']}"
+        files.append((stem, loadgen_summary(row, answered[str(row["trial_id"])])))
+    for why, count in skipped.items():
+        notes.append(f"{count} trial{'s' if count > 1 else ''} skipped: {why}")
+    if files:
+        notes.append(
+            "latencies from the intended send time; percentiles nearest rank (LoadGen's "
+            "index floor(n·p) is one rank higher where n·p is whole)"
+        )
+    return files, notes
+
+
+def _not_a_server_run(row: dict[str, Any]) -> str | None:
+    """Why a trial is no LoadGen Server run (one Poisson or constant rate, open loop)."""
+    if row.get("load_kind") in ("concurrency", "users") or row.get("mode") == "closed":
+        return "closed loop (LoadGen's Server scenario is open loop)"
+    if row.get("status") != "ok":
+        return "not ok (failed or interrupted)"
+    if row.get("load_kind") == "search":
+        return "SLO search (its records span several rates; a Server run has one target QPS)"
+    if row.get("load_kind") == "trace" or missing(row.get("target_rate")):
+        return "no single target rate (trace-driven)"
+    return None
+
+
+def loadgen_summary(row: dict[str, Any], latencies: np.ndarray) -> str:
+    """One trial as LoadGen's mlperf_log_summary.txt lays it out (key : value lines),
+    from its answered requests' latencies (seconds) and its trial row."""
+    batch = int(row.get("batch_size") or 1)
+    verdict = str(row.get("verdict") or "VALID")
+    reasons = [r.strip() for r in str(row.get("verdict_reasons") or "").split(";") if r.strip()]
+    stopping, met = _early_stopping(row, latencies)
+    lines = [
+        _RULE,
+        NOT_MLPERF,
+        _RULE,
+        f"SUT name : {row.get('setting') or row.get('server')} / {row.get('model')}",
+        "Scenario : Server",
+        "Mode     : PerformanceOnly",
+        f"Completed samples per second    : {float(row.get('throughput_ips') or 0.0):.2f}",
+        f"Result is : {verdict}",
+    ]
+    if met is not None:
+        performance = _slo_latency(row, latencies) <= float(row["slo_bound_s"])
+        lines.append(f"  Performance constraints satisfied : {'Yes' if performance else 'NO'}")
+        lines.append(f"  Early stopping satisfied: {'Yes' if met else 'NO'}")
+    if reasons:
+        lines.append("Why (servebench's verdict):")
+        lines += [f" * {reason}" for reason in reasons]
+    lines += ["Early Stopping Result:", *stopping, "", _RULE, "Additional Stats", _RULE]
+    scheduled = row.get("scheduled_rate")
+    if not missing(scheduled):
+        lines.append(f"Scheduled samples per second : {float(scheduled) * batch:.2f}")
+    if not missing(row.get("achieved_rate")):
+        lines.append(f"Sent queries per second : {float(row['achieved_rate']):.2f}")
+    lines += [
+        f"Min latency (ns)                : {_ns(latencies.min())}",
+        f"Max latency (ns)                : {_ns(latencies.max())}",
+        f"Mean latency (ns)               : {_ns(latencies.mean())}",
+    ]
+    values = percentiles(latencies, LOADGEN_PERCENTILES)
+    for q, value in zip(LOADGEN_PERCENTILES, values, strict=True):
+        lines.append(f"{q:.2f} percentile latency (ns)   : {_ns(value)}")
+    lines += ["", _RULE, "Test Parameters Used", _RULE, f"samples_per_query : {batch}"]
+    lines.append(f"target_qps : {float(row['target_rate']):g}")
+    if _has_slo(row):
+        lines.append(f"target_latency (ns): {_ns(row['slo_bound_s'])}")
+        lines.append(f"target_latency_percentile : {float(row['slo_percentile']):g}")
+    lines.append(f"servebench trial : {row['trial_id']}")
+    if not missing(row.get("load")):
+        lines.append(f"servebench load : {row['load']}")
+    return "\n".join(lines) + "\n"
+
+
+def _ns(seconds: float) -> str:
+    """Whole nanoseconds, as LoadGen's summary writes its latencies."""
+    return str(round(float(seconds) * 1e9))
+
+
+def _has_slo(row: dict[str, Any]) -> bool:
+    return not (missing(row.get("slo_bound_s")) or missing(row.get("slo_percentile")))
+
+
+def _slo_latency(row: dict[str, Any], latencies: np.ndarray) -> float:
+    return float(percentiles(latencies, [float(row["slo_percentile"])])[0])
+
+
+def _early_stopping(row: dict[str, Any], latencies: np.ndarray) -> tuple[list[str], bool | None]:
+    """LoadGen's early-stopping lines for the trial's SLO and whether it is satisfied
+    (None: the run has no SLO)."""
+    if not _has_slo(row):
+        return [" * no SLO: the run set no latency bound to decide"], None
+    q, bound = float(row["slo_percentile"]), float(row["slo_bound_s"])
+    n = latencies.size
+    over = int((latencies > bound).sum())
+    said = f"p{q:g} <= {bound * 1e3:g} ms, one-sided 99 %: {n} queries, {over} over the bound"
+    decision = decides(n, n - over, q, LOADGEN_LEVEL)
+    if decision == "met":
+        return [" * Run successful.", f" * {said}"], True
+    needed = requests_to_decide(n, over, q, LOADGEN_LEVEL) if decision is None else None
+    lines = [" * Run unsuccessful.", f" * {said}"]
+    if decision == "missed":
+        lines.append(f" * the p{q:g} latency is over the bound at this confidence")
+    elif needed is not None:
+        lines.append(f" * undecided: about {needed} queries in all would decide it at this share")
+    else:
+        lines.append(" * undecided: the share over the bound sits at the percentile's edge")
+    return lines, False
+
+
 # -- the plain trial table --------------------------------------------------------------
 
 
@@ -286,6 +444,8 @@ def export(data: RunData, fmt: str, out: Path) -> Export:
     folder to hold `trials.<ext>`, for the plain table)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
+    if fmt == "loadgen":
+        return _write_loadgen(data, out)
     if fmt == "perf_analyzer":
         files, notes = perf_analyzer_files(data.trials)
         if not files:
@@ -306,3 +466,18 @@ def export(data: RunData, fmt: str, out: Path) -> Export:
     else:
         path.write_text(json.dumps(trial_json(data), indent=2, default=str) + "\n")
     return Export([path], [])
+
+
+def _write_loadgen(data: RunData, out: Path) -> Export:
+    """LoadGen summaries under the folder `out`, one `<trial>_summary.txt` per trial."""
+    files, notes = loadgen_summaries(data.trials, data.records)
+    if not files:
+        why = "; ".join(notes) or "no trial"
+        raise ValueError(f"{data.path}: no open-loop trial to export as LoadGen's summary ({why})")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stem, text in files:
+        path = out / f"{stem}_summary.txt"
+        path.write_text(text)
+        paths.append(path)
+    return Export(paths, notes)

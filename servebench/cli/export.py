@@ -1,5 +1,6 @@
-"""`servebench export`: a run's trials as perf_analyzer's CSV files, or as a plain table
-(CSV, Parquet, JSON) with each column's unit (servebench.analysis.export).
+"""`servebench export`: a run's trials as perf_analyzer's CSV files, as LoadGen's summary
+(Server scenario, one file per open-loop trial), or as a plain table (CSV, Parquet, JSON)
+with each column's unit (servebench.analysis.export).
 
 Exit status: 0 written, 1 a file could not be written, 2 bad input.
 """
@@ -19,7 +20,9 @@ from servebench.cli.values import OutputPath, RunDir
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-Format = Literal["perf_analyzer", "csv", "parquet", "json"]
+Format = Literal["perf_analyzer", "loadgen", "csv", "parquet", "json"]
+# Formats written as several files in a folder, never into one file.
+FOLDER_FORMATS = ("perf_analyzer", "loadgen")
 
 
 def export(
@@ -30,8 +33,9 @@ def export(
         Format,
         typer.Option(
             "--format",
-            help="perf_analyzer: its CSV, one file per configuration; csv, parquet, json: "
-            "the trial table with units",
+            help="perf_analyzer: its CSV, one file per configuration; loadgen: LoadGen's "
+            "summary (Server scenario) per open-loop trial, not an MLPerf result; csv, "
+            "parquet, json: the trial table with units",
         ),
     ] = "perf_analyzer",
     output: Annotated[
@@ -49,12 +53,12 @@ def export(
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
-        data = load_run(run_dir, records=False, trials=True)
+        data = load_run(run_dir, records=fmt == "loadgen", trials=True)
     except ResultDirError as err:
         raise fail(str(err)) from None
     out = output if output is not None else data.path / "export"
-    if out.exists() and not out.is_dir() and fmt == "perf_analyzer":
-        raise fail(f"--output {out}: perf_analyzer files go in a folder; {out} is a file")
+    if out.exists() and not out.is_dir() and fmt in FOLDER_FORMATS:
+        raise fail(f"--output {out}: {fmt} files go in a folder; {out} is a file")
     try:
         result = write(data, fmt, out)
     except ValueError as err:
