@@ -89,6 +89,7 @@ def write_run(root: Path, trials: dict[str, tuple[dict, np.ndarray]]) -> Path:
                     "response_bytes": np.full(n, 100, dtype=np.int64),
                     "client_send_s": np.full(n, 1e-5),
                     "client_recv_s": np.full(n, 1e-5),
+                    "model": pa.nulls(n, pa.string()),
                 },
                 schema=RECORD_SCHEMA,
             )
