@@ -11,7 +11,8 @@ ranked by cost; each one after the first says why it loses (cost, latency margin
 the settings that cannot meet the SLO at any replica count say why.
 
 Where the points come from, best first: SLO-search steps (open loop, each step one
-offered rate), open-loop rate trials (their achieved rate), and — only when a setting has
+offered rate), open-loop rate trials (their offered rate when VALID, as LoadGen's
+Server scenario reports its target; else their achieved rate), and — only when a setting has
 nothing else, with a warning — closed-loop trials (clients in flight; their latency is
 measured from the actual send, so it leaves out the queueing a fixed arrival rate sees).
 A run stands for one instance type: its scenario's `cost.instance` (in trials.csv) or an
@@ -420,6 +421,11 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
         return []
     closed = kind in ("concurrency", "users") or row.get("mode") == "closed"
     rate = row.get("achieved_rate")
+    if not closed and row.get("verdict") == "VALID" and not missing(row.get("target_rate")):
+        # The offered rate, as a search step's: a VALID trial's sender kept its schedule
+        # (within rate_tolerance), and its achieved rate is a measurement of that rate a
+        # hair either side (49.9985 of 50) that would otherwise ask for a second replica.
+        rate = row.get("target_rate")
     if missing(rate):
         rate = row.get("throughput_rps")
     return [_point(rate, column, row, CLOSED if closed else OPEN, added)]
