@@ -146,3 +146,56 @@ def test_cli_scheduler_that_does_not_answer_is_one_line_exit_2(server, tmp_path)
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+GANG_SCENARIO = """\
+name: gang
+seed: 3
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
+servers:
+  - {name: triton, kind: triton}
+workload:
+  rates: [150]
+  requests: 300
+  duration_s: 0.5
+  warmup_s: 0.2
+  generators: {count: 2}
+"""
+
+
+def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install):
+    """`workload.generators` in a scenario: the trial's records are the gang's union."""
+    import json
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from scenario_checks import write
+
+    from servebench.scenario.runner import ScenarioRunner
+
+    outcome = ScenarioRunner(write(tmp_path, GANG_SCENARIO), output=tmp_path / "results").run()
+    assert outcome.status == "complete", outcome.reason
+    run_dir = outcome.directory.path
+    (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
+    assert row.status == "ok" and row.processes == 2
+    records = pq.read_table(run_dir / "records.parquet").to_pandas()
+    assert len(records) == row.count >= 300 and records.ok.all()
+    assert sorted(records.seq) == sorted(set(records.seq))
+    assert set(records.generator) == {0, 1}
+    gang = json.loads(row.gang_json)
+    assert gang["partial"] is False
+    assert [g["count"] for g in gang["generators"]] == [
+        int((records.generator == g).sum()) for g in (0, 1)
+    ]
+
+
+def test_a_gang_is_refused_with_a_decision_made_live(tmp_path):
+    from scenario_checks import problems
+
+    text = GANG_SCENARIO.replace("  requests: 300\n", "  stop: {}\n").replace(
+        "name: gang\n", "name: gang\nslo: {percentile: 99, latency_ms: 50}\n"
+    )
+    found = problems(tmp_path, text)
+    assert any("generators" in p and "stop" in p for p in found), found

@@ -686,6 +686,8 @@ def print_load_summary(
                 _ms(w.latency),
             )
         console.print(windows)
+    if summary.gang is not None:
+        console.print(_gang_table(summary.gang))
     style = "bold green" if summary.verdict == "VALID" else "bold red"
     console.print(f"verdict: [{style}]{summary.verdict}[/]")
     for reason in summary.reasons:
@@ -694,6 +696,34 @@ def print_load_summary(
         console.print(f"  [yellow]warning: {warning}[/]")
     if records is not None:
         console.print(f"records: {records}")
+
+
+def _gang_table(gang: dict[str, Any]) -> Any:
+    """Each generator of a gang: its clock against this one's, what it sent, how late."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"generators ({gang['scheduler']}): start skew <= "
+        f"{gang['start_skew_s'] * 1e3:.3f} ms (limit {gang['start_skew_limit_s'] * 1e3:g} ms)"
+        + (", partial" if gang["partial"] else "")
+    )
+    for col in ("#", "worker", "clock (ms)", "± (ms)", "requests", "req/s", "short", "lag p99"):
+        table.add_column(col, justify="right")
+    table.add_column("lost")
+    for g in gang["generators"]:
+        short = g["shortfall"]
+        table.add_row(
+            str(g["index"]),
+            g["worker"].removeprefix("tcp://"),
+            f"{g['clock_offset_s'] * 1e3:+.3f}",
+            f"{g['clock_uncertainty_s'] * 1e3:.3f}",
+            str(g["count"]),
+            f"{g['sent_rate']:.1f}",
+            "-" if short is None else f"{max(short, 0.0):.1%}",  # never "-0.0%"
+            _ms(g["lag_p99_s"]),
+            g["lost"] or "",
+        )
+    return table
 
 
 def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str, str]]:
