@@ -419,6 +419,8 @@ def bench_servebench(
     summary = servebench_load(url, core, [*args, *extra], seconds + 1, tmp, protocol=protocol)
     if summary["errors"]:
         raise RuntimeError(f"servebench saw errors: {summary['errors_by_kind']}")
+    if not summary["count"]:
+        raise RuntimeError(f"servebench measured nothing: {summary['reasons']}")
     return float(summary["throughput_rps"])
 
 

@@ -53,13 +53,17 @@ def test_two_generators_send_exactly_the_one_schedule(server, tmp_path):  # noqa
         assert g["worker"].startswith("tcp://127.0.0.1:")
 
 
-def test_closed_loop_splits_concurrency_and_count(server):  # noqa: F811
+def test_closed_loop_splits_concurrency_and_count_and_skew_is_judged(server):  # noqa: F811
+    """A start skew bound no clock exchange can meet (1 ns) makes the run INVALID with
+    start_skew; the load itself is whole."""
     s = run(
         factory(f"{server}/work"),
-        LoadSettings(concurrency=3, count=120, processes=2),
+        LoadSettings(concurrency=3, count=120, processes=2, start_skew_limit=1e-9),
     )
     assert s.count == 120 and s.concurrency == 3
     assert [g["count"] for g in s.gang["generators"]] == [60, 60]
+    assert s.verdict == "INVALID" and s.reason_codes == ["start_skew"]
+    assert s.gang["start_skew_s"] >= max(g["clock_uncertainty_s"] for g in s.gang["generators"])
 
 
 def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(server, tmp_path):  # noqa: F811

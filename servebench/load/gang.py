@@ -250,7 +250,7 @@ def _wait_ready(client: Any, futures: list[Any], workers: list[str], run_id: str
     deadline = time.monotonic() + READY_TIMEOUT
     waiting = set(range(len(futures)))
     while waiting:
-        alive = set(client.scheduler_info()["workers"])
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
         for i in sorted(waiting):
             if futures[i].done():
                 raise GangError(f"generator {i} failed before the start: {_why(futures[i])}")
@@ -285,18 +285,22 @@ def _await(client: Any, futures: list[Any], workers: list[str]) -> list[_Outcome
     task is cancelled, so the scheduler never re-runs it late on another worker)."""
     outcomes: list[_Outcome | None] = [None] * len(futures)
     began = time.monotonic()
+    missing: set[int] = set()  # generators whose worker the last look did not find
     while any(o is None for o in outcomes):
         time.sleep(POLL)
-        alive = set(client.scheduler_info()["workers"])
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
         for i, future in enumerate(futures):
             if outcomes[i] is not None:
                 continue
+            gone = workers[i] not in alive
             if future.status == "finished":
                 report, records = future.result()
                 outcomes[i] = _Outcome(report=report, records=records)
             elif future.done():
                 outcomes[i] = _Outcome(lost=f"failed: {_why(future)}")
-            elif workers[i] not in alive:
+            elif gone and i not in missing:
+                missing.add(i)  # look once more: a result may be on its way
+            elif gone:
                 future.cancel()
                 outcomes[i] = _Outcome(
                     lost=f"its worker {workers[i]} left the cluster "
