@@ -429,7 +429,7 @@ def _cause(g: dict[str, Any]) -> str:
     if g["lost"]:
         return f"g{g['index']} lost"
     lag = "-" if g["lag_p99_s"] is None else f"{g['lag_p99_s'] * 1e3:.2f} ms"
-    short = "" if g["shortfall"] is None else f", {g['shortfall']:.1%} short"
+    short = "" if g["shortfall"] is None else f", {max(g['shortfall'], 0.0):.1%} short"
     return f"g{g['index']} lag p99 {lag}{short}"
 
 
