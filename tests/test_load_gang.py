@@ -169,8 +169,10 @@ workload:
 """
 
 
-def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install):
-    """`workload.generators` in a scenario: the trial's records are the gang's union."""
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, protocol):
+    """`workload.generators` in a scenario, over Triton's HTTP and gRPC: the trial's
+    records are the gang's union."""
     import json
 
     import pandas as pd
@@ -179,11 +181,12 @@ def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install):
 
     from servebench.scenario.runner import ScenarioRunner
 
-    outcome = ScenarioRunner(write(tmp_path, GANG_SCENARIO), output=tmp_path / "results").run()
+    text = GANG_SCENARIO.replace("kind: triton}", f"kind: triton, protocol: {protocol}}}")
+    outcome = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results").run()
     assert outcome.status == "complete", outcome.reason
     run_dir = outcome.directory.path
     (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
-    assert row.status == "ok" and row.processes == 2
+    assert row.status == "ok" and row.processes == 2 and row.protocol == protocol
     records = pq.read_table(run_dir / "records.parquet").to_pandas()
     assert len(records) == row.count >= 300 and records.ok.all()
     assert sorted(records.seq) == sorted(set(records.seq))
