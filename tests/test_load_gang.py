@@ -93,6 +93,13 @@ def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(server,
         os.kill(pids[victim], signal.SIGKILL)
         thread.join(timeout=60)
         assert not thread.is_alive()
+        # The run leaves nothing on the scheduler (a long-lived one serves many runs).
+        assert client.run_on_scheduler(
+            lambda dask_scheduler: (
+                list(dask_scheduler.extensions["variables"].variables),
+                list(dask_scheduler.extensions["events"]._events),
+            )
+        ) == ([], [])
     s = result["summary"]
     assert s.verdict == "INVALID" and "generator_lost" in s.reason_codes
     assert s.gang["partial"] is True

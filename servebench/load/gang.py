@@ -173,6 +173,8 @@ def run_gang(
             if timer is not None:  # a run stopped inside its warm-up never opened the window
                 timer.cancel()
                 timer.join()
+            with contextlib.suppress(Exception):  # a long-lived scheduler keeps nothing of it
+                _forget(client, run_id, n)
     sink, owned = open_sink(records)
     try:
         reports = [
@@ -268,6 +270,15 @@ def _start(client: Any, run_id: str, start: dict[str, Any] | None) -> None:
 
     Variable(f"{run_id}-start", client=client).set(start)
     _event(client, f"{run_id}-go").set()
+
+
+def _forget(client: Any, run_id: str, n: int) -> None:
+    """Remove the run's events and start variable from the scheduler."""
+    from distributed import Variable
+
+    Variable(f"{run_id}-start", client=client).delete()
+    for name in (*(f"{run_id}-ready-{i}" for i in range(n)), f"{run_id}-go"):
+        _event(client, name).clear()
 
 
 def _why(future: Any) -> str:
