@@ -19,8 +19,9 @@ metadata, config, ready, and an infer answer in the binary tensor extension: a J
 and a raw FP32 tensor) and as a TF Serving model (status, metadata, a predict answer), so
 `servebench load --protocol triton-http|tfs-rest` runs its real codec (request encoded
 once, every answer decoded and its shape and dtype checked) against a server that costs
-almost nothing; hey POSTs the same request bytes to the same path. And a processes row:
-`--processes 2`, both workers on the client core (two cores cannot show scale-out).
+almost nothing; hey POSTs the same request bytes to the same path. And a gang row:
+`--generators 2` (issue 24: a Dask LocalCluster of two generator processes, the 64
+connections split between them), both on the client core (two cores cannot show scale-out).
 
 And gRPC rows: the same nginx answers Triton's and TF Serving's gRPC methods over HTTP/2
 (`grpc_answers.py`: each answer serialized once, behind the `grpc-status` trailer), so
@@ -418,6 +419,8 @@ def bench_servebench(
     summary = servebench_load(url, core, [*args, *extra], seconds + 1, tmp, protocol=protocol)
     if summary["errors"]:
         raise RuntimeError(f"servebench saw errors: {summary['errors_by_kind']}")
+    if not summary["count"]:
+        raise RuntimeError(f"servebench measured nothing: {summary['reasons']}")
     return float(summary["throughput_rps"])
 
 
@@ -425,8 +428,8 @@ def bench_servebench_aiohttp(url: str, core: int, seconds: int, tmp: Path) -> fl
     return bench_servebench(url, core, seconds, tmp, ("--transport", "aiohttp"))
 
 
-def bench_servebench_processes(url: str, core: int, seconds: int, tmp: Path) -> float:
-    return bench_servebench(url, core, seconds, tmp, ("--processes", "2"))
+def bench_servebench_generators(url: str, core: int, seconds: int, tmp: Path) -> float:
+    return bench_servebench(url, core, seconds, tmp, ("--generators", "2"))
 
 
 def protocol_rows(protocol: str) -> dict:
@@ -809,7 +812,7 @@ def bench_engine(core: int) -> dict:
 TOOLS = {
     "servebench": bench_servebench,
     "servebench (aiohttp)": bench_servebench_aiohttp,
-    "servebench --processes 2": bench_servebench_processes,
+    "servebench --generators 2": bench_servebench_generators,
     "bare aiohttp+uvloop": bench_bare,
     "Locust FastHttpUser": bench_locust,
     "hey": bench_hey,

@@ -117,13 +117,20 @@ RECORD_SCHEMA = pa.schema(
             pa.string(),
             metadata={"unit": "", "doc": "a mix's model this request went to (null: the trial's)"},
         ),
+        pa.field(
+            "generator",
+            pa.int32(),
+            metadata={"unit": "", "doc": "the gang's generator that sent it (null: one process)"},
+        ),
     ],
     metadata={"servebench.records": "1", "time_unit": "s"},
 )
 # Columns a run written before them lacks: `conform_records` adds them as null. `model` is
 # the model of a weighted mix (`workload.mix`) the request went to; null in a trial of one
-# model (its trials.csv row names it) and in runs written before mixes existed.
-OPTIONAL_RECORD_COLUMNS = (*CLIENT_SPLIT_COLUMNS, "model")
+# model (its trials.csv row names it) and in runs written before mixes existed. `generator`
+# is the generator of a gang (`load.gang`) that sent the request; null for a load of one
+# process and in runs written before gangs.
+OPTIONAL_RECORD_COLUMNS = (*CLIENT_SPLIT_COLUMNS, "model", "generator")
 
 
 def conform_records(table: pa.Table, where: object) -> pa.Table:
@@ -314,6 +321,19 @@ _MIX = (
     ),
 )
 
+# A load sent by a gang of generators (`load.gang`, issue 24): the row's other columns are
+# the merged records'; this one says how the gang started and what each generator did.
+_GANG = (
+    _column(
+        "gang_json",
+        _TEXT,
+        "",
+        "gang: JSON {scheduler, start_skew_s, start_skew_limit_s, partial, generators: [{index, "
+        "worker, clock_offset_s, clock_uncertainty_s, late_start_s, count, sent_rate, "
+        "scheduled_rate, shortfall, lag_p99_s, lost}]} (empty: one process)",
+    ),
+)
+
 # How sure the percentiles are (issue 23): each one's distribution-free interval from the
 # order statistics of the measured latencies (servebench/common/quantiles.py), empty on a
 # side too few requests bound, and what it takes to decide the SLO.
@@ -347,6 +367,7 @@ TRIAL_SCHEMA = pa.schema(
         *_COST,
         *_CONFIDENCE,
         *_MIX,
+        *_GANG,
     ],
     metadata={"servebench.trials": "1", "time_unit": "s"},
 )

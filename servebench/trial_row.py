@@ -155,6 +155,8 @@ def build_row(
     stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
     mix = stats.pop("mix")  # a weighted mix: each model's figures, in a column of their own
     stats["mix_json"] = json.dumps(mix) if mix else None
+    gang = stats.pop("gang")  # a gang of generators: its start and each generator's figures
+    stats["gang_json"] = json.dumps(gang) if gang else None
     values.update(stats)
     if link is not None:
         values.update(

@@ -345,6 +345,7 @@ def _records(trial_id, sim, batch, t0, *, closed, error_kinds=None) -> pa.Table:
             "client_send_s": pa.array(np.where(ok, sim["client_send"], np.nan), from_pandas=True),
             "client_recv_s": pa.array(np.where(ok, sim["client_recv"], np.nan), from_pandas=True),
             "model": pa.nulls(n, pa.string()),  # trials of one model, as the engine writes them
+            "generator": pa.nulls(n, pa.int32()),  # one process, as the engine writes them
         }
     )
 

@@ -140,6 +140,7 @@ def test_records_have_the_design_columns_and_open_loop_latency():
             "client_send_s",
             "client_recv_s",
             "model",
+            "generator",
         ]
     )
     t = table.to_pandas()
@@ -150,6 +151,7 @@ def test_records_have_the_design_columns_and_open_loop_latency():
     assert (t.trial_id == "t1").all() and (t.batch_size == 8).all() and t.ok.all()
     assert t.error_kind.isna().all()
     assert t.model.isna().all()  # one model: the trial's row names it
+    assert t.generator.isna().all()  # one process: no gang
     assert np.allclose(t.latency, t.completion_time - t.intended_time, rtol=0, atol=EPS)
     assert (t.send_time >= t.intended_time - EPS).all()
     assert (t.request_bytes == 100).all() and (t.response_bytes == 50).all()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from servebench.cli.cluster import SCHEDULER
 from servebench.cli.usage import fail
 from servebench.cli.values import (
     Endpoint,
@@ -162,14 +163,27 @@ def load(
             parser=InputFile(text=False),
         ),
     ] = None,
-    processes: Annotated[
+    generators: Annotated[
         int,
         typer.Option(
-            help="Split the load over worker processes.",
+            "--generators",
+            "--processes",
+            help="Send the load from a gang of N generators on Dask: worker processes here, "
+            "or with --scheduler workers of that cluster; one schedule split between them "
+            "(--processes: the older name).",
             rich_help_panel=_LOAD,
             parser=Number(int, ge=1, le=MAX_THREADS),
         ),
     ] = 1,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Dask scheduler whose workers are the generators, tcp://HOST:PORT "
+            "(default: a LocalCluster here).",
+            rich_help_panel=_LOAD,
+            parser=SCHEDULER,
+        ),
+    ] = None,
     duration: Annotated[
         float | None,
         typer.Option(
@@ -331,7 +345,7 @@ def load(
     connections: Annotated[
         int,
         typer.Option(
-            help="Keep-alive connections per process.",
+            help="Keep-alive connections in all, split between the generators.",
             rich_help_panel=_HTTP,
             parser=Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency"),
         ),
@@ -413,7 +427,14 @@ def load(
             raise ValueError("give either an open-loop load (--rate, ...) or --concurrency")
         data = read_input_data(input_data) if input_data is not None else None
         options = _client_options(
-            protocol, method, body, body_file, header, expect_status, connections, option
+            protocol,
+            method,
+            body,
+            body_file,
+            header,
+            expect_status,
+            -(-connections // generators),  # each generator's share, rounded up
+            option,
         )
         options.setdefault("transport", transport)
         factory = functools.partial(
@@ -440,7 +461,8 @@ def load(
             batch_size=batch_size,
             seed=seed,
             trial_id=trial_id,
-            processes=processes,
+            processes=generators,
+            scheduler=scheduler,
             late_threshold=late_threshold_ms / 1e3,
             late_limit=late_limit,
             rate_tolerance=rate_tolerance,
@@ -664,6 +686,8 @@ def print_load_summary(
                 _ms(w.latency),
             )
         console.print(windows)
+    if summary.gang is not None:
+        console.print(_gang_table(summary.gang))
     style = "bold green" if summary.verdict == "VALID" else "bold red"
     console.print(f"verdict: [{style}]{summary.verdict}[/]")
     for reason in summary.reasons:
@@ -672,6 +696,34 @@ def print_load_summary(
         console.print(f"  [yellow]warning: {warning}[/]")
     if records is not None:
         console.print(f"records: {records}")
+
+
+def _gang_table(gang: dict[str, Any]) -> Any:
+    """Each generator of a gang: its clock against this one's, what it sent, how late."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"generators ({gang['scheduler']}): start skew <= "
+        f"{gang['start_skew_s'] * 1e3:.3f} ms (limit {gang['start_skew_limit_s'] * 1e3:g} ms)"
+        + (", partial" if gang["partial"] else "")
+    )
+    for col in ("#", "worker", "clock (ms)", "± (ms)", "requests", "req/s", "short", "lag p99"):
+        table.add_column(col, justify="right")
+    table.add_column("lost")
+    for g in gang["generators"]:
+        short = g["shortfall"]
+        table.add_row(
+            str(g["index"]),
+            g["worker"].removeprefix("tcp://"),
+            f"{g['clock_offset_s'] * 1e3:+.3f}",
+            f"{g['clock_uncertainty_s'] * 1e3:.3f}",
+            str(g["count"]),
+            f"{g['sent_rate']:.1f}",
+            "-" if short is None else f"{max(short, 0.0):.1%}",  # never "-0.0%"
+            _ms(g["lag_p99_s"]),
+            g["lost"] or "",
+        )
+    return table
 
 
 def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str, str]]:

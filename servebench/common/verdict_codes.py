@@ -22,6 +22,10 @@ lag_high             reason   open loop: schedule lag p99 is a large part of lat
                               (over `late_threshold` and `lag_ratio` of it)
 errors               reason   more than `max_error_share` of the requests failed
 unstable             reason   stability mode: the windows did not agree
+generator_lost       reason   a generator of a gang (`load.gang`) died or failed mid-run:
+                              its share is missing (the run is partial), the others' kept
+start_skew           reason   a gang's generators may have started further apart than
+                              `start_skew_limit` (clock uncertainty plus late starts)
 late_sends           warning  open loop: more than `late_limit` of sends left later than
                               `late_threshold` (charged in the latencies)
 slo_decided          warning  early stop: the load ended once its SLO question was decided
@@ -43,6 +47,8 @@ class VerdictCode(StrEnum):
     LAG_HIGH = "lag_high"
     ERRORS = "errors"
     UNSTABLE = "unstable"
+    GENERATOR_LOST = "generator_lost"
+    START_SKEW = "start_skew"
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
 

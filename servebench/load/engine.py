@@ -95,6 +95,9 @@ class EngineReport:
     stable: bool | None = None
     stop_reason: str | None = None
     stop_code: VerdictCode | None = None  # what kind of stop stop_reason is
+    # Seconds the engine began after the shared start it was given (0 when it began in time,
+    # or had none): its first sends left late by as much, and a gang counts it as start skew.
+    late_start: float = 0.0
 
 
 class LoadEngine:
@@ -155,6 +158,7 @@ class LoadEngine:
         self._stable: bool | None = None
         self._timer: PreciseTimer | None = None
         self._unreachable_since: float | None = None
+        self._late_start = 0.0
         # One writer thread converts and writes record chunks off the event loop; it starts
         # with the first chunk, so an engine that never runs holds no thread.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
@@ -204,6 +208,7 @@ class LoadEngine:
             start = perf_counter()
         else:
             start = clock.perf0 + (self.start_at - clock.wall0)
+            self._late_start = max(0.0, clock.wall0 - self.start_at)
         self._start = start
         self._measure_from = start + s.warmup
         self._measurements = Measurements(
@@ -599,4 +604,5 @@ class LoadEngine:
             stable=self._stable,
             stop_reason=self._stop_reason,
             stop_code=self._stop_code if self._stop_reason else None,
+            late_start=self._late_start,
         )

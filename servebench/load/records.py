@@ -205,6 +205,7 @@ def chunk_to_batch(
             pa.array(chunk.client_send, from_pandas=True),
             pa.array(chunk.client_recv, from_pandas=True),
             model.cast(pa.string()),
+            pa.nulls(n, pa.int32()),  # generator: a gang's coordinator fills it (`load.gang`)
         ],
         schema=RECORD_SCHEMA,
     )

@@ -20,6 +20,7 @@ from servebench.load.summary import (
     LATE_THRESHOLD,
     MAX_ERROR_SHARE,
     RATE_TOLERANCE,
+    START_SKEW_LIMIT,
 )
 
 
@@ -103,7 +104,13 @@ class LoadSettings:
     batch_size: int = 1
     seed: int = 0
     trial_id: str = ""
+    # Generators sending the load (`load.gang`): above 1, or with a Dask `scheduler`
+    # (tcp://host:port), a gang on Dask: a LocalCluster of that many worker processes here,
+    # or that many workers of the scheduler's cluster. The name is older than the gang.
     processes: int = 1
+    scheduler: str | None = None
+    # A gang whose generators may have started further apart than this (s) is INVALID.
+    start_skew_limit: float = START_SKEW_LIMIT
     # How the generator's lateness is judged (see load.summary): a send more than
     # `late_threshold` s late is late; over `late_limit` of them is a warning; sending
     # `rate_tolerance` short of the schedule, or a lag p99 over `lag_ratio` of latency p99,
@@ -163,6 +170,9 @@ class LoadSettings:
                 f"load.processes: {self.processes} processes need at least as many workers, "
                 f"concurrency is {self.concurrency}"
             )
+        if self.scheduler is not None and not self.scheduler:
+            raise ValueError("load.generators.scheduler: give a Dask address tcp://host:port")
+        _positive("load.start_skew_limit", self.start_skew_limit)
         _positive("load.late_threshold", self.late_threshold)
         if not 0 <= self.late_limit <= 1:
             raise ValueError(f"load.late_limit: must be a share in [0, 1], got {self.late_limit}")

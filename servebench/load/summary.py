@@ -44,6 +44,10 @@ LAG_RATIO = 0.5  # schedule lag p99 over this share of latency p99 makes it INVA
 # and this many answered requests before its SLO question may end it (MLPerf LoadGen's
 # min_duration and min_query_count, scaled to servebench's short trials: 500 requests
 # give a p99 both bounds at 95 %, which needs 368).
+# A gang's generators (`load.gang`) may start at most this far apart (s): the clock offset's
+# uncertainty (half the best round trip to the generator) plus how late it began. 5 ms is a
+# few loopback or LAN round trips of Dask's (0.7-0.9 ms measured here on loopback).
+START_SKEW_LIMIT = 5e-3
 EARLY_STOP_MIN_DURATION = 2.0
 EARLY_STOP_MIN_REQUESTS = 500
 
@@ -129,6 +133,10 @@ class LoadSummary:
     # A weighted mix of models (`load.mix`): per model, its weight, share of the requests,
     # counts and latency p50/p99 (`stats.mix_figures`); None for a load of one model.
     mix: dict[str, dict[str, float | int]] | None = None
+    # A load sent by a gang of generators (`load.gang`): the scheduler, the start skew, whether
+    # the run is partial (a generator lost) and each generator's clock and figures; None for
+    # a load of one process.
+    gang: dict[str, Any] | None = None
     # The successful requests' latencies (s, float64) the percentiles above were taken
     # from: any other percentile of the same requests (an SLO's) comes from them too, by
     # the same function (`latency_at`). Not written out.
@@ -224,6 +232,14 @@ def judge(
     summary.warnings, summary.warning_codes = warnings.texts, warnings.codes
     summary.verdict = INVALID if reasons.texts else VALID
     return summary
+
+
+def add_reason(summary: LoadSummary, code: VerdictCode, text: str) -> None:
+    """One more reason found after `judge` (a gang's lost generator, its start skew): the
+    summary becomes INVALID with it."""
+    summary.reason_codes.append(str(code))
+    summary.reasons.append(text)
+    summary.verdict = INVALID
 
 
 @dataclass

@@ -46,6 +46,7 @@ from servebench.common.limits import (
     MAX_SEED,
     MAX_SEQ_LEN,
     MAX_STABILITY_WINDOWS,
+    MAX_THREADS,
     MAX_TRIAL_S,
     MAX_WIDTH,
     MIN_RATE,
@@ -426,6 +427,16 @@ class StopConfig(Strict):
     min_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)] = EARLY_STOP_MIN_REQUESTS
 
 
+class GeneratorsConfig(Strict):
+    """Send each trial's load from a gang of `count` generators on Dask (`load.gang`): a
+    LocalCluster of that many worker processes on this machine, or with `scheduler`
+    (tcp://host:port) that many workers of an existing Dask cluster. One seeded schedule
+    is split between them (every count-th arrival; closed loop: the concurrency)."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1
+    scheduler: Annotated[str, Field(pattern=r"^(tcp|tls|ws|wss|ucx)://[^/\s]+:\d+$")] | None = None
+
+
 class SearchConfig(Strict):
     """SLO search: the highest open-loop rate whose SLO percentile meets the bound."""
 
@@ -488,6 +499,19 @@ class Workload(Strict):
         description="a weighted mix of models in one trial: each request picks its model "
         "by weight (seeded by the scenario's seed)",
     )
+    generators: GeneratorsConfig | None = Field(
+        default=None,
+        description="send each load from a gang of generators on Dask (docs/load.md)",
+    )
+
+    @rule("generators")
+    def _gang_alone(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        gang = self.generators
+        if gang is None or (gang.count == 1 and gang.scheduler is None):
+            return
+        for name in ("mix", "stability", "stop"):
+            if known(self, name) and getattr(self, name):
+                yield ("generators",), f"a gang does not run with {name} (decided in one process)"
 
     @rule("mix")
     def _mix_models_distinct(self, context: Mapping[str, Any]) -> Iterator[Problem]:

@@ -39,6 +39,7 @@ from servebench.load import (
     run_load,
 )
 from servebench.load.engine import SERVER_UNREACHABLE
+from servebench.load.runner import run as run_gang_load
 from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
@@ -128,6 +129,8 @@ def load_settings(
         lag_ratio=w.lag_ratio,
         early_stop=_early_stop(scenario),
         confidence=w.stop.confidence if w.stop else CONFIDENCE,
+        processes=w.generators.count if w.generators else 1,
+        scheduler=w.generators.scheduler if w.generators else None,
     )
 
 
@@ -225,6 +228,27 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
+            if settings.processes > 1 or settings.scheduler is not None:
+                # A gang (`workload.generators`): each generator makes its own client.
+                factory = functools.partial(
+                    create_client,
+                    protocol,
+                    url,
+                    trial.models[0].id,  # one model: the schema keeps a mix off a gang
+                    timeout=scenario.workload.timeout_s,
+                )
+                opened = functools.partial(recorder.mark_measured, quiet=closed)
+                return await loop.run_in_executor(
+                    None,
+                    functools.partial(
+                        run_gang_load,
+                        factory,
+                        settings,
+                        records=sink,
+                        handle_signals=False,
+                        on_measure_start=opened if recorder.measured_from is None else None,
+                    ),
+                )
             try:
                 return await run_load(
                     client,

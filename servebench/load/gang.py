@@ -1,0 +1,493 @@
+"""A gang of load generators on Dask: one load sent from several processes or machines.
+
+One seeded schedule, split: every generator walks the same global arrival schedule and
+sends every k-th arrival (`LoadEngine`'s `part`), so the union of what they send is the
+single-process schedule, with its intended offsets and sequence numbers; a closed loop's
+concurrency (and request count) is split instead. Without a scheduler address the gang is
+a `LocalCluster` of worker processes here (loopback, no dashboard); with one, workers of
+that Dask cluster (`servebench cluster follower`, dask-jobqueue, dask-kubernetes).
+
+A common start on honest clocks: each generator connects and says it is ready; the
+coordinator then measures each one's clock offset NTP-style over Dask (several exchanges,
+the one with the smallest round trip kept: offset = worker time - the exchange's midpoint,
+uncertainty = half the round trip), picks a start instant far enough ahead on its own clock
+and hands each generator that instant on the generator's clock. Records come back through
+Dask as Parquet, their times moved onto the coordinator's timeline (offset taken off) and
+stamped with the generator's index; the merged records are the union, and every figure is
+computed on the union (`summarize_reports`), never averaged across generators.
+
+A generator whose worker dies or whose task fails is lost: the others' records are kept,
+the run is partial (`LoadSummary.gang`) and INVALID with `generator_lost` naming it and why.
+A start skew (clock uncertainty plus a late start) over `start_skew_limit` is `start_skew`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from servebench.common.errors import ServebenchError
+from servebench.common.verdict_codes import VerdictCode
+from servebench.load.engine import EngineReport, LoadEngine
+from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
+from servebench.load.runner import (
+    ClientFactory,
+    build_payloads,
+    loop_factory,
+    open_sink,
+    summarize_reports,
+)
+from servebench.load.settings import LoadSettings
+from servebench.load.stats import Columns, columns_from_table, summarize
+from servebench.load.summary import LoadSummary, add_reason
+
+log = logging.getLogger(__name__)
+
+# Clock exchanges per generator; the one with the smallest round trip is kept.
+CLOCK_EXCHANGES = 10
+# Seconds between the measured clocks and the shared start: the start message's trip to
+# every generator over Dask (a few ms on a LAN) with room for a busy machine.
+START_MARGIN = 0.5
+# Seconds the generators get to connect and say they are ready.
+READY_TIMEOUT = 120.0
+# Seconds to reach a scheduler, and to wait for enough of its workers.
+SCHEDULER_TIMEOUT = 10.0
+# How often the coordinator looks for lost workers while the load runs (s).
+POLL = 0.25
+_TIME_COLUMNS = ("intended_time", "send_time", "completion_time")
+
+
+class GangError(ServebenchError, RuntimeError):
+    """The gang could not start: a generator failed before the start, or none answered."""
+
+
+class SchedulerUnreachable(ServebenchError, ValueError):
+    """The Dask scheduler address does not answer, or has too few workers."""
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """A generator's clock against the coordinator's: its time = ours + `offset` (s),
+    known to within ± `uncertainty` (half the best exchange's round trip)."""
+
+    offset: float
+    uncertainty: float
+
+
+def measure_clock(client: Any, worker: str, exchanges: int = CLOCK_EXCHANGES) -> ClockReading:
+    """NTP over Dask: t0 sent, t1 = t2 read on the worker, t3 back; offset = ((t1 - t0) +
+    (t2 - t3)) / 2 and uncertainty = round trip / 2, from the exchange with the smallest
+    round trip (the one least delayed on either way)."""
+    best: ClockReading | None = None
+    for _ in range(exchanges):
+        t0 = time.time()
+        t1 = client.run(time.time, workers=[worker])[worker]
+        t3 = time.time()
+        reading = ClockReading(offset=((t1 - t0) + (t1 - t3)) / 2, uncertainty=(t3 - t0) / 2)
+        if best is None or reading.uncertainty < best.uncertainty:
+            best = reading
+    assert best is not None, "at least one exchange"
+    return best
+
+
+@dataclass
+class _Outcome:
+    """One generator's end: its report and records (Parquet bytes), or why it was lost."""
+
+    report: EngineReport | None = None
+    records: bytes = b""
+    lost: str | None = None
+
+
+def run_gang(
+    factory: ClientFactory,
+    settings: LoadSettings,
+    records: str | Path | RecordSink | None,
+    use_uvloop: bool | None,
+    on_measure_start: Callable[[], None] | None,
+) -> LoadSummary:
+    """Run one load from `settings.processes` generators (see the module's docstring);
+    `records` (a Parquet path or a sink) is opened once the generators are done, so a gang
+    that never starts leaves no file behind."""
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise ValueError(
+            "load.generators: generators need a client factory that pickles "
+            f"(e.g. functools.partial(create_client, ...)); {exc}"
+        ) from None
+    n = settings.processes
+    with _dask_client(n, settings.scheduler) as client:
+        workers = _pick_workers(client, n, settings.scheduler)
+        run_id = f"servebench-gang-{uuid.uuid4().hex[:12]}"
+        futures = [
+            client.submit(
+                _generate,
+                factory,
+                settings,
+                i,
+                run_id,
+                use_uvloop,
+                key=f"{run_id}-{i}",
+                workers=[workers[i]],
+                allow_other_workers=False,  # a generator is never re-run elsewhere
+                pure=False,
+            )
+            for i in range(n)
+        ]
+        try:
+            _wait_ready(client, futures, workers, run_id)
+            clocks = [measure_clock(client, w) for w in workers]
+            start_at = time.time() + START_MARGIN
+            _start(client, run_id, {"start_at": start_at, "offsets": [c.offset for c in clocks]})
+        except BaseException:
+            with contextlib.suppress(Exception):  # the cluster may be what failed
+                _start(client, run_id, None)
+                client.cancel(futures)
+            raise
+        timer: threading.Timer | None = None
+        if on_measure_start is not None:
+            timer = threading.Timer(
+                max(0.0, start_at + settings.warmup - time.time()), on_measure_start
+            )
+            timer.daemon = True
+            timer.start()
+        try:
+            outcomes = _await(client, futures, workers)
+        finally:
+            if timer is not None:  # a run stopped inside its warm-up never opened the window
+                timer.cancel()
+                timer.join()
+            with contextlib.suppress(Exception):  # a long-lived scheduler keeps nothing of it
+                _forget(client, run_id, n)
+    sink, owned = open_sink(records)
+    try:
+        reports = [
+            _merge(i, outcome, clocks[i], settings, start_at, sink)
+            for i, outcome in enumerate(outcomes)
+        ]
+    finally:
+        if owned and sink is not None:
+            sink.close()
+    summary = summarize_reports(settings, reports)
+    summary.gang = _describe(settings, workers, clocks, outcomes, reports, summary)
+    _judge_gang(summary, settings)
+    return summary
+
+
+def local_cluster(n: int) -> Any:
+    """A LocalCluster of `n` generator processes on loopback, no dashboard (ENVIRONMENT.md).
+    One thread per worker: a generator owns its process. No memory limit: a generator
+    holds its records, not Dask data, and must not be paused for them."""
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=n,
+        processes=True,
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address=None,
+        memory_limit=0,
+    )
+
+
+@contextlib.contextmanager
+def _dask_client(n: int, scheduler: str | None) -> Iterator[Any]:
+    """A Dask client on `scheduler`, or on a `local_cluster` of `n` workers here."""
+    from distributed import Client
+
+    if scheduler is None:
+        with local_cluster(n) as cluster, Client(cluster) as client:
+            yield client
+        return
+    try:
+        client = Client(scheduler, timeout=SCHEDULER_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SchedulerUnreachable(
+            f"scheduler {scheduler}: the Dask scheduler does not answer "
+            f"within {SCHEDULER_TIMEOUT:g} s ({first})"
+        ) from None
+    with client:
+        yield client
+
+
+def _pick_workers(client: Any, n: int, scheduler: str | None) -> list[str]:
+    try:
+        client.wait_for_workers(n, timeout=SCHEDULER_TIMEOUT)
+    except TimeoutError:
+        have = len(client.scheduler_info()["workers"])
+        where = scheduler or "the local cluster"
+        raise SchedulerUnreachable(
+            f"load.generators: {n} generators need {n} Dask workers, {where} has {have} "
+            f"after {SCHEDULER_TIMEOUT:g} s"
+        ) from None
+    return sorted(client.scheduler_info()["workers"])[:n]
+
+
+def _event(client: Any, name: str) -> Any:
+    from distributed import Event
+
+    return Event(name, client=client)
+
+
+def _wait_ready(client: Any, futures: list[Any], workers: list[str], run_id: str) -> None:
+    """Wait until every generator has connected; one that fails first, or whose worker
+    leaves, is a GangError."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    waiting = set(range(len(futures)))
+    while waiting:
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
+        for i in sorted(waiting):
+            if futures[i].done():
+                raise GangError(f"generator {i} failed before the start: {_why(futures[i])}")
+            if workers[i] not in alive:
+                raise GangError(f"generator {i}: its worker {workers[i]} left before the start")
+            if _event(client, f"{run_id}-ready-{i}").wait(timeout=POLL / len(waiting)):
+                waiting.discard(i)
+        if waiting and time.monotonic() > deadline:
+            raise GangError(f"generators {sorted(waiting)} not ready after {READY_TIMEOUT:.0f} s")
+
+
+def _start(client: Any, run_id: str, start: dict[str, Any] | None) -> None:
+    """Tell every generator when to start (`start`), or to give up (None)."""
+    from distributed import Variable
+
+    Variable(f"{run_id}-start", client=client).set(start)
+    _event(client, f"{run_id}-go").set()
+
+
+def _forget(client: Any, run_id: str, n: int) -> None:
+    """Remove the run's events and start variable from the scheduler."""
+    from distributed import Variable
+
+    Variable(f"{run_id}-start", client=client).delete()
+    for name in (*(f"{run_id}-ready-{i}" for i in range(n)), f"{run_id}-go"):
+        _event(client, name).clear()
+
+
+def _why(future: Any) -> str:
+    try:
+        exc = future.exception(timeout=5)
+    except Exception as err:  # cancelled, or the scheduler lost it
+        return f"{type(err).__name__}: {err}".rstrip(": ")
+    if exc is None:
+        return "returned before the start"
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
+def _await(client: Any, futures: list[Any], workers: list[str]) -> list[_Outcome]:
+    """Every generator's outcome; a generator whose worker left the cluster is lost (its
+    task is cancelled, so the scheduler never re-runs it late on another worker)."""
+    outcomes: list[_Outcome | None] = [None] * len(futures)
+    began = time.monotonic()
+    missing: set[int] = set()  # generators whose worker the last look did not find
+    while any(o is None for o in outcomes):
+        time.sleep(POLL)
+        alive = set(client.scheduler_info(n_workers=-1)["workers"])
+        for i, future in enumerate(futures):
+            if outcomes[i] is not None:
+                continue
+            gone = workers[i] not in alive
+            if future.status == "finished":
+                report, records = future.result()
+                outcomes[i] = _Outcome(report=report, records=records)
+            elif future.done():
+                outcomes[i] = _Outcome(lost=f"failed: {_why(future)}")
+            elif gone and i not in missing:
+                missing.add(i)  # look once more: a result may be on its way
+            elif gone:
+                future.cancel()
+                outcomes[i] = _Outcome(
+                    lost=f"its worker {workers[i]} left the cluster "
+                    f"{time.monotonic() - began:.1f} s into the run (process died or was "
+                    "killed); its records are lost"
+                )
+                log.warning("load generator %d lost: %s", i, outcomes[i].lost)
+    return [o for o in outcomes if o is not None]
+
+
+def _merge(
+    index: int,
+    outcome: _Outcome,
+    clock: ClockReading,
+    settings: LoadSettings,
+    start_at: float,
+    sink: RecordSink | None,
+) -> EngineReport:
+    """A generator's report with its records on the coordinator's timeline, which also go
+    to `sink`, stamped with the generator's index."""
+    if outcome.report is None:
+        return EngineReport(columns=Columns.concat([]))
+    report = outcome.report
+    table = pq.read_table(pa.BufferReader(outcome.records))
+    for name in _TIME_COLUMNS:
+        position = table.schema.get_field_index(name)
+        table = table.set_column(
+            position, RECORD_SCHEMA.field(name), pc.subtract(table[name], clock.offset)
+        )
+    position = table.schema.get_field_index("generator")
+    table = table.set_column(
+        position,
+        RECORD_SCHEMA.field("generator"),
+        pa.array([index] * table.num_rows, pa.int32()),
+    )
+    report.columns = columns_from_table(
+        table, origin=start_at, latency_from_send=settings.mode == "closed"
+    )
+    if sink is not None:
+        for batch in table.to_batches(max_chunksize=65536):
+            sink.write(pa.RecordBatch.from_arrays(batch.columns, schema=RECORD_SCHEMA))
+    return report
+
+
+def _describe(
+    settings: LoadSettings,
+    workers: list[str],
+    clocks: list[ClockReading],
+    outcomes: list[_Outcome],
+    reports: list[EngineReport],
+    summary: LoadSummary,
+) -> dict[str, Any]:
+    """The gang's part of the summary: its start and each generator's figures, from that
+    generator's own records (its share of the schedule is 1/n of it)."""
+    n = len(workers)
+    # The schedule's rate over the measured span (`target_rate`): the rate the records
+    # show (`scheduled_rate`) lacks a lost generator's share.
+    scheduled = summary.target_rate or summary.scheduled_rate
+    share = scheduled / n if scheduled else None
+    generators = []
+    for i, (worker, clock, outcome, report) in enumerate(
+        zip(workers, clocks, outcomes, reports, strict=True)
+    ):
+        own = summarize(report.columns, mode=settings.mode, target_rate=None)
+        sent = own.achieved_rate if own.count else 0.0
+        generators.append(
+            {
+                "index": i,
+                "worker": worker,
+                "clock_offset_s": clock.offset,
+                "clock_uncertainty_s": clock.uncertainty,
+                "late_start_s": report.late_start,
+                "count": own.count,
+                "sent_rate": sent,
+                "scheduled_rate": share,
+                "shortfall": (1 - sent / share) if share else None,
+                "lag_p99_s": own.schedule_lag_p99 if own.count else None,
+                "lost": outcome.lost,
+            }
+        )
+    skew = max(g["clock_uncertainty_s"] + g["late_start_s"] for g in generators)
+    return {
+        "scheduler": settings.scheduler or "local",
+        "start_skew_s": skew,
+        "start_skew_limit_s": settings.start_skew_limit,
+        "partial": any(o.lost for o in outcomes),
+        "generators": generators,
+    }
+
+
+def _judge_gang(summary: LoadSummary, settings: LoadSettings) -> None:
+    """The gang's own reasons (a lost generator, the start skew), and each generator's
+    figures beside a verdict about lateness, so one verdict names the generator to fix."""
+    gang = summary.gang
+    assert gang is not None
+    for g in gang["generators"]:
+        if g["lost"]:
+            add_reason(
+                summary,
+                VerdictCode.GENERATOR_LOST,
+                f"partial run: generator {g['index']} ({g['worker']}) lost: {g['lost']}"
+                + (
+                    f"; its share of the schedule ({g['scheduled_rate']:.1f} req/s, "
+                    f"{g['shortfall']:.0%} of it missing) is not in the records"
+                    if g["scheduled_rate"]
+                    else ""
+                ),
+            )
+    if gang["start_skew_s"] > settings.start_skew_limit:
+        add_reason(
+            summary,
+            VerdictCode.START_SKEW,
+            f"start skew: the generators may have started {gang['start_skew_s'] * 1e3:.2f} ms "
+            f"apart (clock uncertainty plus late start; limit "
+            f"{settings.start_skew_limit * 1e3:g} ms)",
+        )
+    late = {str(VerdictCode.RATE_SHORT), str(VerdictCode.LAG_HIGH)}
+    causes = "; ".join(_cause(g) for g in gang["generators"])
+    summary.reasons = [
+        f"{text} (by generator: {causes})" if code in late else text
+        for code, text in zip(summary.reason_codes, summary.reasons, strict=True)
+    ]
+
+
+def _cause(g: dict[str, Any]) -> str:
+    if g["lost"]:
+        return f"g{g['index']} lost"
+    lag = "-" if g["lag_p99_s"] is None else f"{g['lag_p99_s'] * 1e3:.2f} ms"
+    short = "" if g["shortfall"] is None else f", {max(g['shortfall'], 0.0):.1%} short"
+    return f"g{g['index']} lag p99 {lag}{short}"
+
+
+# -- on the worker -----------------------------------------------------------------------
+
+
+def _generate(
+    factory: ClientFactory,
+    settings: LoadSettings,
+    index: int,
+    run_id: str,
+    use_uvloop: bool | None,
+) -> tuple[EngineReport, bytes]:
+    """One generator (a Dask task): connect, say ready, wait for the start, send its share;
+    returns its report and its records as Parquet bytes (the columns travel in those)."""
+    from distributed import Event, Variable, get_client
+
+    dask = get_client()
+    with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
+        client = factory()
+        runner.run(client.connect())
+        try:
+            payload = build_payloads(
+                client, settings.batch_size, settings.seed, settings.input_data
+            )
+            Event(f"{run_id}-ready-{index}", client=dask).set()
+            if not Event(f"{run_id}-go", client=dask).wait(timeout=READY_TIMEOUT):
+                raise GangError(f"no start after {READY_TIMEOUT:.0f} s")
+            start = Variable(f"{run_id}-start", client=dask).get()
+            if start is None:
+                raise GangError("aborted before the start")
+            local_start = start["start_at"] + start["offsets"][index]
+            with tempfile.TemporaryDirectory(prefix="servebench-generator-") as tmp:
+                part = os.path.join(tmp, "records.parquet")
+                with ParquetRecordWriter(part) as writer:
+                    engine = LoadEngine(
+                        client,
+                        payload,
+                        settings,
+                        writer,
+                        start_at=local_start,
+                        part=(index, settings.processes),
+                    )
+                    report = runner.run(engine.run())
+                with open(part, "rb") as f:
+                    records = f.read()
+        finally:
+            runner.run(client.close())
+    report.columns = Columns.concat([])  # they travel in the records
+    return report, records

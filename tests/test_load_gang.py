@@ -1,0 +1,215 @@
+"""A gang of load generators on a real Dask LocalCluster (issue 24), against the aiohttp
+test server of test_load_http.py (its own process).
+
+What is checked is exact: record counts, sequence numbers, the schedule's intended offsets
+(each generator stamps the shared start plus the schedule's offset on its own clock, and
+the coordinator takes the measured clock offset off again, so the merged intended times are
+the single-process schedule's to float rounding), which generator a record came from, and
+what a lost generator does to the verdict. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_load_http import factory, server  # noqa: F401  (server is a fixture)
+
+from servebench.load import LoadSettings, constant, poisson, read_records, run
+
+# Seconds: rounding of epoch float64 times (2.4e-7 s) through a few sums.
+EPS = 1e-5
+
+
+def test_two_generators_send_exactly_the_one_schedule(server, tmp_path):  # noqa: F811
+    """Open loop, count-bounded: the union of the parts is the planned Poisson schedule."""
+    arrivals = poisson(400, seed=7)
+    path = tmp_path / "records.parquet"
+    settings = LoadSettings(arrivals=arrivals, count=500, processes=2)
+    s = run(factory(f"{server}/work"), settings, records=path)
+    table = read_records(path)
+    generator = table["generator"].to_numpy()
+    parts = [int((generator == g).sum()) for g in (0, 1)]
+    assert s.count == table.num_rows == sum(parts) == 500 and parts == [250, 250]
+    seq = table["seq"].to_numpy()
+    assert sorted(seq.tolist()) == list(range(500))
+    assert (seq % 2 == generator).all()  # every other arrival, by sequence number
+    # The intended times interleave as the single-process schedule's: the same offsets
+    # from the common start, in sequence order.
+    order = np.argsort(seq)
+    intended = table["intended_time"].to_numpy()[order]
+    planned = np.fromiter(arrivals.offsets(), float, count=500)
+    assert np.allclose(intended - intended[0], planned - planned[0], rtol=0, atol=EPS)
+    gang = s.gang
+    assert gang is not None and gang["partial"] is False and gang["scheduler"] == "local"
+    assert [g["count"] for g in gang["generators"]] == parts
+    for g in gang["generators"]:
+        assert g["clock_uncertainty_s"] > 0 and g["lost"] is None
+        assert g["worker"].startswith("tcp://127.0.0.1:")
+
+
+def test_closed_loop_splits_concurrency_and_count_and_skew_is_judged(server):  # noqa: F811
+    """A start skew bound no clock exchange can meet (1 ns) makes the run INVALID with
+    start_skew; the load itself is whole."""
+    s = run(
+        factory(f"{server}/work"),
+        LoadSettings(concurrency=3, count=120, processes=2, start_skew_limit=1e-9),
+    )
+    assert s.count == 120 and s.concurrency == 3
+    assert [g["count"] for g in s.gang["generators"]] == [60, 60]
+    assert s.verdict == "INVALID" and s.reason_codes == ["start_skew"]
+    assert s.gang["start_skew_s"] >= max(g["clock_uncertainty_s"] for g in s.gang["generators"])
+
+
+def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(server, tmp_path):  # noqa: F811
+    """One generator's worker process is killed mid-run: the other's records are all there,
+    the run is partial, INVALID with generator_lost naming the killed worker."""
+    from distributed import Client
+
+    from servebench.load.gang import local_cluster
+
+    path = tmp_path / "records.parquet"
+    with local_cluster(2) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        victim = sorted(pids)[1]
+        settings = LoadSettings(
+            arrivals=constant(200), duration=3.0, processes=2, scheduler=cluster.scheduler_address
+        )
+        result = {}
+
+        def load() -> None:
+            result["summary"] = run(factory(f"{server}/work"), settings, records=path)
+
+        thread = threading.Thread(target=load)
+        thread.start()
+        # Kill one second after the shared start (from the gang's start variable).
+        start_at = _start_at(client, deadline=time.monotonic() + 60)
+        time.sleep(max(0.0, start_at + 1.0 - time.time()))
+        os.kill(pids[victim], signal.SIGKILL)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        # The run leaves nothing on the scheduler (a long-lived one serves many runs).
+        assert client.run_on_scheduler(
+            lambda dask_scheduler: (
+                list(dask_scheduler.extensions["variables"].variables),
+                list(dask_scheduler.extensions["events"]._events),
+            )
+        ) == ([], [])
+    s = result["summary"]
+    assert s.verdict == "INVALID" and "generator_lost" in s.reason_codes
+    assert s.gang["partial"] is True
+    lost = [g for g in s.gang["generators"] if g["lost"]]
+    assert [g["worker"] for g in lost] == [victim]
+    kept = next(g for g in s.gang["generators"] if not g["lost"])
+    table = read_records(path)
+    # 3 s at 200 req/s is 600 arrivals; the survivor sends every other one: all 300 kept.
+    assert table.num_rows == s.count == kept["count"] == 300
+    assert set(table["generator"].to_pylist()) == {kept["index"]}
+    assert sorted(table["seq"].to_pylist()) == list(range(kept["index"], 600, 2))
+
+
+def _start_at(client, deadline: float) -> float:
+    """The start instant of the gang running on `client`'s cluster, once it is set."""
+
+    def starts(dask_scheduler) -> list[float]:
+        variables = dask_scheduler.extensions["variables"]
+        return [
+            variables.variables[name]["value"]["start_at"]
+            for name in variables.variables
+            if name.endswith("-start") and variables.variables[name].get("value")
+        ]
+
+    while time.monotonic() < deadline:
+        found = client.run_on_scheduler(starts)
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("the gang did not start")
+
+
+def test_cli_scheduler_that_does_not_answer_is_one_line_exit_2(server, tmp_path):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nobody listens there
+    records = tmp_path / "r.parquet"
+    result = CliRunner().invoke(
+        app,
+        [
+            "load", "--url", f"{server}/work", "--rate", "10", "--count", "5",
+            "--generators", "2", "--scheduler", f"tcp://127.0.0.1:{port}",
+            "--records", str(records),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f":{port}" in lines[0]
+    assert not records.exists()
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
+
+
+GANG_SCENARIO = """\
+name: gang
+seed: 3
+models:
+  specs:
+    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
+servers:
+  - {name: triton, kind: triton}
+workload:
+  rates: [150]
+  requests: 300
+  duration_s: 0.5
+  warmup_s: 0.2
+  generators: {count: 2}
+"""
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, protocol):
+    """`workload.generators` in a scenario, over Triton's HTTP and gRPC: the trial's
+    records are the gang's union."""
+    import json
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from scenario_checks import write
+
+    from servebench.scenario.runner import ScenarioRunner
+
+    text = GANG_SCENARIO.replace("kind: triton}", f"kind: triton, protocol: {protocol}}}")
+    outcome = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results").run()
+    assert outcome.status == "complete", outcome.reason
+    run_dir = outcome.directory.path
+    (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
+    assert row.status == "ok" and row.processes == 2 and row.protocol == protocol
+    records = pq.read_table(run_dir / "records.parquet").to_pandas()
+    assert len(records) == row.count >= 300 and records.ok.all()
+    assert sorted(records.seq) == sorted(set(records.seq))
+    assert set(records.generator) == {0, 1}
+    gang = json.loads(row.gang_json)
+    assert gang["partial"] is False
+    assert [g["count"] for g in gang["generators"]] == [
+        int((records.generator == g).sum()) for g in (0, 1)
+    ]
+
+
+def test_a_gang_is_refused_with_a_decision_made_live(tmp_path):
+    from scenario_checks import problems
+
+    text = GANG_SCENARIO.replace("  requests: 300\n", "  stop: {}\n").replace(
+        "name: gang\n", "name: gang\nslo: {percentile: 99, latency_ms: 50}\n"
+    )
+    found = problems(tmp_path, text)
+    assert any("generators" in p and "stop" in p for p in found), found
