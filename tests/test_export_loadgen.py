@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from servebench.cli import app
 from servebench.common.quantiles import percentile
-from servebench.results import RECORD_SCHEMA, RunDirectory, TrialRow
+from servebench.results import RECORD_SCHEMA, RunDirectory, TrialRow, conform_records
 
 QS = {"50.00": 50, "90.00": 90, "95.00": 95, "97.00": 97, "99.00": 99, "99.90": 99.9}
 
@@ -73,29 +73,28 @@ def write_run(root: Path, trials: dict[str, tuple[dict, np.ndarray]]) -> Path:
                 **extra,
             }
         )
-        tables.append(
-            pa.table(
-                {
-                    "trial_id": [trial_id] * n,
-                    "seq": np.arange(n, dtype=np.int64),
-                    "intended_time": intended,
-                    "send_time": intended,
-                    "completion_time": intended + latencies,
-                    "latency": latencies,
-                    "ok": np.ones(n, dtype=bool),
-                    "error_kind": pa.nulls(n, pa.string()),
-                    "batch_size": np.ones(n, dtype=np.int32),
-                    "request_bytes": np.full(n, 100, dtype=np.int64),
-                    "response_bytes": np.full(n, 100, dtype=np.int64),
-                    "client_send_s": np.full(n, 1e-5),
-                    "client_recv_s": np.full(n, 1e-5),
-                    "model": pa.nulls(n, pa.string()),
-                },
-                schema=RECORD_SCHEMA,
-            )
-        )
+        columns = {
+            "trial_id": [trial_id] * n,
+            "seq": np.arange(n, dtype=np.int64),
+            "intended_time": intended,
+            "send_time": intended,
+            "completion_time": intended + latencies,
+            "latency": latencies,
+            "ok": np.ones(n, dtype=bool),
+            "error_kind": pa.nulls(n, pa.string()),
+            "batch_size": np.ones(n, dtype=np.int32),
+            "request_bytes": np.full(n, 100, dtype=np.int64),
+            "response_bytes": np.full(n, 100, dtype=np.int64),
+            "client_send_s": np.full(n, 1e-5),
+            "client_recv_s": np.full(n, 1e-5),
+        }
+        schema = pa.schema([RECORD_SCHEMA.field(name) for name in columns])
+        tables.append(pa.table(columns, schema=schema))
     RunDirectory(path, rows=[TrialRow.from_record(r) for r in rows]).write_trials()
-    pq.write_table(pa.concat_tables(tables), path / "records.parquet")
+    # A trial of one model from one process: the optional columns (model, generator) are
+    # null, as conform_records fills them for any run that has no use for them.
+    records = conform_records(pa.concat_tables(tables), path)
+    pq.write_table(records, path / "records.parquet")
     return path
 
 
