@@ -19,9 +19,16 @@ and why — is kept in order for `tune.json` and the report's path.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+import json
+import math
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from servebench.pricing import cost_at_qps
+from servebench.results import TrialRow
+from servebench.scenario.plan import Plan
+from servebench.scenario.schema import ServerSection, TuneSection
 
 # What each objective prefers: True where a higher value is better.
 MAXIMIZE = {"max_rate": True, "cost_at_qps": False, "p99": False}
@@ -220,3 +227,91 @@ def _compared(
 
 def _shown(value: float | None) -> str:
     return "nothing usable" if value is None else f"{value:,.6g}"
+
+
+def objective_of(
+    row: TrialRow | None,
+    objective: str,
+    *,
+    qps: float | None = None,
+    usd_per_hour: float | None = None,
+) -> Measured:
+    """A setting's objective value from its trial's row (None: the trial is missing,
+    failed, or has no usable figure, with why). `max_rate` is the SLO search's highest
+    rate meeting the SLO; `cost_at_qps` prices ceil(qps / max_rate) replicas
+    (`pricing.cost_at_qps`); `p99` is the p99's high bound at the trial's rate, the safe
+    end of its interval (its point where a run has no intervals)."""
+    if row is None:
+        return Measured(None, (), "no trial: the setting serves none of the batch sizes")
+    trials = (row.trial_id,)
+    if row.status != "ok":
+        return Measured(None, trials, f"trial {row.status}")
+    if objective == "p99":
+        high = _number(row.get("latency_p99_high"))
+        if high is None and _number(row.get("confidence_level")) is not None:
+            return Measured(None, trials, "too few requests to bound the p99")
+        value = high if high is not None else _number(row.get("latency_p99"))
+        return Measured(value, trials, "" if value is not None else "no p99")
+    rate = _number(row.get("max_rate"))
+    if rate is None or rate <= 0:
+        return Measured(None, trials, "no rate met the SLO")
+    if objective == "max_rate":
+        return Measured(rate, trials)
+    assert qps is not None and usd_per_hour is not None  # the schema requires both
+    return Measured(cost_at_qps(qps, rate, usd_per_hour, row.batch_size), trials)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None (empty cells read back from trials.csv are NaN)."""
+    if value is None or isinstance(value, str):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+async def tune_server(
+    plan: Plan,
+    server: ServerSection,
+    tune: TuneSection,
+    run_setting: Callable[[int], Awaitable[None]],
+    *,
+    rows: Callable[[], Mapping[str, TrialRow]],
+    usd_per_hour: float | None,
+    stopped: Callable[[], str | None],
+) -> dict[str, Any]:
+    """Search one server's settings matrix as `tune` says; `run_setting(i)` runs the trials
+    of `plan.settings[i]` still to run, `rows()` reads the run's rows by trial id. Returns
+    what tune.json keeps for the server: its axes, the search and its steps."""
+    matrix = server.settings_model
+    axes = matrix.axes()
+    names = list(axes)
+    settings = [(i, s) for i, s in enumerate(plan.settings) if s.server is server]
+    by_values = {json.dumps(s.values, sort_keys=True): (i, s) for i, s in settings}
+
+    def key(point: Point) -> str:
+        values = matrix.at({n: axes[n][j] for n, j in zip(names, point, strict=True)})
+        return by_values[json.dumps(values, sort_keys=True)][1].id
+
+    by_id = {s.id: (i, s) for i, s in settings}
+
+    async def measure(name: Hashable) -> Measured:
+        index, setting = by_id[str(name)]
+        if stopped():
+            return Measured(None, (), f"not measured: the run was {stopped()}")
+        await run_setting(index)
+        trial = next((t for t in plan.trials if t.setting is setting), None)
+        row = rows().get(trial.id) if trial is not None else None
+        if trial is not None and row is None:
+            return Measured(None, (), "not measured")
+        return objective_of(row, tune.objective, qps=tune.qps, usd_per_hour=usd_per_hour)
+
+    sizes = [len(axes[n]) for n in names]
+    maximize = MAXIMIZE[tune.objective]
+    if tune.method == "brute":
+        result = await brute_search(sizes, key, measure, maximize=maximize)
+    else:
+        start = tuple(axes[n].index(tune.start.get(n, axes[n][0])) for n in names)
+        result = await quick_search(
+            sizes, key, measure, maximize=maximize, budget=tune.budget_trials, start=start
+        )
+    return {"axes": axes, "settings": len(settings), **result.to_json()}
