@@ -27,8 +27,9 @@ from typing import Any
 
 from servebench.pricing import cost_at_qps
 from servebench.results import TrialRow
-from servebench.scenario.plan import Plan
+from servebench.scenario.plan import Plan, ServerSetting
 from servebench.scenario.schema import ServerSection, TuneSection
+from servebench.servers.settings import SettingsMatrix
 
 # What each objective prefers: True where a higher value is better.
 MAXIMIZE = {"max_rate": True, "cost_at_qps": False, "p99": False}
@@ -269,6 +270,42 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+@dataclass(frozen=True)
+class Space:
+    """One server's settings matrix as a grid: its axes (the settings it varies, values
+    in the scenario's order) and the plan's setting each point means."""
+
+    matrix: SettingsMatrix
+    axes: dict[str, list[Any]]
+    by_id: dict[str, tuple[int, ServerSetting]]  # plan.settings' index and setting, by id
+
+    @classmethod
+    def of(cls, plan: Plan, server: ServerSection) -> Space:
+        matrix = server.settings_model
+        by_id = {s.id: (i, s) for i, s in enumerate(plan.settings) if s.server is server}
+        return cls(matrix, matrix.axes(), by_id)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(values) for values in self.axes.values()]
+
+    def key(self, point: Point) -> str:
+        """The id of the setting `point` means (points that mean one setting share it)."""
+        values = self.matrix.at(
+            {name: self.axes[name][j] for name, j in zip(self.axes, point, strict=True)}
+        )
+        wanted = json.dumps(values, sort_keys=True)
+        return next(
+            sid
+            for sid, (_, s) in self.by_id.items()
+            if json.dumps(s.values, sort_keys=True) == wanted
+        )
+
+    def point(self, start: Mapping[str, Any]) -> Point:
+        """The point of `start`'s values (the first of each list where it names none)."""
+        return tuple(values.index(start.get(n, values[0])) for n, values in self.axes.items())
+
+
 async def tune_server(
     plan: Plan,
     server: ServerSection,
@@ -282,17 +319,8 @@ async def tune_server(
     """Search one server's settings matrix as `tune` says; `run_setting(i)` runs the trials
     of `plan.settings[i]` still to run, `rows()` reads the run's rows by trial id. Returns
     what tune.json keeps for the server: its axes, the search and its steps."""
-    matrix = server.settings_model
-    axes = matrix.axes()
-    names = list(axes)
-    settings = [(i, s) for i, s in enumerate(plan.settings) if s.server is server]
-    by_values = {json.dumps(s.values, sort_keys=True): (i, s) for i, s in settings}
-
-    def key(point: Point) -> str:
-        values = matrix.at({n: axes[n][j] for n, j in zip(names, point, strict=True)})
-        return by_values[json.dumps(values, sort_keys=True)][1].id
-
-    by_id = {s.id: (i, s) for i, s in settings}
+    space = Space.of(plan, server)
+    by_id = space.by_id
 
     async def measure(name: Hashable) -> Measured:
         index, setting = by_id[str(name)]
@@ -305,13 +333,12 @@ async def tune_server(
             return Measured(None, (), "not measured")
         return objective_of(row, tune.objective, qps=tune.qps, usd_per_hour=usd_per_hour)
 
-    sizes = [len(axes[n]) for n in names]
     maximize = MAXIMIZE[tune.objective]
     if tune.method == "brute":
-        result = await brute_search(sizes, key, measure, maximize=maximize)
+        result = await brute_search(space.sizes, space.key, measure, maximize=maximize)
     else:
-        start = tuple(axes[n].index(tune.start.get(n, axes[n][0])) for n in names)
         result = await quick_search(
-            sizes, key, measure, maximize=maximize, budget=tune.budget_trials, start=start
-        )
-    return {"axes": axes, "settings": len(settings), **result.to_json()}
+            space.sizes, space.key, measure, maximize=maximize, budget=tune.budget_trials,
+            start=space.point(tune.start),
+        )  # fmt: skip
+    return {"axes": space.axes, "settings": len(by_id), **result.to_json()}
