@@ -8,6 +8,8 @@ import asyncio
 import itertools
 from collections.abc import Callable
 
+import pytest
+
 from servebench.scenario.tune import (
     MOVED,
     START,
@@ -132,3 +134,25 @@ def test_brute_measures_every_distinct_setting_once() -> None:
     result = asyncio.run(brute_search(SIZES, key, measure, maximize=True))
     assert len(calls) == len(set(calls)) == 24  # 36 points, 12 the same with axis 1 off
     assert result.trials_spent == 24
+
+
+def test_objectives_from_a_trial_row() -> None:
+    """max_rate is the search's; cost_at_qps prices ceil(qps / max_rate) replicas; p99 is
+    its interval's high bound, and no value where the interval has none."""
+    from servebench.pricing import cost_at_qps
+    from servebench.results import TrialRow
+    from servebench.scenario.tune import objective_of
+
+    row = TrialRow(trial_id="t1", status="ok", batch_size=2, max_rate=300.0)
+    assert objective_of(row, "max_rate") == Measured(300.0, ("t1",))
+    cost = objective_of(row, "cost_at_qps", qps=1000, usd_per_hour=0.5).value
+    assert cost == cost_at_qps(1000, 300.0, 0.5, 2) == pytest.approx(4 * 0.5 / 3600 / 2000 * 1e6)
+    sure = TrialRow(trial_id="t2", status="ok", latency_p99=0.010, latency_p99_high=0.012,
+                    confidence_level=0.95)  # fmt: skip
+    assert objective_of(sure, "p99").value == 0.012
+    few = TrialRow(trial_id="t3", status="ok", latency_p99=0.010, confidence_level=0.95)
+    assert objective_of(few, "p99").value is None
+    failed = TrialRow(trial_id="t4", status="failed")
+    assert objective_of(failed, "max_rate") == Measured(None, ("t4",), "trial failed")
+    assert objective_of(None, "max_rate").value is None
+    assert objective_of(TrialRow(trial_id="t5", status="ok"), "max_rate").value is None
