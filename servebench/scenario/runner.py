@@ -247,6 +247,14 @@ class ScenarioRunner:
                 stopped=lambda: self.state.interrupted,
             )
             searches[server.name] = search
+            best = search["best"] or {"setting": "none usable", "value": None}
+            shown = "" if best["value"] is None else f" ({tune.objective} {best['value']:,.6g})"
+            self.console.print(
+                f"tune {server.name}: {tune.method} search, best {best['setting']}{shown} "
+                f"after {search['trials_spent']} of {search['settings']} settings; "
+                f"{search['stop_reason']}",
+                highlight=False,
+            )
             directory.write_tune(
                 {"method": tune.method, "objective": tune.objective, "qps": tune.qps,
                  "budget_trials": tune.budget_trials, "servers": searches}
