@@ -20,7 +20,9 @@ setting measured by the SLO search (`workload.search: max_rate`, short 2 s steps
    that model alone), its wall time and what it reached against the brute optimum (two
    measurements, minutes apart, on a shared machine: noise included).
 
-Prints the load average before and after (the machine is shared).
+Prints the load average before and after (the machine is shared), and beside each quick
+result the baseline it must beat: the expected share of the optimum that the best of as
+many settings drawn at random reaches ("random k").
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import time
 from datetime import datetime
@@ -117,6 +120,18 @@ def replay(
     return (best[1].value if best else None), result.trials_spent
 
 
+def random_share(run: Path, model: str, k: int) -> float:
+    """The expected share of the optimum that the best of `k` settings drawn at random
+    (distinct, uniformly) reaches: the baseline a search must beat. With the values sorted,
+    the i-th smallest is the best of the draw with probability C(i-1, k-1) / C(N, k)."""
+    trials = read_trials(run / TRIALS_FILE)
+    mine = trials[trials.model == model]
+    values = sorted((v if pd.notna(v) else 0.0) for v in mine.max_rate)
+    n = len(values)
+    expected = sum(v * math.comb(i, k - 1) for i, v in enumerate(values)) / math.comb(n, k)
+    return expected / max(values)
+
+
 def brute_optimum(run: Path) -> dict[str, tuple[str, float]]:
     trials = read_trials(run / TRIALS_FILE)
     ok = trials[(trials.status == "ok") & trials.max_rate.notna()]
@@ -155,7 +170,10 @@ def main() -> None:
     space = len({s.id for s in expand(load_scenario(brute / "scenario.yaml"), brute).settings})
     print(f"brute force run {brute}: {space} settings × {len(optimum)} models, {wall:,.0f} s wall")
     print("\nquick replayed on the brute-force table (max rate, req/s; share of brute's optimum)")
-    print(f"{'model':22} {'start':20} {'budget':>6} {'quick':>8} {'brute':>8} {'share':>6} trials")
+    print(
+        f"{'model':22} {'start':20} {'budget':>6} {'quick':>8} {'brute':>8} {'share':>6} "
+        f"{'trials':>13} {'random k':>8}"
+    )
     for model, (setting, top) in optimum.items():
         for label, start in STARTS.items():
             for budget in (None, args.budget):
@@ -163,9 +181,13 @@ def main() -> None:
                 share = (value or 0.0) / top
                 print(
                     f"{model:22} {label:20} {budget or '-':>6} {value or 0:8,.0f} {top:8,.0f} "
-                    f"{share:6.0%} {spent}/{space} ({spent / space:.0%})"
+                    f"{share:6.0%} {f'{spent}/{space} ({spent / space:.0%})':>13} "
+                    f"{random_share(brute, model, spent):8.0%}"
                 )
-        print(f"{'':22} brute optimum: {setting}")
+        ties = int(
+            (read_trials(brute / TRIALS_FILE).query("model == @model").max_rate == top).sum()
+        )
+        print(f"{'':22} brute optimum: {setting} ({ties} of {space} settings reach it)")
     if args.live:
         print(f"\nquick live, budget {args.budget} (objective max_rate)")
         ids = [m.id for m in expand(load_scenario(brute / "scenario.yaml"), brute).models]

@@ -115,8 +115,15 @@ class ScenarioRunner:
         directory.write_run()
         done = directory.completed_trials()
         todo = [t for t in self.plan.trials if t.id not in done]
+        tune = self.scenario.tune
+        searched = (
+            f" (a {tune.method} search runs only those it asks for)"
+            if tune is not None and tune.method == "quick"
+            else ""
+        )
         self.console.print(
-            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run",
+            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run"
+            + searched,
             highlight=False,
         )
         status, reason = "complete", None
