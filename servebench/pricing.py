@@ -153,6 +153,22 @@ def cost_per_million(inferences_per_s: float, usd_per_hour: float) -> float:
     return (1e6 / inferences_per_s) * (usd_per_hour / SECONDS_PER_HOUR)
 
 
+def replicas_needed(qps: float, usable_rate: float) -> int:
+    """ceil(qps / usable_rate), with a rate exactly at a multiple of the usable rate
+    counted as fitting (floating-point division must not add a replica)."""
+    ratio = qps / usable_rate
+    return max(1, math.ceil(ratio - 1e-9 * ratio))
+
+
+def cost_at_qps(qps: float, max_rate: float, usd_per_hour: float, batch_size: int = 1) -> float:
+    """Dollars per million inferences of serving `qps` requests/s of `batch_size` with
+    replicas that each sustain `max_rate` requests/s: ceil(qps / max_rate) replicas'
+    price over the inferences they serve (`recommend`'s pricing without headroom, and the
+    configuration search's `cost_at_qps` objective)."""
+    replicas = replicas_needed(qps, max_rate)
+    return cost_per_million(qps * batch_size, replicas * usd_per_hour)
+
+
 @dataclass(frozen=True)
 class OperatingPoint:
     """One measured load level: throughput (inferences/s) and its tail latency (s)."""

@@ -31,7 +31,7 @@ import json
 import math
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, make_dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -63,6 +63,9 @@ COLD_START_PHASES = (
     "container_start", "server_ready", "model_load", "first_inference", "warm_median",
 )  # fmt: skip
 SCENARIO_FILE = "scenario.yaml"
+# A configuration search's path (`tune:`): per server, its method, objective and every step
+# (setting, trials, objective value, decision and why); written by the scenario runner.
+TUNE_FILE = "tune.json"
 # `servebench overhead` runs: the raw figures and the per-metric comparison of them.
 OVERHEAD_RAW_FILE = "overhead_raw.csv"
 OVERHEAD_FILE = "overhead.csv"
@@ -533,6 +536,27 @@ _JSON_NAMES = {str: "a string", type(None): "null", list: "a list", dict: "an ob
                int: "an integer"}  # fmt: skip
 
 
+def read_tune_json(path: Path) -> dict[str, Any] | None:
+    """A run's tune.json (None: the run searched nothing), checked as far as readers rely
+    on it: `servers` maps each server's name to its search, whose `steps` is a list of
+    objects; anything else is a ResultDirError naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        search = read_json_object(path)
+    except TextFileError as err:
+        raise ResultDirError(str(err)) from None
+    servers = search.get("servers")
+    if not isinstance(servers, dict) or not all(
+        isinstance(s, dict)
+        and isinstance(s.get("steps"), list)
+        and all(isinstance(step, dict) for step in s["steps"])
+        for s in servers.values()
+    ):
+        raise ResultDirError(f"{path}: field servers: expected each server's search with steps")
+    return search
+
+
 def read_run_json(path: Path) -> dict[str, Any]:
     """A run's run.json: an object whose fields (RUN_FIELDS) have their types; anything
     else is a ResultDirError naming the file and the field. The one reader of it, for
@@ -793,6 +817,11 @@ class RunDirectory:
                     status, reason = "failed", no_space_reason(err.filename or self.path)
         self.run.update(status=status, reason=reason, ended_at=datetime.now(UTC).isoformat())
         self.write_run()
+
+    def write_tune(self, search: Mapping[str, Any]) -> None:
+        """Write the configuration search's path (`tune.json`), whole, as it stands."""
+        text = json.dumps(search, indent=2, default=str) + "\n"
+        write_atomically(self.path / TUNE_FILE, lambda tmp: tmp.write_text(text))
 
     # -- trials -----------------------------------------------------------------------
 

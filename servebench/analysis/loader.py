@@ -40,9 +40,11 @@ from servebench.results import (
     TELEMETRY_FILE,
     TRIAL_SCHEMA,
     TRIALS_FILE,
+    TUNE_FILE,
     ResultDirError,
     conform_records,
     read_run_json,
+    read_tune_json,
     slo_decision,
 )
 
@@ -117,6 +119,7 @@ class RunData:
     cold_start: pd.DataFrame | None
     telemetry: pd.DataFrame | None
     scenario_text: str | None
+    tune: dict[str, Any] | None = None  # the configuration search's path (tune.json)
 
     @property
     def run_id(self) -> str:
@@ -149,6 +152,7 @@ def load_run(path: str | Path, *, records: bool = True, trials: bool = False) ->
         cold_start=read_cold_start(path / COLD_START_FILE),
         telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
         scenario_text=_read_text(path / SCENARIO_FILE),
+        tune=read_tune_json(path / TUNE_FILE),
     )
     if trials and data.trials.empty:
         why = f": {data.run['reason']}" if data.run.get("reason") else ""

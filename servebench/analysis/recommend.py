@@ -44,7 +44,13 @@ from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
 from servebench.common.verdict_codes import UNUSABLE_STEP
-from servebench.pricing import InstancePrice, PriceError, cost_per_million, price_of
+from servebench.pricing import (
+    InstancePrice,
+    PriceError,
+    cost_per_million,
+    price_of,
+    replicas_needed,
+)
 
 DIRECT = "direct"
 # trials.csv's latency columns by percentile: the percentiles an SLO can name here.
@@ -619,13 +625,6 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
 def _optimistic_valid(point: Point) -> bool:
     """A point left out only for want of a high bound counts on its low bound."""
     return point.valid or (math.isinf(point.latency_s) and math.isfinite(point.optimistic_s))
-
-
-def replicas_needed(qps: float, usable_rate: float) -> int:
-    """ceil(qps / usable_rate), with a rate exactly at a multiple of the usable rate
-    counted as fitting (floating-point division must not add a replica)."""
-    ratio = qps / usable_rate
-    return max(1, math.ceil(ratio - 1e-9 * ratio))
 
 
 def _replicas(

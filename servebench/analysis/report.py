@@ -78,6 +78,7 @@ th,td{border-bottom:1px solid #e4e4e4;padding:.25rem .5rem;text-align:right;vert
 th{background:#f5f6f7;position:sticky;top:0}
 td.text,th.text{text-align:left}
 tr.failed td{background:#fdf0f0;color:#8a1c1c}tr.invalid td{background:#fff8e1}
+tr.path td{background:#eef7ee}
 figure{margin:.5rem 0}figure svg{max-width:100%;height:auto}
 figcaption,.caption{color:#555;font-size:.85rem}
 .no-data{color:#666;font-style:italic}.plot-error{color:#8a1c1c}
@@ -187,6 +188,7 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
         _summary_section(data),
         *_mix_sections(trials),
         *_search_sections(report, trials),
+        *_tune_sections(data),
         _plot_section(
             report,
             "latency-cdf",
@@ -433,6 +435,51 @@ def _mix_sections(trials: pd.DataFrame) -> list[_Section]:
         "whole system's.</p>"
     )
     return [section]
+
+
+def _tune_sections(data: RunData) -> list[_Section]:
+    """The configuration search's path (tune.json), one table per server: each step's
+    setting, objective value, decision and why, in the order the search took them."""
+    if not data.tune:
+        return []
+    search = data.tune
+    objective = str(search.get("objective", "?"))
+    qps = search.get("qps")
+    at = f" at {qps:,.6g} req/s" if isinstance(qps, int | float) else ""
+    section = _Section("tune", "Configuration search")
+    for server, found in search["servers"].items():
+        best = found.get("best") or {}
+        section.body.append(
+            f'<p class="caption">{_e(server)}: {_e(found.get("method", "?"))} search for '
+            f"{_e(objective)}{_e(at)} ({'higher' if found.get('maximize') else 'lower'} is "
+            f"better) over {_e(found.get('settings', '?'))} settings: "
+            f"{_e(found.get('trials_spent', '?'))} measured; best {_e(best.get('setting', 'none'))}"
+            f" ({_e(_tune_value(best.get('value')))}); stopped: {_e(found.get('stop_reason', ''))}.</p>"
+        )
+        rows = [
+            [
+                str(step.get("step", "")),
+                str(step.get("setting", "")),
+                _tune_value(step.get("value")),
+                str(step.get("decision", "")),
+                str(step.get("reason", "")),
+            ]
+            for step in found["steps"]
+        ]
+        classes = ["path" if row[3] in ("start", "moved") else "" for row in rows]
+        section.body.append(
+            html_table(
+                ["step", "setting", objective, "decision", "why"],
+                rows,
+                text_columns=(1, 3, 4),
+                row_classes=classes,
+            )
+        )
+    return [section]
+
+
+def _tune_value(value: object) -> str:
+    return f"{value:,.6g}" if isinstance(value, int | float) else "—"
 
 
 def _share(value: object) -> str:

@@ -24,6 +24,7 @@ MAX_COLD_START_REPEATS = 20  # each is a full server restart and model load: min
 MAX_SEED = 2**64 - 1  # numpy's generators take no other
 MAX_STABILITY_WINDOWS = 1000
 MAX_SEARCH_STEPS = 100
+MAX_TUNE_TRIALS = 100_000  # settings a configuration search may measure
 # A weighted mix of models in one trial (`workload.mix`): a weight is a relative share, so a
 # ratio past a million to one is a slip; its models travel in the records as 1-byte codes.
 MAX_MIX_WEIGHT = 1e6

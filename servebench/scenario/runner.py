@@ -21,8 +21,10 @@ import os
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from rich.console import Console
@@ -58,6 +60,7 @@ from servebench.scenario.deploy import build_server, client_target, export_model
 from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
+from servebench.scenario.tune import tune_server
 from servebench.scenario.validate import load_scenario
 from servebench.servers.base import Server, ServerError
 from servebench.servers.cold_start import Probe, measure_cold_start
@@ -112,8 +115,15 @@ class ScenarioRunner:
         directory.write_run()
         done = directory.completed_trials()
         todo = [t for t in self.plan.trials if t.id not in done]
+        tune = self.scenario.tune
+        searched = (
+            f" (a {tune.method} search runs only those it asks for)"
+            if tune is not None and tune.method == "quick"
+            else ""
+        )
         self.console.print(
-            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run",
+            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run"
+            + searched,
             highlight=False,
         )
         status, reason = "complete", None
@@ -197,10 +207,13 @@ class ScenarioRunner:
                 peak = await asyncio.to_thread(record_host_peaks, directory.run)
                 directory.write_run()
                 price = self.price
-                for index, setting in enumerate(self.plan.settings):
+
+                async def run_setting(index: int) -> None:
+                    """Run the setting's trials still to run (none: measured already)."""
+                    setting = self.plan.settings[index]
                     trials = [t for t in todo if t.setting is setting]
                     if not trials or self.state.interrupted:
-                        continue
+                        return
                     await self._run_setting(
                         index,
                         setting,
@@ -211,9 +224,48 @@ class ScenarioRunner:
                         progress,
                         (overall, current),
                     )
+
+                if self.scenario.tune is None:
+                    for index in range(len(self.plan.settings)):
+                        await run_setting(index)
+                else:
+                    await self._tune(directory, run_setting)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+
+    async def _tune(
+        self, directory: RunDirectory, run_setting: Callable[[int], Awaitable[None]]
+    ) -> None:
+        """The configuration search (`tune:`), server by server: each setting it asks for
+        is run (unless a resumed run measured it: its trial ids are the plan's) and read
+        back from its trials.csv row; every step goes to tune.json as the search ends."""
+        tune = self.scenario.tune
+        assert tune is not None
+        searches: dict[str, Any] = {}
+        for server in self.scenario.servers:
+            search = await tune_server(
+                self.plan,
+                server,
+                tune,
+                run_setting,
+                rows=lambda: {r.trial_id: r for r in directory.rows},
+                usd_per_hour=self.price.usd_per_hour if self.price else None,
+                stopped=lambda: self.state.interrupted,
+            )
+            searches[server.name] = search
+            best = search["best"] or {"setting": "none usable", "value": None}
+            shown = "" if best["value"] is None else f" ({tune.objective} {best['value']:,.6g})"
+            self.console.print(
+                f"tune {server.name}: {tune.method} search, best {best['setting']}{shown} "
+                f"after {search['trials_spent']} of {search['settings']} settings; "
+                f"{search['stop_reason']}",
+                highlight=False,
+            )
+            directory.write_tune(
+                {"method": tune.method, "objective": tune.objective, "qps": tune.qps,
+                 "budget_trials": tune.budget_trials, "servers": searches}
+            )  # fmt: skip
 
     def _interrupt(self, signum: int) -> None:
         """First Ctrl-C: stop the current load, keep its records, end after this trial."""

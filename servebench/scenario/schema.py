@@ -48,6 +48,7 @@ from servebench.common.limits import (
     MAX_STABILITY_WINDOWS,
     MAX_THREADS,
     MAX_TRIAL_S,
+    MAX_TUNE_TRIALS,
     MAX_WIDTH,
     MIN_RATE,
 )
@@ -612,6 +613,40 @@ class CostSection(Strict):
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
 
 
+class TuneSection(Strict):
+    """A configuration search over each server's settings matrix (`scenario/tune.py`):
+    `brute` measures every setting (the matrix as it always ran), `quick` climbs from a
+    start (the first value of each list, or `start`) one setting at a time to the
+    neighbouring value that improves `objective` most, until no neighbour does or
+    `budget_trials` settings are measured. Objectives: `max_rate` (the SLO search's highest
+    rate, higher is better), `cost_at_qps` (USD per million inferences of serving `qps`
+    with ceil(qps / max_rate) replicas, lower is better) and `p99` (the p99's high bound at
+    `qps`, lower is better)."""
+
+    method: Literal["quick", "brute"] = "quick"
+    objective: Literal["max_rate", "cost_at_qps", "p99"] = "max_rate"
+    qps: Annotated[float, Field(gt=0, le=MAX_RATE * MAX_THREADS)] | None = None
+    budget_trials: Annotated[int, Field(ge=1, le=MAX_TUNE_TRIALS)] | None = None
+    start: dict[str, Any] = Field(
+        default_factory=dict,
+        description="quick's starting setting: a value from each named setting's list",
+    )
+
+    @rule("method", "budget_trials", "start")
+    def _quick_only(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.method == "brute":
+            for name in ("budget_trials", "start"):
+                if known(self, name) and getattr(self, name):
+                    yield (name,), "only for method quick (brute measures every setting)"
+
+    @rule("objective", "qps")
+    def _qps(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.objective != "max_rate" and self.qps is None:
+            yield ("qps",), f"objective {self.objective} is taken at a target rate: give qps"
+        if self.objective == "max_rate" and self.qps is not None:
+            yield ("qps",), "only for objectives cost_at_qps and p99"
+
+
 def _known_link(link: str | LinkProfile) -> str | LinkProfile:
     """A reference `link_kind` understands (a profile file is read later, by `link_profile`)."""
     try:
@@ -649,6 +684,7 @@ class Scenario(Strict):
     slo: Slo | None = None
     cost: CostSection | None = None
     cold_start: ColdStartSection = Field(default_factory=ColdStartSection)
+    tune: TuneSection | None = None
     limits: Limits = Field(default_factory=Limits)
 
     # Profile files read by `link_profile`, by (reference, folder).
@@ -733,3 +769,38 @@ class Scenario(Strict):
             yield ("slo",), "workload.stop ends a trial once its slo is decided: give an slo"
         if self.workload.stop and self.slo is not None and self.slo.percentile >= 100:
             yield ("slo", "percentile"), "early stop needs a percentile under 100"
+
+    @rule(
+        "tune", "workload.search", "workload.rates", "workload.batch_sizes", "slo", "cost", "links",
+        "servers",
+    )  # fmt: skip
+    def _tune_measurable(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        """What a tuned setting is measured with: one trial per setting (one batch size,
+        link and model), by the SLO search or at `qps`, against an SLO, priced."""
+        tune, w = self.tune, self.workload
+        if tune is None:
+            return
+        if self.slo is None:
+            yield ("slo",), f"tune objective {tune.objective} is judged against an slo: give one"
+        if tune.objective == "p99":
+            if w.search or list(w.rates) != [tune.qps]:
+                yield (
+                    ("workload", "rates"),
+                    f"tune objective p99 measures each setting at tune.qps: set rates to "
+                    f"[{tune.qps:g}] (and no search)",
+                )
+        elif not w.search:
+            yield (
+                ("workload", "search"),
+                f"tune objective {tune.objective} takes each setting's max rate: "
+                "set search: max_rate",
+            )
+        if tune.objective == "cost_at_qps" and self.cost is None:
+            yield ("cost",), "tune objective cost_at_qps prices replicas: give a cost section"
+        if len(w.batch_sizes) > 1:
+            yield ("workload", "batch_sizes"), "tune compares one trial per setting: one size"
+        if len(self.links) > 1:
+            yield ("links",), "tune compares one trial per setting: one link"
+        for i, server in enumerate(self.servers):
+            if server.__dict__.get("launch") == "remote":
+                yield ("servers", i, "launch"), "a remote server has no settings to tune"

@@ -198,6 +198,7 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.files()
         problems += checks.model_files()
         problems += checks.mix()
+        problems += checks.tune()
         problems += checks.inputs_fit(problems)
         problems += checks.sizes(complete=err is None and not problems)
     if problems:
@@ -500,6 +501,51 @@ class _Checks:
                 value = str(self.scenario.workload.inputs)
                 return [self.problem(where, value, f"does not fit model {model.id!r}: {err}")]
         return []
+
+    def tune(self) -> list[str]:
+        """A tuned server varies something, quick's start names values its matrix lists,
+        and one model is tuned (or one mix): the search compares one trial per setting."""
+        tune = self.scenario.__dict__.get("tune")
+        if tune is None or not known(self.scenario, "tune"):
+            return []
+        problems = []
+        for server, matrix in self.matrices:
+            i = self.scenario.servers.index(server)
+            axes = matrix.axes()
+            if not axes:
+                problems.append(
+                    self.problem(
+                        ("servers", i, "settings"), None,
+                        "nothing to tune: give a list of values for at least one setting",
+                    )
+                )  # fmt: skip
+                continue
+            for name, value in tune.start.items():
+                if name not in axes:
+                    problems.append(
+                        self.problem(
+                            ("tune", "start", name), value,
+                            f"not a setting server {server.name!r} varies "
+                            f"(it varies {', '.join(axes)})",
+                        )
+                    )  # fmt: skip
+                elif value not in axes[name]:
+                    problems.append(
+                        self.problem(
+                            ("tune", "start", name), value,
+                            f"not one of the values server {server.name!r} lists: {axes[name]}",
+                        )
+                    )  # fmt: skip
+        models = self.scenario.__dict__.get("models")
+        mixed = known(self.scenario, "workload.mix") and bool(self.scenario.workload.mix)
+        if models is not None and not mixed and models.size + len(self.family) > 1:
+            problems.append(
+                self.problem(
+                    ("models",), None,
+                    "tune compares one trial per setting: give one model (or a workload.mix)",
+                )
+            )  # fmt: skip
+        return problems
 
     def sizes(self, complete: bool) -> list[str]:
         """Models within the byte caps; models and trials within their counts.

@@ -57,7 +57,24 @@ class SettingsMatrix(OnePassModel):
 
     def combinations(self) -> list[dict[str, Any]]:
         """Each distinct setting to run, in field order (those that mean the same, once)."""
-        return _unique(_combinations(self))
+        return _unique(self.normalized(c) for c in _combinations(self))
+
+    def normalized(self, combo: dict[str, Any]) -> dict[str, Any]:
+        """`combo` as the setting it means: values a switched-off feature ignores are set to
+        one value, so combinations that differ only there are one setting."""
+        return combo
+
+    def axes(self) -> dict[str, list[Any]]:
+        """The settings this matrix varies and their values in the order given: the
+        dimensions a configuration search (`scenario.tune`) moves along, one neighbour
+        being the next or previous value in a list."""
+        return {name: values for name, values in _choices(self).items() if len(values) > 1}
+
+    def at(self, choice: Mapping[str, Any]) -> dict[str, Any]:
+        """The setting (normalized) whose varied settings take the values in `choice` and
+        every other setting its one value."""
+        fixed = {name: values[0] for name, values in _choices(self).items()}
+        return self.normalized({**fixed, **choice})
 
 
 class TritonSettingsMatrix(SettingsMatrix):
@@ -70,15 +87,12 @@ class TritonSettingsMatrix(SettingsMatrix):
     instance_count: InstancesEach = 1
     instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
 
-    def combinations(self) -> list[dict[str, Any]]:
+    def normalized(self, combo: dict[str, Any]) -> dict[str, Any]:
         # Queue delay and preferred sizes mean nothing without the dynamic batcher, so
         # "batching off" is one setting, not one per delay.
-        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
-            if combo["dynamic_batching"]:
-                return combo
-            return {**combo, "max_queue_delay_us": 0, "preferred_batch_sizes": []}
-
-        return _unique(normalize(c) for c in _combinations(self))
+        if combo["dynamic_batching"]:
+            return combo
+        return {**combo, "max_queue_delay_us": 0, "preferred_batch_sizes": []}
 
     @staticmethod
     def model_config_of(values: Mapping[str, Any]) -> TritonSettings:
@@ -107,13 +121,12 @@ class TfsSettingsMatrix(SettingsMatrix):
     intra_op_threads: ThreadsEach = 0
     inter_op_threads: ThreadsEach = 0
 
-    def combinations(self) -> list[dict[str, Any]]:
+    def normalized(self, combo: dict[str, Any]) -> dict[str, Any]:
+        # Batching parameters mean nothing with batching off: one setting, at the defaults.
+        if combo["enable_batching"]:
+            return combo
         defaults = {k: TfsSettingsMatrix.model_fields[k].default for k in _TFS_BATCHING}
-
-        def normalize(combo: dict[str, Any]) -> dict[str, Any]:
-            return combo if combo["enable_batching"] else {**combo, **defaults}
-
-        return _unique(normalize(c) for c in _combinations(self))
+        return {**combo, **defaults}
 
     @staticmethod
     def batching_of(values: Mapping[str, Any]) -> TfsBatching | None:

@@ -1,0 +1,344 @@
+"""Configuration search (`tune:`): the best server setting without measuring every one.
+
+A server's settings matrix is a grid: each setting it varies is an axis whose values are
+in the order the scenario lists them. `brute` measures every point (today's matrix).
+`quick` is a steepest-ascent hill climb, the shape of Triton Model Analyzer's quick search:
+it starts at the first value of every list (list the default first), measures each
+neighbour of the current point (one setting moved to the next or previous value of its
+list), moves to the neighbour that improves the objective most, and stops at a local
+optimum (no neighbour improves) or when `budget` measurements are spent. Points that mean
+the same setting (Triton's queue delay with batching off) are one point, and no point is
+measured twice.
+
+The search is sans-I/O about what a measurement is: `measure(key)` is the caller's (the
+scenario runner runs a setting's trial; tests and `benchmarks/tune.py` read a table), and
+every step it takes — which setting, the measurement, its objective value, the decision
+and why — is kept in order for `tune.json` and the report's path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from servebench.pricing import cost_at_qps
+from servebench.results import TrialRow
+from servebench.scenario.plan import Plan, ServerSetting
+from servebench.scenario.schema import ServerSection, TuneSection
+from servebench.servers.settings import SettingsMatrix
+
+# What each objective prefers: True where a higher value is better.
+MAXIMIZE = {"max_rate": True, "cost_at_qps": False, "p99": False}
+# Decisions a step records.
+START, MOVED, STAYED, STOPPED, MEASURED = "start", "moved", "stayed", "stopped", "measured"
+
+Point = tuple[int, ...]  # an index into each axis' list of values
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One setting's measurement: its objective value (None: nothing usable — the setting
+    failed, never met the SLO, or has no trial), the trials that gave it, and a note."""
+
+    value: float | None
+    trials: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def spent(self) -> bool:
+        """Whether it cost a measurement (a setting with no trial costs nothing)."""
+        return bool(self.trials)
+
+
+@dataclass
+class Step:
+    """One step of a search, as `tune.json` keeps it."""
+
+    step: int
+    point: list[int]
+    setting: str
+    value: float | None
+    trials: list[str]
+    decision: str  # start | moved | stayed | stopped | measured (brute)
+    reason: str
+
+
+@dataclass
+class TuneResult:
+    method: str
+    maximize: bool
+    steps: list[Step] = field(default_factory=list)
+    measured: dict[str, Measured] = field(default_factory=dict)  # by setting key
+    stop_reason: str = ""
+
+    @property
+    def trials_spent(self) -> int:
+        return sum(1 for m in self.measured.values() if m.spent)
+
+    @property
+    def best(self) -> tuple[str, Measured] | None:
+        """The best setting measured (the search's answer), or None if none was usable."""
+        usable = [(k, m) for k, m in self.measured.items() if m.value is not None]
+        if not usable:
+            return None
+        sign = 1 if self.maximize else -1
+        return max(usable, key=lambda item: sign * item[1].value)  # type: ignore[operator]
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.best
+        return {
+            "method": self.method,
+            "maximize": self.maximize,
+            "trials_spent": self.trials_spent,
+            "stop_reason": self.stop_reason,
+            "best": {"setting": best[0], "value": best[1].value} if best else None,
+            "steps": [asdict(s) for s in self.steps],
+        }
+
+
+def better(value: float | None, than: float | None, maximize: bool) -> bool:
+    """Whether `value` strictly improves on `than` (None is worse than any number)."""
+    if value is None:
+        return False
+    if than is None:
+        return True
+    return value > than if maximize else value < than
+
+
+def neighbours(point: Point, sizes: Sequence[int]) -> list[Point]:
+    """Each point one step away along one axis, axis by axis, the previous value first."""
+    found = []
+    for axis, index in enumerate(point):
+        for moved in (index - 1, index + 1):
+            if 0 <= moved < sizes[axis]:
+                found.append((*point[:axis], moved, *point[axis + 1 :]))
+    return found
+
+
+Measure = Callable[[Hashable], Awaitable[Measured]]
+
+
+async def brute_search(
+    sizes: Sequence[int], key: Callable[[Point], str], measure: Measure, *, maximize: bool
+) -> TuneResult:
+    """Every distinct point of the grid, in the matrix's order."""
+    result = TuneResult("brute", maximize)
+    for point in itertools.product(*(range(n) for n in sizes)):
+        name = key(point)
+        if name in result.measured:
+            continue
+        got = result.measured[name] = await measure(name)
+        result.steps.append(
+            Step(len(result.steps), list(point), name, got.value, list(got.trials), MEASURED,
+                 got.note or "every setting is measured")
+        )  # fmt: skip
+    result.stop_reason = "every setting measured"
+    return result
+
+
+async def quick_search(
+    sizes: Sequence[int],
+    key: Callable[[Point], str],
+    measure: Measure,
+    *,
+    maximize: bool,
+    budget: int | None = None,
+    start: Point | None = None,
+) -> TuneResult:
+    """Steepest-ascent hill climbing from `start` (default: the first value of each axis)
+    over the grid `sizes`; `key(point)` names the setting a point means (points with one
+    key are one setting) and `measure(key)` measures it, at most once per key."""
+    result = TuneResult("quick", maximize)
+    current = start if start is not None else tuple(0 for _ in sizes)
+
+    def record(point: Point, name: str, decision: str, reason: str, *, new: bool = True) -> Step:
+        """A step; `new` is false for one that measured nothing (its trials are elsewhere)."""
+        got = result.measured.get(name, Measured(None))
+        trials = list(got.trials) if new else []
+        step = Step(len(result.steps), list(point), name, got.value, trials, decision, reason)
+        result.steps.append(step)
+        return step
+
+    def spent() -> bool:
+        return budget is not None and result.trials_spent >= budget
+
+    here = key(current)
+    result.measured[here] = await measure(here)
+    record(current, here, START, "the first value of every setting's list")
+    while True:
+        pending: list[tuple[Point, str, Step | None]] = []
+        out_of_budget = False
+        for point in neighbours(current, sizes):
+            name = key(point)
+            if name == here or any(name == seen for _, seen, _ in pending):
+                continue  # the same setting as another point (e.g. batching off)
+            step = None
+            if name not in result.measured:
+                if spent():
+                    out_of_budget = True
+                    break
+                result.measured[name] = await measure(name)
+                step = record(point, name, STAYED, "")
+            pending.append((point, name, step))
+        now = result.measured[here].value
+        winner: tuple[Point, str, Step | None] | None = None
+        for candidate in pending:
+            top = result.measured[winner[1]].value if winner else now
+            if better(result.measured[candidate[1]].value, top, maximize):
+                winner = candidate
+        for _, name, step in pending:
+            if step is not None and (winner is None or name != winner[1]):
+                step.reason = _compared(result.measured[name], now, here, winner, maximize)
+        if winner is not None:
+            point, name, step = winner
+            why = f"improves most on {here} ({_shown(now)})"
+            if step is None:
+                record(point, name, MOVED, why + ", measured before", new=False)
+            else:
+                step.decision, step.reason = MOVED, why
+            current, here = point, name
+        if winner is None or out_of_budget or spent():
+            if winner is None and not out_of_budget:
+                reason = f"local optimum: no neighbour of {here} improves on {_shown(now)}"
+            else:
+                reason = f"budget of {budget} trials spent"
+            result.stop_reason = reason
+            record(current, here, STOPPED, reason, new=False)
+            return result
+
+
+def _compared(
+    got: Measured,
+    now: float | None,
+    here: str,
+    winner: tuple[Point, str, Step | None] | None,
+    maximize: bool,
+) -> str:
+    """Why a measured neighbour was not moved to."""
+    if got.value is None:
+        return f"no usable value ({got.note or 'nothing measured'})"
+    if winner is not None and better(got.value, now, maximize):
+        return f"{_shown(got.value)}: {winner[1]} improves more"
+    return f"{_shown(got.value)} does not improve on {here} ({_shown(now)})"
+
+
+def _shown(value: float | None) -> str:
+    return "nothing usable" if value is None else f"{value:,.6g}"
+
+
+def objective_of(
+    row: TrialRow | None,
+    objective: str,
+    *,
+    qps: float | None = None,
+    usd_per_hour: float | None = None,
+) -> Measured:
+    """A setting's objective value from its trial's row (None: the trial is missing,
+    failed, or has no usable figure, with why). `max_rate` is the SLO search's highest
+    rate meeting the SLO; `cost_at_qps` prices ceil(qps / max_rate) replicas
+    (`pricing.cost_at_qps`); `p99` is the p99's high bound at the trial's rate, the safe
+    end of its interval (its point where a run has no intervals)."""
+    if row is None:
+        return Measured(None, (), "no trial: the setting serves none of the batch sizes")
+    trials = (row.trial_id,)
+    if row.status != "ok":
+        return Measured(None, trials, f"trial {row.status}")
+    if objective == "p99":
+        high = _number(row.get("latency_p99_high"))
+        if high is None and _number(row.get("confidence_level")) is not None:
+            return Measured(None, trials, "too few requests to bound the p99")
+        value = high if high is not None else _number(row.get("latency_p99"))
+        return Measured(value, trials, "" if value is not None else "no p99")
+    rate = _number(row.get("max_rate"))
+    if rate is None or rate <= 0:
+        return Measured(None, trials, "no rate met the SLO")
+    if objective == "max_rate":
+        return Measured(rate, trials)
+    assert qps is not None and usd_per_hour is not None  # the schema requires both
+    return Measured(cost_at_qps(qps, rate, usd_per_hour, row.batch_size), trials)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None (empty cells read back from trials.csv are NaN)."""
+    if value is None or isinstance(value, str):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+@dataclass(frozen=True)
+class Space:
+    """One server's settings matrix as a grid: its axes (the settings it varies, values
+    in the scenario's order) and the plan's setting each point means."""
+
+    matrix: SettingsMatrix
+    axes: dict[str, list[Any]]
+    by_id: dict[str, tuple[int, ServerSetting]]  # plan.settings' index and setting, by id
+
+    @classmethod
+    def of(cls, plan: Plan, server: ServerSection) -> Space:
+        matrix = server.settings_model
+        by_id = {s.id: (i, s) for i, s in enumerate(plan.settings) if s.server is server}
+        return cls(matrix, matrix.axes(), by_id)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(values) for values in self.axes.values()]
+
+    def key(self, point: Point) -> str:
+        """The id of the setting `point` means (points that mean one setting share it)."""
+        values = self.matrix.at(
+            {name: self.axes[name][j] for name, j in zip(self.axes, point, strict=True)}
+        )
+        wanted = json.dumps(values, sort_keys=True)
+        return next(
+            sid
+            for sid, (_, s) in self.by_id.items()
+            if json.dumps(s.values, sort_keys=True) == wanted
+        )
+
+    def point(self, start: Mapping[str, Any]) -> Point:
+        """The point of `start`'s values (the first of each list where it names none)."""
+        return tuple(values.index(start.get(n, values[0])) for n, values in self.axes.items())
+
+
+async def tune_server(
+    plan: Plan,
+    server: ServerSection,
+    tune: TuneSection,
+    run_setting: Callable[[int], Awaitable[None]],
+    *,
+    rows: Callable[[], Mapping[str, TrialRow]],
+    usd_per_hour: float | None,
+    stopped: Callable[[], str | None],
+) -> dict[str, Any]:
+    """Search one server's settings matrix as `tune` says; `run_setting(i)` runs the trials
+    of `plan.settings[i]` still to run, `rows()` reads the run's rows by trial id. Returns
+    what tune.json keeps for the server: its axes, the search and its steps."""
+    space = Space.of(plan, server)
+    by_id = space.by_id
+
+    async def measure(name: Hashable) -> Measured:
+        index, setting = by_id[str(name)]
+        if stopped():
+            return Measured(None, (), f"not measured: the run was {stopped()}")
+        await run_setting(index)
+        trial = next((t for t in plan.trials if t.setting is setting), None)
+        row = rows().get(trial.id) if trial is not None else None
+        if trial is not None and row is None:
+            return Measured(None, (), "not measured")
+        return objective_of(row, tune.objective, qps=tune.qps, usd_per_hour=usd_per_hour)
+
+    maximize = MAXIMIZE[tune.objective]
+    if tune.method == "brute":
+        result = await brute_search(space.sizes, space.key, measure, maximize=maximize)
+    else:
+        result = await quick_search(
+            space.sizes, space.key, measure, maximize=maximize, budget=tune.budget_trials,
+            start=space.point(tune.start),
+        )  # fmt: skip
+    return {"axes": space.axes, "settings": len(by_id), **result.to_json()}

@@ -1,0 +1,161 @@
+"""`tune:` in a scenario: the schema's errors (file, line, field, why), and one short quick
+search on the real local Triton whose run directory has every step in tune.json and opens
+with `servebench report` and `servebench recommend`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scenario_checks import tiny_scenario, write
+
+from servebench.pricing import cost_at_qps, load_prices
+from servebench.scenario.validate import ScenarioError, load_scenario
+
+SEARCH = {
+    "search": "max_rate",
+    "search_settings": {"min_rate": 20, "max_rate": 80, "precision": 0.5, "max_steps": 2},
+    "batch_sizes": [1],
+    "duration_s": 0.5,
+    "warmup_s": 0.1,
+    "timeout_s": 2,
+}
+SETTINGS = {"max_batch_size": 4, "dynamic_batching": [False, True], "max_queue_delay_us": [0, 500]}
+SLO = {"percentile": 90, "latency_ms": 500}
+PRICE = load_prices()["c6i.xlarge"].usd_per_hour
+
+
+def _problems(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(write(tmp_path, text))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("tune", "sections", "expected"),
+    [
+        (
+            {"objective": "cost_at_qps"},
+            {"slo": SLO},
+            "tune.qps: objective cost_at_qps is taken at a target rate: give qps",
+        ),
+        ({"budget_trials": 0}, {"slo": SLO}, "tune.budget_trials: 0 — must be >= 1"),
+        (
+            {"method": "brute", "budget_trials": 3},
+            {"slo": SLO},
+            "tune.budget_trials: 3 — only for method quick",
+        ),
+        ({"objective": "max_rate", "qps": 10}, {"slo": SLO}, "tune.qps: 10 — only for objectives"),
+        ({"objective": "p99", "qps": 10}, {}, "slo: tune objective p99 is judged against an slo"),
+        (
+            {"objective": "cost_at_qps", "qps": 10},
+            {"slo": SLO},
+            "cost: tune objective cost_at_qps prices replicas",
+        ),
+        (
+            {"start": {"instance_count": 2}},
+            {"slo": SLO},
+            "tune.start.instance_count: 2 — not a setting server 'triton' varies",
+        ),
+        (
+            {"start": {"max_queue_delay_us": 7}},
+            {"slo": SLO},
+            "tune.start.max_queue_delay_us: 7 — not one of the values server",
+        ),
+    ],
+)
+def test_tune_errors_name_the_line_and_why(
+    tmp_path: Path, tune: dict, sections: dict, expected: str
+) -> None:
+    text = tiny_scenario(
+        "t", settings=SETTINGS, workload=SEARCH, **sections, tune=tune, cost={"instance": "x"}
+    )
+    if "cost" not in expected:
+        text = text.replace("cost:\n  instance: x\n", "cost:\n  instance: c6i.xlarge\n")
+    else:
+        text = text.replace("cost:\n  instance: x\n", "")
+    # Each problem names the file and a line, then the field and why.
+    assert re.search(r"s\.yaml:\d+ " + re.escape(expected), _problems(tmp_path, text))
+
+
+def test_tune_needs_what_it_compares(tmp_path: Path) -> None:
+    workload = {**SEARCH, "search": None, "rates": [50], "batch_sizes": [1, 2]}
+    text = tiny_scenario(
+        "t", settings=SETTINGS, workload=workload, slo=SLO, tune={"method": "quick"}
+    )
+    problems = _problems(tmp_path, text.replace("  search: None\n", ""))
+    assert "workload.search: tune objective max_rate takes each setting's max rate" in problems
+    assert "workload.batch_sizes: [1, 2] — tune compares one trial per setting" in problems
+    p99 = tiny_scenario(
+        "t", settings=SETTINGS, workload=workload, slo=SLO, tune={"objective": "p99", "qps": 60}
+    )
+    assert "set rates to [60] (and no search)" in _problems(
+        tmp_path, p99.replace("  search: None\n", "")
+    )
+    fixed = tiny_scenario(
+        "t", settings={"max_batch_size": 4}, workload=SEARCH, slo=SLO, tune={"method": "quick"}
+    )
+    assert "servers[0].settings: nothing to tune" in _problems(tmp_path, fixed)
+    remote = tiny_scenario(
+        "t", server={"launch": "remote", "url": "http://127.0.0.1:8000"}, settings=None,
+        workload=SEARCH, slo=SLO, tune={"method": "quick"},
+    )  # fmt: skip
+    assert "a remote server has no settings to tune" in _problems(tmp_path, remote)
+
+
+def test_a_quick_search_on_the_real_triton_records_its_path(tmp_path: Path, triton_install) -> None:
+    """Three settings (batching off; on with 0 and 500 µs), quick from the first, priced at
+    100 req/s: tune.json has every step; its trials are ordinary rows of trials.csv that
+    `report` draws and `recommend` ranks; a resumed run measures nothing again."""
+    from servebench.analysis.loader import read_trials
+    from servebench.results import TRIALS_FILE, TUNE_FILE
+    from servebench.scenario.runner import ScenarioRunner
+
+    tune = {"method": "quick", "objective": "cost_at_qps", "qps": 100}
+    text = tiny_scenario(
+        "tuned", settings=SETTINGS, workload=SEARCH, slo=SLO, cost={"instance": "c6i.xlarge"},
+        tune=tune,
+    )  # fmt: skip
+    path = write(tmp_path, text)
+    outcome = ScenarioRunner(path, output=tmp_path / "results").run()
+    run = outcome.directory.path
+    assert outcome.status in ("complete", "partial"), outcome.reason
+    search = json.loads((run / TUNE_FILE).read_text())
+    assert (search["method"], search["objective"], search["qps"]) == ("quick", "cost_at_qps", 100)
+    server = search["servers"]["triton"]
+    assert server["axes"] == {"dynamic_batching": [False, True], "max_queue_delay_us": [0, 500]}
+    steps = server["steps"]
+    assert steps[0]["decision"] == "start" and "dynamic_batching=off" in steps[0]["setting"]
+    assert steps[-1]["decision"] == "stopped" and steps[-1]["reason"]
+    assert [s["step"] for s in steps] == list(range(len(steps)))
+    trials = read_trials(run / TRIALS_FILE)
+    measured = [t for s in steps for t in s["trials"]]
+    assert len(measured) == len(set(measured)) == server["trials_spent"] == len(trials)
+    assert set(measured) == set(trials["trial_id"])
+    for step in steps:
+        if step["trials"] and step["value"] is not None:
+            (row,) = trials[trials.trial_id == step["trials"][0]].to_dict("records")
+            assert step["value"] == pytest.approx(cost_at_qps(100, row["max_rate"], PRICE))
+    cli = [sys.executable, "-m", "servebench.cli"]
+    report = subprocess.run([*cli, "report", "html", str(run)], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    html = (run / "report.html").read_text()
+    assert "Configuration search" in html and steps[0]["setting"] in html
+    rec = subprocess.run(
+        [*cli, "recommend", str(run), "--qps", "100", "--slo-p99-ms", "500"],
+        capture_output=True,
+        text=True,
+    )
+    # Ranked, or each setting said infeasible (0.5 s steps are too few requests to bound a
+    # p99 from above on a busy machine): either way the run's settings are read.
+    assert rec.returncode in (0, 1) and not rec.stderr, rec.stderr
+    assert "triton[" in rec.stdout
+    # Resumed: the same search, every setting read from the rows it measured.
+    again = ScenarioRunner(path, resume=run).run()
+    assert again.status == outcome.status
+    assert json.loads((run / TUNE_FILE).read_text())["servers"]["triton"]["steps"] == steps
+    assert len(read_trials(run / TRIALS_FILE)) == len(trials)

@@ -1,0 +1,158 @@
+"""The configuration search's logic on synthetic objective tables (no server): it finds the
+optimum of a unimodal table, stops at a local optimum, respects the budget, never measures
+a setting twice, and records every step."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from servebench.scenario.tune import (
+    MOVED,
+    START,
+    STAYED,
+    STOPPED,
+    Measured,
+    Point,
+    TuneResult,
+    brute_search,
+    neighbours,
+    quick_search,
+)
+
+SIZES = (3, 2, 3, 2)  # the shape of benchmarks/tune.py's Triton space
+
+
+def _name(point: Point) -> str:
+    return "s" + "".join(map(str, point))
+
+
+def _run(
+    table: Callable[[Point], float | None],
+    *,
+    maximize: bool = True,
+    budget: int | None = None,
+    key: Callable[[Point], str] = _name,
+    sizes: tuple[int, ...] = SIZES,
+) -> tuple[TuneResult, list[str]]:
+    points: dict[str, Point] = {}
+    for point in itertools.product(*(range(n) for n in sizes)):
+        points.setdefault(key(point), point)
+    calls: list[str] = []
+
+    async def measure(name: str) -> Measured:
+        calls.append(name)
+        return Measured(table(points[name]), (f"t-{name}",))
+
+    result = asyncio.run(quick_search(sizes, key, measure, maximize=maximize, budget=budget))
+    return result, calls
+
+
+def _unimodal(point: Point) -> float:
+    """A peak at (2, 1, 1, 0): the value falls with the distance from it."""
+    peak = (2, 1, 1, 0)
+    return 100.0 - sum(abs(a - b) * w for a, b, w in zip(point, peak, (10, 7, 3, 5), strict=True))
+
+
+def test_quick_finds_the_optimum_of_a_unimodal_table() -> None:
+    result, calls = _run(_unimodal)
+    assert result.best == ("s2110", Measured(100.0, ("t-s2110",)))
+    assert result.stop_reason.startswith("local optimum")
+    assert len(calls) < 24  # fewer than the whole grid
+
+
+def test_quick_minimizes_when_lower_is_better() -> None:
+    result, _ = _run(lambda p: -_unimodal(p), maximize=False)
+    assert result.best is not None and result.best[0] == "s2110"
+
+
+def test_quick_stops_at_a_local_optimum() -> None:
+    # Two peaks: a small one next to the start, the global one far away.
+    def table(point: Point) -> float:
+        return {(0, 0, 0, 1): 50.0, (2, 1, 2, 1): 99.0}.get(point, 10.0)
+
+    result, _ = _run(table)
+    assert result.best is not None and result.best[0] == "s0001"
+    assert result.steps[-1].decision == STOPPED
+    assert "local optimum" in result.steps[-1].reason
+
+
+def test_quick_respects_the_budget() -> None:
+    for budget in (1, 2, 4, 6):
+        result, calls = _run(_unimodal, budget=budget)
+        assert len(calls) == result.trials_spent <= budget
+        assert result.stop_reason == f"budget of {budget} trials spent"
+
+
+def test_quick_never_measures_a_setting_twice() -> None:
+    # Axis 2 means nothing when axis 1 is at 0 (Triton's queue delay with batching off):
+    # those points are one setting, measured once.
+    def key(point: Point) -> str:
+        return _name(point if point[1] else (point[0], 0, 0, point[3]))
+
+    result, calls = _run(lambda p: float(sum(p)), key=key)
+    assert len(calls) == len(set(calls))
+    assert result.best is not None and result.best[0] == "s2121"
+
+
+def test_quick_records_every_step() -> None:
+    result, calls = _run(_unimodal)
+    measured = [s for s in result.steps if s.trials]
+    assert [s.setting for s in measured] == calls
+    assert [s.step for s in result.steps] == list(range(len(result.steps)))
+    assert result.steps[0].decision == START and result.steps[0].point == [0, 0, 0, 0]
+    assert {s.decision for s in result.steps[1:-1]} <= {MOVED, STAYED}
+    assert all(s.reason for s in result.steps)
+    # Each move goes to a neighbour of the point before it, and improves on it.
+    path = [s for s in result.steps if s.decision in (START, MOVED)]
+    for before, after in itertools.pairwise(path):
+        assert tuple(after.point) in neighbours(tuple(before.point), SIZES)
+        assert after.value is not None and before.value is not None
+        assert after.value > before.value
+    assert result.to_json()["steps"][0]["decision"] == START
+
+
+def test_unusable_settings_never_win() -> None:
+    # The start has no usable value (e.g. it never met the SLO): any usable neighbour wins.
+    result, _ = _run(lambda p: None if p[0] == 0 else float(p[0]))
+    assert result.best is not None and result.best[1].value == 2.0
+
+
+def test_brute_measures_every_distinct_setting_once() -> None:
+    calls: list[str] = []
+
+    async def measure(name: str) -> Measured:
+        calls.append(name)
+        return Measured(float(len(calls)), (name,))
+
+    def key(point: Point) -> str:
+        return _name(point if point[1] else (point[0], 0, 0, point[3]))
+
+    result = asyncio.run(brute_search(SIZES, key, measure, maximize=True))
+    assert len(calls) == len(set(calls)) == 24  # 36 points, 12 the same with axis 1 off
+    assert result.trials_spent == 24
+
+
+def test_objectives_from_a_trial_row() -> None:
+    """max_rate is the search's; cost_at_qps prices ceil(qps / max_rate) replicas; p99 is
+    its interval's high bound, and no value where the interval has none."""
+    from servebench.pricing import cost_at_qps
+    from servebench.results import TrialRow
+    from servebench.scenario.tune import objective_of
+
+    row = TrialRow(trial_id="t1", status="ok", batch_size=2, max_rate=300.0)
+    assert objective_of(row, "max_rate") == Measured(300.0, ("t1",))
+    cost = objective_of(row, "cost_at_qps", qps=1000, usd_per_hour=0.5).value
+    assert cost == cost_at_qps(1000, 300.0, 0.5, 2) == pytest.approx(4 * 0.5 / 3600 / 2000 * 1e6)
+    sure = TrialRow(trial_id="t2", status="ok", latency_p99=0.010, latency_p99_high=0.012,
+                    confidence_level=0.95)  # fmt: skip
+    assert objective_of(sure, "p99").value == 0.012
+    few = TrialRow(trial_id="t3", status="ok", latency_p99=0.010, confidence_level=0.95)
+    assert objective_of(few, "p99").value is None
+    failed = TrialRow(trial_id="t4", status="failed")
+    assert objective_of(failed, "max_rate") == Measured(None, ("t4",), "trial failed")
+    assert objective_of(None, "max_rate").value is None
+    assert objective_of(TrialRow(trial_id="t5", status="ok"), "max_rate").value is None
