@@ -502,11 +502,13 @@ class TwoTierPreemptive(TwoTier):
         if not candidates:
             return None
 
+        # Both sides with what the follower has taught so far (the estimates counted at
+        # enqueueing may predate it): a factor learned since must not tip the balance.
         def left(job: Job) -> float:
-            return remaining_s(follower.estimates[job.id], now - follower.starts[job.id])
+            return remaining_s(self.estimate(job, follower.name), now - follower.starts[job.id])
 
         victim = max(candidates, key=left)
-        needed = self.preempt_ratio * follower.estimates[waiting.id] + self.pause_cost_s
+        needed = self.preempt_ratio * self.estimate(waiting, follower.name) + self.pause_cost_s
         return victim if left(victim) > needed else None
 
 
