@@ -47,6 +47,7 @@ from servebench.cluster.job import TERMINAL, JobState, new_job
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import FIFO_REFERENCE, make_policy
 from servebench.cluster.store import JobStore
+from servebench.servers.base import Server
 from servebench.servers.kinds import create_server
 from servebench.telemetry.host_peak import host_peaks
 
@@ -135,19 +136,26 @@ def figures(pattern: str, policy: str, jobs: list, store: JobStore, round_: int)
     )  # fmt: skip
 
 
-async def main(args: argparse.Namespace) -> None:
-    from distributed import Client, LocalCluster
-
-    work = Path(tempfile.mkdtemp(prefix="servebench-cluster-bench-"))
-    host_peaks()  # measured once per machine, before any job would measure it
+def served_triton(spec: ModelSpec, work: Path) -> Server:
+    """A started local Triton serving `spec` (exported under `work`): what the jobs of a
+    `launch: remote` scenario measure."""
     export = export_triton(
-        build_torch(SPEC, seed=0), SPEC, work / "export", TritonSettings(max_batch_size=8)
+        build_torch(spec, seed=0), spec, work / "export", TritonSettings(max_batch_size=8)
     )
     server = create_server(
         "triton-local", model_repository=work / "export" / "triton-python",
         load_models=[export.name], run_dir=work / "triton",
     )  # fmt: skip
     server.start()
+    return server
+
+
+async def main(args: argparse.Namespace) -> None:
+    from distributed import Client, LocalCluster
+
+    work = Path(tempfile.mkdtemp(prefix="servebench-cluster-bench-"))
+    host_peaks()  # measured once per machine, before any job would measure it
+    server = served_triton(SPEC, work)
     try:
         texts = job_list(args, server.endpoints.http_url)
         new_job(texts[0], submitter="warm-up")  # the validator's imports, before any clock runs

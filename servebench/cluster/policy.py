@@ -455,10 +455,12 @@ class TwoTier(_Learning):
 
 
 #: What pausing a job at a trial boundary and resuming it elsewhere costs, seconds: the
-#: stop, the archive's trip through the leader, the new run's start (re-export of the
-#: models, server start, cold start not re-measured). Measured on the 2-core development
-#: machine (docs/benchmarks.md, "Cluster (real LocalCluster)"); a pause must save more.
-PAUSE_COST_S = 8.0
+#: stop and the report a stopped run writes, the archive's trip, the new run's start
+#: (re-export of the models, server start; its cold start is not re-measured). Measured
+#: by benchmarks/cluster_pause.py on the 2-core development machine for a job that starts
+#: its own Triton (32.8 s; one against a running server: 5.9 s; docs/benchmarks.md,
+#: "Cluster pause and resume cost"); a pause must save more than this.
+PAUSE_COST_S = 33.0
 
 
 class TwoTierPreemptive(TwoTier):
