@@ -124,6 +124,10 @@ class ScenarioRunner:
         status, reason = "complete", None
         try:
             run_in_loop(self._run(directory, todo))
+            if self.state.paused and not self.state.interrupted:
+                ran = {row["trial_id"] for row in directory.rows}
+                if all(t.id in ran for t in todo):  # it came during the last trial
+                    self.state.paused = None
             if self.state.interrupted or self.state.paused:
                 status, reason = "interrupted", self.state.interrupted or self.state.paused
         except KeyboardInterrupt:
