@@ -3,13 +3,20 @@
     .venv/bin/python benchmarks/cluster.py              # 20 jobs, 4 runs: about 15-20 min
     .venv/bin/python benchmarks/cluster.py --rounds 2   # A B then B A per pattern: twice that
     .venv/bin/python benchmarks/cluster.py --jobs 8 --long 2 --long-s 6   # a quick look
+    # issue 25: preemption, with the current mix and with long jobs >= 15x the short ones
+    .venv/bin/python benchmarks/cluster.py --rounds 2 \
+        --policies fifo-roundrobin,fifo-leastloaded,two-tier-preemptive --long-trials 9
+    .venv/bin/python benchmarks/cluster.py --rounds 2 \
+        --policies fifo-roundrobin,fifo-leastloaded,two-tier-preemptive \
+        --long-s 120 --long-trials 12
 
 Every job is a real `servebench scenario run` (one trial of a one-model scenario against a
 local Triton this script serves, `launch: remote`) on a follower of a LocalCluster
 (processes, `slot=1`), dispatched by the leader exactly as `servebench cluster up` does;
 JCT is the store's finished_at − submitted_at. The mix: `--jobs` jobs, `--long` of them
-measuring for `--long-s` seconds (a search's worth), the rest for `--short-s` (a sweep
-point). The same job list, in the same seeded order, goes to every policy, in two arrival
+measuring for `--long-s` seconds (a search's worth) in `--long-trials` equal trials
+(where two-tier-preemptive may pause one: with 1, a long job cannot be paused), the rest
+for `--short-s` (a sweep point). The same job list, in the same seeded order, goes to every policy, in two arrival
 patterns:
 - at once: all in the queue together (validated first, then queued in one go; the
   shuffled order is what FIFO runs them in);
@@ -21,8 +28,10 @@ each pattern's policies in order and then in reverse, and the summary averages t
 
 Prints Markdown tables (quoted in docs/benchmarks.md, "Cluster (real LocalCluster)"): per
 pattern, policy and round, then averaged over the rounds: average and p95 JCT, makespan,
-the mean run time of a job (how loaded the machine was), and FIFO's average JCT over the
-policy's (the paper's two-tier cut average JCT 1.43×).
+the mean run time of a job (how loaded the machine was), the pauses, and FIFO's average
+JCT over the policy's (the paper's two-tier cut average JCT 1.43×) and fifo-leastloaded's.
+A run of each job alone takes about 7 s more than its measuring time (the child's start,
+report and exit), so `--long-s 120` makes long jobs more than 15× the short ones.
 """
 
 from __future__ import annotations
@@ -45,8 +54,9 @@ from model_zoo.torch_builder import build_torch
 from servebench.cluster.follower import PRELOAD, resources
 from servebench.cluster.job import TERMINAL, JobState, new_job
 from servebench.cluster.leader import Leader
-from servebench.cluster.policy import FIFO_REFERENCE, make_policy
+from servebench.cluster.policy import FIFO_REFERENCE, make_policy, options_of
 from servebench.cluster.store import JobStore
+from servebench.servers.base import Server
 from servebench.servers.kinds import create_server
 from servebench.telemetry.host_peak import host_peaks
 
@@ -62,7 +72,7 @@ servers:
     launch: remote
     url: {url}
 workload:
-  rates: [50]
+  rates: {rates}
   batch_sizes: [1]
   duration_s: {duration}
   warmup_s: 0.2
@@ -80,26 +90,30 @@ class Figures:
     mean_run_s: float
     failed: int
     round: int  # -1: the mean over the rounds
+    pauses: float = 0.0
 
 
 def job_list(args: argparse.Namespace, url: str) -> list[str]:
     """The scenario texts, long and short mixed in a seeded order."""
     kinds = ["long"] * args.long + ["short"] * (args.jobs - args.long)
     random.Random(args.seed).shuffle(kinds)
+    long_rates = [50 + i for i in range(args.long_trials)]  # one trial per rate
     return [
         SCENARIO.format(
-            name=f"{kind}{i}", url=url, duration=args.long_s if kind == "long" else args.short_s
+            name=f"{kind}{i}", url=url, rates=long_rates if kind == "long" else [50],
+            duration=args.long_s / args.long_trials if kind == "long" else args.short_s,
         )
         for i, kind in enumerate(kinds)
-    ]
+    ]  # fmt: skip
 
 
 async def run_policy(
-    client, policy: str, texts: list[str], gaps: list[float], root: Path, max_wait_s: float
+    client, policy: str, texts: list[str], gaps: list[float], root: Path, args: argparse.Namespace
 ) -> tuple[list, JobStore]:
     """Submit `texts` with `gaps` seconds before each, under `policy`; wait for all."""
     store = JobStore(root / "jobs.sqlite")
-    options = {"max_wait_s": max_wait_s} if policy == "two-tier" else {}
+    given = {"max_wait_s": args.max_wait_s, "pause_cost_s": args.pause_cost_s}
+    options = {k: v for k, v in given.items() if k in options_of(policy)}
     leader = Leader(store, make_policy(policy, **options), client, root / "results", tick_s=0.1)
     await leader.start()
     if any(gaps):  # a stream: each job validated and queued when it arrives
@@ -127,12 +141,27 @@ def figures(pattern: str, policy: str, jobs: list, store: JobStore, round_: int)
     jcts = sorted(j.finished_at - j.submitted_at for j in done)
     p95 = jcts[min(len(jcts) - 1, round(0.95 * (len(jcts) - 1)))] if jcts else float("nan")
     first = min(j.submitted_at for j in jobs)
-    runs = [r.measured_s for r in store.ratios()]
+    runs = [r.measured_s for r in store.ratios()]  # a paused job's: all its segments
     return Figures(
         pattern, policy, statistics.fmean(jcts) if jcts else float("nan"), p95,
         max(j.finished_at for j in done) - first if done else float("nan"),
         statistics.fmean(runs) if runs else float("nan"), len(jobs) - len(done), round_,
+        sum(j.preemptions for j in jobs),
     )  # fmt: skip
+
+
+def served_triton(spec: ModelSpec, work: Path) -> Server:
+    """A started local Triton serving `spec` (exported under `work`): what the jobs of a
+    `launch: remote` scenario measure."""
+    export = export_triton(
+        build_torch(spec, seed=0), spec, work / "export", TritonSettings(max_batch_size=8)
+    )
+    server = create_server(
+        "triton-local", model_repository=work / "export" / "triton-python",
+        load_models=[export.name], run_dir=work / "triton",
+    )  # fmt: skip
+    server.start()
+    return server
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -140,14 +169,7 @@ async def main(args: argparse.Namespace) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="servebench-cluster-bench-"))
     host_peaks()  # measured once per machine, before any job would measure it
-    export = export_triton(
-        build_torch(SPEC, seed=0), SPEC, work / "export", TritonSettings(max_batch_size=8)
-    )
-    server = create_server(
-        "triton-local", model_repository=work / "export" / "triton-python",
-        load_models=[export.name], run_dir=work / "triton",
-    )  # fmt: skip
-    server.start()
+    server = served_triton(SPEC, work)
     try:
         texts = job_list(args, server.endpoints.http_url)
         new_job(texts[0], submitter="warm-up")  # the validator's imports, before any clock runs
@@ -173,7 +195,8 @@ async def main(args: argparse.Namespace) -> None:
         server.stop()
     print()
     print(
-        f"{args.jobs} jobs ({args.long} of {args.long_s:g} s measured, the rest {args.short_s:g} s) "
+        f"{args.jobs} jobs ({args.long} of {args.long_s:g} s measured in {args.long_trials} "
+        f"trial(s), the rest {args.short_s:g} s) "
         f"on {args.followers} followers, {args.rounds} round(s); {platform.node()}, "
         f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
     )
@@ -197,7 +220,7 @@ async def pattern(
         order = policies if round_ % 2 == 0 else policies[::-1]
         for policy in order:
             root = work / f"{name.split(',')[0].replace(' ', '-')}-{policy}-{round_ + 1}"
-            jobs, store = await run_policy(client, policy, texts, gaps, root, args.max_wait_s)
+            jobs, store = await run_policy(client, policy, texts, gaps, root, args)
             rows.append(figures(name, policy, jobs, store, round_))
             print(_row(rows[-1], rows), flush=True)
     return rows
@@ -211,7 +234,7 @@ def _means(rows: list[Figures]) -> list[Figures]:
             Figures(
                 *key, *(statistics.fmean(getattr(r, f) for r in group)
                         for f in ("avg_jct_s", "p95_jct_s", "makespan_s", "mean_run_s")),
-                sum(r.failed for r in group), -1,
+                sum(r.failed for r in group), -1, statistics.fmean(r.pauses for r in group),
             )
         )  # fmt: skip
     return out
@@ -219,21 +242,25 @@ def _means(rows: list[Figures]) -> list[Figures]:
 
 _HEADER = (
     f"| arrivals | policy | round | avg JCT s | p95 JCT s | makespan s | mean run s | failed "
-    f"| avg JCT ratio ({FIFO_REFERENCE} / policy) |\n|---|---|---|---|---|---|---|---|---|"
+    f"| pauses | avg JCT ratio ({FIFO_REFERENCE} / policy) | (fifo-leastloaded / policy) |"
+    "\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def _row(row: Figures, rows: list[Figures]) -> str:
-    fifo = next(
-        (r for r in rows
-         if (r.pattern, r.round, r.policy) == (row.pattern, row.round, FIFO_REFERENCE)),
-        None,
-    )  # fmt: skip
-    ratio = f"{fifo.avg_jct_s / row.avg_jct_s:.2f}" if fifo else "—"
+    def ratio(reference: str) -> str:
+        base = next(
+            (r for r in rows
+             if (r.pattern, r.round, r.policy) == (row.pattern, row.round, reference)),
+            None,
+        )  # fmt: skip
+        return f"{base.avg_jct_s / row.avg_jct_s:.2f}" if base else "—"
+
     round_ = "mean" if row.round < 0 else str(row.round + 1)
     return (
         f"| {row.pattern} | {row.policy} | {round_} | {row.avg_jct_s:.1f} | {row.p95_jct_s:.1f} "
-        f"| {row.makespan_s:.1f} | {row.mean_run_s:.1f} | {row.failed} | {ratio} |"
+        f"| {row.makespan_s:.1f} | {row.mean_run_s:.1f} | {row.failed} | {row.pauses:g} "
+        f"| {ratio(FIFO_REFERENCE)} | {ratio('fifo-leastloaded')} |"
     )
 
 
@@ -246,9 +273,16 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--long", type=int, default=5, help="how many of the jobs are long")
     parser.add_argument("--short-s", type=float, default=0.5, help="a short job's measuring time")
     parser.add_argument("--long-s", type=float, default=45.0, help="a long job's measuring time")
+    parser.add_argument(
+        "--long-trials", type=int, default=1, help="a long job's trials (its measuring time split)"
+    )
     parser.add_argument("--load", type=float, default=0.9, help="Poisson: offered load")
     parser.add_argument("--policies", default=f"{FIFO_REFERENCE},two-tier")
     parser.add_argument("--max-wait-s", type=float, default=3600.0, help="two-tier's aging bound")
+    parser.add_argument(
+        "--pause-cost-s", type=float, default=6.0,
+        help="two-tier-preemptive's pause cost (measured for these jobs: cluster_pause.py)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat each pattern, policy order reversed each time"
@@ -256,6 +290,8 @@ def parse() -> argparse.Namespace:
     args = parser.parse_args()
     if not 0 <= args.long <= args.jobs:
         parser.error("--long must be between 0 and --jobs")
+    if args.long_trials < 1:
+        parser.error("--long-trials must be at least 1")
     return args
 
 

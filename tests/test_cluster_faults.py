@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from pathlib import Path
 
 import psutil
-from cluster_checks import free_port, local_scenario, remote_scenario
+from cluster_checks import CLI, child, free_port, local_scenario, remote_scenario
 from conftest import until, until_async
 
 from servebench.cluster.api_client import LeaderApi
@@ -21,23 +18,6 @@ from servebench.cluster.job import JobState
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
-
-CLI = [sys.executable, "-m", "servebench.cli", "cluster"]
-
-
-@contextmanager
-def child(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A servebench command in its own process group, whose leftovers are killed at the end."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield process
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:

@@ -255,12 +255,18 @@ def test_fifo_leastloaded_takes_the_follower_with_fewest_jobs():
 
 
 def test_make_policy_refuses_an_unknown_name_or_option():
-    with pytest.raises(ValueError, match=r"unknown policy 'sjf'.*two-tier, fifo-roundrobin"):
+    with pytest.raises(
+        ValueError, match=r"unknown policy 'sjf'.*two-tier, two-tier-preemptive, fifo"
+    ):
         make_policy("sjf")
     with pytest.raises(ValueError, match="fifo-roundrobin takes alpha, not max_wait_s"):
         make_policy("fifo-roundrobin", max_wait_s=10)
     with pytest.raises(ValueError, match="max_wait_s must be > 0"):
         make_policy("two-tier", max_wait_s=0)
+    with pytest.raises(ValueError, match="preempt_ratio must be >= 1"):
+        make_policy("two-tier-preemptive", preempt_ratio=0.5)
+    with pytest.raises(ValueError, match=r"two-tier takes .*, not pause_cost_s"):
+        make_policy("two-tier", pause_cost_s=1)
     assert make_policy("two-tier", max_wait_s=60, aging_rate=0.2).max_wait_s == 60
 
 
@@ -273,3 +279,85 @@ def test_a_removed_follower_gives_back_its_jobs_and_gets_no_more():
     assert [j.id for j in pool.remove("a")] == ["j1"]
     assert pool.holder("j1") is None and pool.holder("j2") == "b"
     assert all(place(policy, pool, job(i, 1)) == "b" for i in range(3, 6))
+
+
+# ----------------------------------------------------------------------------- preemption
+
+
+def full_follower(policy, running: Job, started: float = 0.0) -> FollowerPool:
+    """One follower of one slot, running `running` since `started`."""
+    pool = FollowerPool([FollowerInfo("a")])
+    place(policy, pool, running, started)
+    pool.start("a", running.id, started)
+    return pool
+
+
+def test_preemptive_pauses_a_long_running_job_for_a_much_shorter_one():
+    policy = make_policy("two-tier-preemptive", preempt_ratio=2.0, pause_cost_s=10.0)
+    pool = full_follower(policy, job(1, 1000.0))
+    place(policy, pool, job(2, 50.0, at=100.0), 100.0)
+    # 900 s left > 2 × 50 + 10: pause the long one.
+    assert policy.preempt(pool["a"], 100.0).id == "j1"
+    # Not a second time while it is pausing (one pause frees the one slot).
+    pool.pausing("a", "j1")
+    assert policy.preempt(pool["a"], 100.0) is None
+
+
+def test_preemptive_leaves_a_job_alone_when_the_gain_is_small():
+    policy = make_policy("two-tier-preemptive", preempt_ratio=2.0, pause_cost_s=10.0)
+    pool = full_follower(policy, job(1, 1000.0))
+    place(policy, pool, job(2, 450.0, at=100.0), 100.0)
+    assert policy.preempt(pool["a"], 100.0) is None  # 900 s left < 2 × 450 + 10
+    place(policy, pool, job(3, 300.0, at=500.0), 500.0)
+    assert policy.preempt(pool["a"], 500.0) is None  # 500 left < 2 × 300 + 10
+    # The pause cost counts: 900 left > 2 × 400 but not > 2 × 400 + 150.
+    costly = make_policy("two-tier-preemptive", pause_cost_s=150.0)
+    pool = full_follower(costly, job(1, 1000.0))
+    place(costly, pool, job(2, 400.0, at=100.0), 100.0)
+    assert costly.preempt(pool["a"], 100.0) is None
+
+
+@pytest.mark.parametrize("name", ["two-tier", "fifo-roundrobin", "fifo-leastloaded"])
+def test_the_other_policies_never_preempt(name):
+    policy = make_policy(name)
+    pool = full_follower(policy, job(1, 1000.0))
+    place(policy, pool, job(2, 1.0, at=1.0), 1.0)
+    assert policy.preempt(pool["a"], 1.0) is None
+
+
+def test_a_paused_job_is_estimated_by_what_remains_of_it():
+    policy = make_policy("two-tier-preemptive")
+    long = job(1, 1000.0)
+    long.run_s = 600.0
+    assert policy.estimate(long, "a") == pytest.approx(400.0)
+    long.run_s = 1500.0  # past its estimate: half what it has run (OVERRUN_SHARE)
+    assert policy.estimate(long, "a") == pytest.approx(750.0)
+    # Shortest remaining first: the paused job with 400 s left goes before a fresh 500 s one.
+    pool = FollowerPool([FollowerInfo("a")])
+    long.run_s = 600.0
+    place(policy, pool, job(2, 500.0), 0.0)
+    place(policy, pool, long, 0.0)
+    assert policy.next_job(pool["a"], 0.0).id == "j1"
+
+
+def test_aging_bound_a_job_waiting_max_wait_is_never_paused_and_goes_first():
+    policy = make_policy("two-tier-preemptive", max_wait_s=600.0, aging_rate=0.0)
+    # Submitted at 0, started at 550: by 700 it has waited 700 s since its submission.
+    pool = full_follower(policy, job(1, 1000.0), started=550.0)
+    place(policy, pool, job(2, 10.0, at=560.0), 560.0)
+    assert policy.preempt(pool["a"], 560.0).id == "j1"  # 560 < 600: still pausable
+    assert policy.preempt(pool["a"], 700.0) is None  # overdue: it runs to its end
+    # Once paused, an overdue job goes ahead of every shorter one that is not.
+    pool = FollowerPool([FollowerInfo("a")])
+    overdue = job(3, 1000.0, at=0.0)
+    overdue.run_s = 100.0
+    place(policy, pool, job(4, 1.0, at=650.0), 650.0)
+    place(policy, pool, overdue, 650.0)
+    assert policy.next_job(pool["a"], 700.0).id == "j3"
+
+
+def test_a_higher_priority_running_job_is_not_paused_for_a_lower_one():
+    policy = make_policy("two-tier-preemptive")
+    pool = full_follower(policy, job(1, 1000.0, priority=1))
+    place(policy, pool, job(2, 1.0, at=1.0), 1.0)
+    assert policy.preempt(pool["a"], 1.0) is None

@@ -63,6 +63,48 @@ def test_jobs_that_fit_no_follower_are_counted_not_run():
     assert (result.jobs, result.unplaced) == (1, 2)
 
 
+def test_a_long_job_pauses_at_its_next_trial_boundary_and_pays_the_resume_cost():
+    # A 1,000 s job of 10 trials (100 s each); 10 s jobs arrive at 150 and 300.
+    trace = [TraceJob(0, 1000, 1000, trials=10), TraceJob(150, 10, 10), TraceJob(300, 10, 10)]
+    policy = make_policy("two-tier-preemptive", pause_cost_s=5.0)
+    result = simulate(policy, trace, ONE, pause_cost_s=5.0)
+    # Paused at 200 (its 2nd trial boundary), the first short one runs 200-210; resumed at
+    # 210 (5 s of restart, then trial 3), paused again at 315 (end of trial 3), the second
+    # short one runs 315-325; resumed at 325, it ends at 325 + 5 + 700 = 1030.
+    assert result.preemptions == 2
+    assert result.avg_jct_s == pytest.approx((1030 + 60 + 25) / 3)
+    assert result.makespan_s == pytest.approx(1030)
+    assert result.utilization == pytest.approx(1.0)
+    assert result.mean_queueing_s == pytest.approx((0 + 50 + 15) / 3)
+    # The same trace without preemption: the short jobs wait for the long one.
+    plain = simulate(make_policy("two-tier"), trace, ONE, pause_cost_s=5.0)
+    assert plain.preemptions == 0 and plain.avg_jct_s == pytest.approx((1000 + 860 + 720) / 3)
+    assert result.long_slowdown == pytest.approx(1030 / 1010)  # JCT over its own run time
+
+
+def test_a_job_of_one_trial_or_in_its_last_trial_is_never_paused():
+    single = [TraceJob(0, 1000, 1000, trials=1), TraceJob(150, 10, 10)]
+    result = simulate(make_policy("two-tier-preemptive"), single, ONE, pause_cost_s=5.0)
+    assert result.preemptions == 0 and result.makespan_s == pytest.approx(1010)
+    late = [TraceJob(0, 1000, 1000, trials=2), TraceJob(600, 10, 10)]
+    result = simulate(make_policy("two-tier-preemptive"), late, ONE, pause_cost_s=5.0)
+    assert result.preemptions == 0
+
+
+def test_preemption_cuts_average_jct_on_a_small_cluster():
+    followers = synthetic_followers(10, seed=1, gpu_share=0)
+    mix = SyntheticMix(jobs=3000, batch_mean=1, gpu_job_share=0, label_job_share=0)
+    trace = synthetic_jobs(mix, followers, seed=1)
+    by_name = {
+        r.policy: r
+        for r in compare(
+            ["two-tier-preemptive", "two-tier"], make_policy, trace, followers, pause_cost_s=8.0
+        )
+    }
+    assert by_name["two-tier-preemptive"].preemptions > 0
+    assert by_name["two-tier-preemptive"].avg_jct_s < by_name["two-tier"].avg_jct_s
+
+
 def test_the_simulated_policy_learns_each_followers_speed():
     policy = make_policy("two-tier")
     trace = [TraceJob(i * 100.0, 10, 10, name="sweep") for i in range(20)]

@@ -122,6 +122,25 @@ def test_jobs_survive_closing_and_reopening(tmp_path):
             store.get("nope")
 
 
+def test_a_store_of_schema_1_gains_the_actual_and_the_preemption_count(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    with JobStore(path) as store:
+        store.add(job(1))
+    db = sqlite3.connect(path)  # back to schema 1: the jobs table without the new columns
+    db.executescript(
+        "ALTER TABLE jobs DROP COLUMN run_s; ALTER TABLE jobs DROP COLUMN preemptions; "
+        "PRAGMA user_version=1;"
+    )
+    db.close()
+    with JobStore(path) as store:
+        assert store.get("j1") == job(1)  # run_s 0, preemptions 0
+        store.transition("j1", JobState.PLACED, reason="x", follower="f")
+        store.transition("j1", JobState.RUNNING, reason="x")
+        done = store.transition("j1", JobState.DONE, reason="x", run_s=12.5, preemptions=2)
+        assert (done.run_s, done.preemptions, done.estimate_s) == (12.5, 2, 12.5)
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
 def test_the_store_is_sqlite_in_wal_mode_with_full_sync(tmp_path):
     with JobStore(tmp_path / "jobs.sqlite") as store:
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL

@@ -47,7 +47,9 @@ DEFAULT_RESULTS = Path("results")
 PolicyOption = Annotated[
     str,
     typer.Option(
-        help="two-tier (least queued work + shortest job first), fifo-roundrobin or fifo-leastloaded"
+        help="two-tier (least queued work + shortest job first), two-tier-preemptive "
+        "(+ pauses a long job at a trial boundary for a much shorter one), fifo-roundrobin "
+        "or fifo-leastloaded"
     ),
 ]
 StateDirOption = Annotated[
@@ -81,7 +83,7 @@ UrlOption = Annotated[
 MaxWaitOption = Annotated[
     float,
     typer.Option(
-        help="two-tier: a job waiting this long goes ahead of shorter ones (seconds)",
+        help="two-tier(-preemptive): a job waiting this long goes ahead (seconds)",
         parser=cluster_simulate.MAX_WAIT,
     ),
 ]
@@ -89,10 +91,11 @@ GpusOption = Number(int, ge=0, le=MAX_GPUS)
 
 
 def _policy(name: str, max_wait_s: float) -> Any:
-    from servebench.cluster.policy import make_policy
+    from servebench.cluster.policy import make_policy, options_of
 
     try:
-        return make_policy(name, max_wait_s=max_wait_s) if name == "two-tier" else make_policy(name)
+        options = {"max_wait_s": max_wait_s} if "max_wait_s" in options_of(name) else {}
+        return make_policy(name, **options)
     except ValueError as err:
         raise fail(f"--policy: {err}") from None
 

@@ -18,11 +18,12 @@ import typer
 from servebench.cli.usage import fail
 from servebench.cli.values import InputFile, Number, OutputFile
 from servebench.cli.values import seed as seed_type
+from servebench.cluster.policy import PAUSE_COST_S
 
 if TYPE_CHECKING:
     from servebench.cluster.simulate import SimResult
 
-DEFAULT_POLICIES = "two-tier,fifo-roundrobin,fifo-leastloaded"
+DEFAULT_POLICIES = "two-tier,two-tier-preemptive,fifo-roundrobin,fifo-leastloaded"
 DEFAULT_FOLLOWERS = 100
 # Two-tier's aging bound: how long a job may wait before it goes ahead of shorter ones.
 MAX_WAIT = Number(float, gt=0, le=30 * 86_400, unit=" s", why="30 days")
@@ -32,7 +33,8 @@ def simulate(
     policy: Annotated[
         str,
         typer.Option(
-            help="policies to compare, comma-separated: two-tier, fifo-roundrobin, fifo-leastloaded"
+            help="policies to compare, comma-separated: two-tier, two-tier-preemptive, "
+            "fifo-roundrobin, fifo-leastloaded"
         ),
     ] = DEFAULT_POLICIES,
     synthetic: Annotated[
@@ -88,15 +90,22 @@ def simulate(
     seed: Annotated[int, typer.Option(help="seed of every random draw", parser=seed_type())] = 0,
     max_wait_s: Annotated[
         float | None,
-        typer.Option(help="two-tier: the aging bound (seconds)", parser=MAX_WAIT),
+        typer.Option(help="two-tier(-preemptive): the aging bound (seconds)", parser=MAX_WAIT),
     ] = None,
     aging_rate: Annotated[
         float | None,
         typer.Option(
-            help="two-tier: estimate seconds forgiven per second waited",
+            help="two-tier(-preemptive): estimate seconds forgiven per second waited",
             parser=Number(float, ge=0, le=1e6),
         ),
     ] = None,
+    pause_cost_s: Annotated[
+        float,
+        typer.Option(
+            help="two-tier-preemptive: what pausing and resuming a job costs (seconds)",
+            parser=Number(float, ge=0, le=86_400, unit=" s", why="a day"),
+        ),
+    ] = PAUSE_COST_S,
     save_trace: Annotated[
         Path | None,
         typer.Option(
@@ -106,7 +115,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON, not a table")] = False,
 ) -> None:
     """Simulate scheduling policies on a job trace: JCT, queueing, makespan, utilization."""
-    from servebench.cluster.policy import FIFO_REFERENCE, POLICIES, make_policy
+    from servebench.cluster.policy import FIFO_REFERENCE, POLICIES, make_policy, options_of
     from servebench.cluster.simulate import compare
     from servebench.cluster.trace import (
         SyntheticMix,
@@ -130,17 +139,19 @@ def simulate(
     if unknown or not names:
         what = f"unknown policy {unknown[0]!r}" if unknown else "none given"
         raise fail(f"--policy: {what} (choices: {', '.join(POLICIES)})")
-    two_tier = {
+    given = {
         k: v for k, v in (("max_wait_s", max_wait_s), ("aging_rate", aging_rate)) if v is not None
     }
+    given["pause_cost_s"] = pause_cost_s  # the policy's belief is the simulated cost
+
+    def make(name: str):  # each policy gets the options it takes
+        return make_policy(name, **{k: v for k, v in given.items() if k in options_of(name)})
+
     try:
-        make_policy("two-tier", **two_tier)
+        make("two-tier-preemptive")
     except ValueError as err:
         message = str(err).replace("max_wait_s", "--max-wait-s")
         raise fail(message.replace("aging_rate", "--aging-rate")) from None
-
-    def make(name: str):  # the two-tier options go to two-tier only
-        return make_policy(name, **(two_tier if name == "two-tier" else {}))
 
     try:
         if synthetic:
@@ -168,7 +179,7 @@ def simulate(
         except OSError as err:
             raise fail(f"--save-trace: {save_trace}: {err.strerror or err}") from None
 
-    results = compare(names, make, work, pool)
+    results = compare(names, make, work, pool, pause_cost_s=pause_cost_s)
     source = sources[0].removeprefix("--")
     if as_json:
         typer.echo(
@@ -202,7 +213,7 @@ def _print_table(
 
     table = Table(
         "policy", "avg JCT s", "p95 JCT s", "queueing s", "makespan s", "utilization",
-        "JCT ratio", "sim s",
+        "JCT ratio", "pauses", "sim s",
         title=f"{jobs:,} jobs ({source}) on {followers:,} followers",
         caption=f"JCT ratio: {reference}'s average JCT over the policy's (higher is better)",
     )  # fmt: skip
@@ -210,7 +221,8 @@ def _print_table(
         table.add_row(
             r.policy, f"{r.avg_jct_s:,.1f}", f"{r.p95_jct_s:,.1f}", f"{r.mean_queueing_s:,.1f}",
             f"{r.makespan_s:,.0f}", f"{r.utilization:.1%}",
-            "-" if r.jct_ratio is None else f"{r.jct_ratio:.2f}", f"{r.wall_s:.2f}",
+            "-" if r.jct_ratio is None else f"{r.jct_ratio:.2f}", f"{r.preemptions:,}",
+            f"{r.wall_s:.2f}",
         )  # fmt: skip
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)

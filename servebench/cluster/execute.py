@@ -9,6 +9,11 @@ Ctrl-C in a follower's terminal reaches it as it would reach a local run; it is 
 told to receive SIGTERM if the follower dies (Linux's parent-death signal), so killing a
 follower never leaves a run and its Triton serving on with nobody to read the result.
 
+A paused job (`pause`: SIGUSR1, the runner ends after its current trial) comes back as
+`interrupted` with what it measured; the leader keeps that archive and hands it to the
+job's next attempt (`partial`), which unpacks it and runs `scenario run --resume` on it,
+so only the missing trials run, on whichever follower that is.
+
 The scenario travels as text and is written to a fresh working folder; paths in it
 resolve against that folder, so a scenario that names files (models.repository, a trace,
 a link profile file) must name them absolutely, on a path every follower has.
@@ -33,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from servebench.cluster.archive import pack
+from servebench.cluster.archive import pack, unpack
 from servebench.common.linux import set_parent_death_signal
 
 SCENARIO_FILE = "scenario.yaml"
@@ -45,6 +50,11 @@ STOP_GRACE_S = 30.0
 _TAIL_CHARS = 2000
 # run.json's status when the child wrote no run directory (bad input, a crash at start).
 NO_RUN = "error"
+# Where a resumed attempt unpacks the partial result it continues.
+RESUMED_DIR = "resumed"
+# How often a pause is signalled again until the run ends: one sent while the runner
+# starts (before its handler is in place; the wrapper ignores SIGUSR1 until then) is lost.
+PAUSE_REPEAT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,8 @@ class _Child:
     stop_reason: str | None = None
     stop_at: float | None = None
     escalated: bool = False
+    pause_reason: str | None = None
+    paused_at: float | None = None  # when SIGUSR1 was last sent
 
 
 _RUNNING: dict[str, _Child] = {}
@@ -81,10 +93,16 @@ _LOCK = threading.Lock()
 
 
 def execute(
-    job_id: str, scenario_text: str, attempt: int, *, grace_s: float = STOP_GRACE_S
+    job_id: str,
+    scenario_text: str,
+    attempt: int,
+    *,
+    grace_s: float = STOP_GRACE_S,
+    partial: bytes | None = None,
 ) -> JobRun:
     """Run one attempt of a job here and return its result (never raises for a failed
-    run: a failure is a result with its status and reason)."""
+    run: a failure is a result with its status and reason). `partial`: the archive of
+    the run an earlier attempt paused, which this one resumes."""
     follower, base = _where()
     with _LOCK:
         early = _STOPPED_EARLY.pop(job_id, None)
@@ -99,7 +117,10 @@ def execute(
         scenario.write_text(scenario_text, encoding="utf-8")
         output = workdir / OUTPUT_DIR
         command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(scenario)]
-        command += ["--output", str(output)]
+        if partial is not None:
+            command += ["--resume", str(unpack(partial, output / RESUMED_DIR))]
+        else:
+            command += ["--output", str(output)]
         started = time.monotonic()
         code = _run_child(child, command, workdir / LOG_FILE, grace_s)
         measured = time.monotonic() - started
@@ -113,8 +134,8 @@ def execute(
         meta = _read_run_json(run_dir)
         status = str(meta.get("status") or NO_RUN)
         reason = meta.get("reason")
-        if child.stop_reason and status == "interrupted":
-            reason = child.stop_reason
+        if status == "interrupted" and (child.stop_reason or child.pause_reason):
+            reason = child.stop_reason or child.pause_reason
         return JobRun(
             job_id, attempt, follower, code, status, reason, run_dir.name, pack(run_dir),
             measured, tail,
@@ -141,6 +162,23 @@ def stop(job_id: str, reason: str) -> bool:
         process = child.process
     if process is not None:
         process.send_signal(signal.SIGTERM)
+    return True
+
+
+def pause(job_id: str, reason: str) -> bool:
+    """Ask the job's run in this process to stop after its current trial (SIGUSR1,
+    repeated until it ends): it returns as `interrupted` with every finished trial, for
+    a later attempt to resume. Whether the job's run was here (one not started yet is
+    left alone: it has nothing to pause)."""
+    with _LOCK:
+        child = _RUNNING.get(job_id)
+        if child is None:
+            return False
+        if child.pause_reason is None:
+            child.pause_reason = reason
+        process, child.paused_at = child.process, time.monotonic()
+    if process is not None:
+        process.send_signal(signal.SIGUSR1)
     return True
 
 
@@ -180,15 +218,21 @@ def _run_child(child: _Child, command: list[str], log: Path, grace_s: float) -> 
         except subprocess.TimeoutExpired:
             pass
         with _LOCK:
+            now = time.monotonic()
             late = (
-                child.stop_at is not None
-                and not child.escalated
-                and time.monotonic() - child.stop_at > grace_s
+                child.stop_at is not None and not child.escalated and now - child.stop_at > grace_s
             )
             if late:
                 child.escalated = True
+            remind = child.pause_reason is not None and (
+                child.paused_at is None or now - child.paused_at > PAUSE_REPEAT_S
+            )
+            if remind:
+                child.paused_at = now
         if late:
             process.send_signal(signal.SIGINT)  # the runner's "second Ctrl-C": end now
+        if remind:
+            process.send_signal(signal.SIGUSR1)
 
 
 def _where() -> tuple[str, str | None]:
@@ -241,6 +285,9 @@ def _child_main(argv: list[str]) -> None:
     if separator != "--" or not command:
         raise SystemExit("usage: python -m servebench.cluster.execute PARENT_PID -- COMMAND...")
     set_parent_death_signal(signal.SIGTERM)
+    # A pause (SIGUSR1) before the runner handles it must not end the run (its default
+    # action); `_run_child` repeats it until the runner has taken it.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if os.getppid() != int(parent):  # the follower died before the setting took hold
         raise SystemExit(128 + signal.SIGTERM)
     os.execv(command[0], command)

@@ -141,6 +141,11 @@ class Job:
     reason: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    #: The actual: seconds its runs took on followers so far, summed over the segments of
+    #: a job paused and resumed (`estimate_s` is the plan's). Learning compares the two.
+    run_s: float = 0.0
+    #: How often it was paused at a trial boundary for a shorter job (two-tier-preemptive).
+    preemptions: int = 0
 
     @property
     def key(self) -> str:

@@ -7,7 +7,17 @@ Each pass of the loop (every `tick_s`, or at once when a job arrives or ends):
    back as a new process (same name, new address) gives its jobs back to the queue;
 2. places every queued job on a follower's queue (tier 1: `policy.place`);
 3. for every follower with a free slot, picks its next job (tier 2: `policy.next_job`)
-   and submits `execute.execute` to exactly that Dask worker, with `slot=1`.
+   and submits `execute.execute` to exactly that Dask worker, with `slot=1`;
+4. for every follower without one, asks the policy whether a running job should make
+   room (`policy.preempt`: two-tier-preemptive) and, if so, asks its run to pause after
+   its current trial (`execute.pause`).
+
+A paused run comes back `interrupted` with the trials it finished. Its archive is kept
+under `results/.paused/<job id>.tar.gz` (written whole, then renamed) before the job goes
+back to the queue, with its run time so far (`run_s`) and one more `preemptions`; its
+next attempt, on any follower, gets the archive and resumes it (`scenario run --resume`),
+so every trial is measured once. The archive goes when the job ends; a paused job that is
+cancelled gets it as its result.
 
 Every state change is committed to the store before it is acted on: a job is `running`
 in the store before Dask sees it, so a leader killed at any instant never has a run the
@@ -54,6 +64,8 @@ from servebench.cluster.store import JobStore
 log = logging.getLogger("servebench.cluster")
 
 STORE_FILE = "jobs.sqlite"
+# Under the results folder: the partial results of paused jobs, `<job id>.tar.gz`.
+PAUSED_DIR = ".paused"
 LOCK_FILE = "leader.lock"
 TICK_S = 0.25
 # Dask worker states in which a follower takes jobs (a closing one is leaving).
@@ -81,6 +93,7 @@ class _Run:
     future: Any  # distributed.Future
     task: asyncio.Task[None] | None = None
     cancelled: bool = False
+    pausing: bool = False  # asked to pause after its current trial
 
 
 @dataclass(frozen=True)
@@ -93,22 +106,27 @@ class Outcome:
     reason: str
     keep_result: bool = True
     learn: bool = False
+    paused: bool = False  # back to the queue with its partial result, to resume
 
 
-def judge(run: execute.JobRun, cancelled: bool) -> Outcome:
+def judge(run: execute.JobRun, cancelled: bool, pausing: bool = False) -> Outcome:
     """What a follower's result means for its job.
 
     complete and partial runs are done (a partial run measured most trials; its reason
     says which failed); a failed run, or one that wrote nothing, failed; an interrupted
-    run is the job's end only if the job was cancelled, otherwise its follower was
-    stopped under it and the job goes back to the queue (the partial result is dropped:
-    the next attempt runs the whole scenario)."""
+    run is the job's end only if the job was cancelled; one that was asked to pause
+    (`pausing`) goes back to the queue with its partial result, which its next attempt
+    resumes; otherwise its follower was stopped under it and the job goes back to the
+    queue (the partial result is dropped: the next attempt runs what it would have)."""
     if cancelled:
         return Outcome(JobState.CANCELLED, run.reason or "cancelled")
     where = f"on {run.follower}"
     if run.status in ("complete", "partial"):
         reason = run.status if not run.reason else f"{run.status}: {run.reason}"
         return Outcome(JobState.DONE, f"{reason} ({where})", learn=True)
+    if run.status == "interrupted" and pausing and run.archive is not None:
+        why = f"paused {where} after a trial ({run.reason or 'for a shorter job'})"
+        return Outcome(None, why, keep_result=False, paused=True)
     if run.status == "interrupted":
         why = run.reason or "interrupted"
         return Outcome(None, f"its run {where} was interrupted ({why})", keep_result=False)
@@ -301,18 +319,26 @@ class Leader:
             log.warning("job %s: %s", job.id, why)
 
     async def cancel(self, job_id: str, by: str = "a user") -> Job:
-        """Cancel a job (KeyError if unknown). A queued or placed job is cancelled at once;
-        a running one is marked cancelled first, then its run is interrupted: it keeps
-        what it measured, which lands in the results as for any run."""
+        """Cancel a job (KeyError if unknown). A queued or placed job is cancelled at once
+        (one that was paused keeps what it measured before: its partial result lands in
+        the results); a running one is marked cancelled first, then its run is
+        interrupted: it keeps what it measured, which lands in the results as for any run."""
         job = self.store.get(job_id)
         if job.state in TERMINAL:
             return job
         reason = f"cancelled by {by}"
-        job = self.store.transition(
-            job_id, JobState.CANCELLED, reason=reason, finished_at=time.time()
-        )
-        holder = self.pool.holder(job_id)
         run = self._runs.get(job_id)
+        kept: dict[str, Any] = {}
+        partial = self._partial(job_id) if run is None else None
+        if partial is not None:  # paused: what it measured before its pause is its result
+            data = partial.read_bytes()
+            kept["result_path"] = str(await asyncio.to_thread(self._unpack, job_id, data))
+        job = self.store.transition(
+            job_id, JobState.CANCELLED, reason=reason, finished_at=time.time(), **kept
+        )
+        if partial is not None:
+            self._drop_partial(job_id)
+        holder = self.pool.holder(job_id)
         if run is not None:
             run.cancelled = True
             await self._stop_on([run.address], execute.stop, job_id, reason)
@@ -373,6 +399,8 @@ class Leader:
                 if job is None:
                     break
                 await self._start(state.name, job, now)
+            if state.free_slots == 0 and state.queue and not self._closing:
+                await self._preempt(state, now)
 
     def _place(self, job: Job, now: float) -> None:
         name = self.policy.place(job, self.pool, now)
@@ -393,8 +421,10 @@ class Leader:
         )  # fmt: skip
         self.pool.start(name, job.id, now)
         try:
+            partial = self._partial(job.id)
             future = self.client.submit(
                 execute.execute, job.id, job.scenario_text, attempt, grace_s=self.grace_s,
+                partial=None if partial is None else partial.read_bytes(),
                 key=f"servebench-{job.id}-{attempt}", resources={SLOT: 1},
                 workers=[follower.address], allow_other_workers=False, pure=False, retries=0,
             )  # fmt: skip
@@ -409,6 +439,39 @@ class Leader:
         self._runs[job.id] = run
         run.task = asyncio.create_task(self._watch(run), name=f"servebench-{job.id}")
         log.info("job %s: started on %s (attempt %d)", job.id, name, attempt)
+
+    async def _preempt(self, state: Any, now: float) -> None:
+        """Ask the policy whether a running job on this full follower should make room;
+        if so, ask its run to pause after its current trial."""
+        victim = self.policy.preempt(state, now)
+        run = None if victim is None else self._runs.get(victim.id)
+        if victim is None or run is None or run.pausing or run.cancelled:
+            return
+        waiting = self.policy.next_job(state, now)
+        run.pausing = True
+        self.pool.pausing(state.name, victim.id)
+        reason = f"paused for the shorter job {waiting.id if waiting else '?'}"
+        log.info("job %s: asked to pause on %s (%s)", victim.id, state.name, reason)
+        await self._stop_on([run.address], execute.pause, victim.id, reason)
+
+    def _partial(self, job_id: str) -> Path | None:
+        """The partial result a paused job resumes from, if it has one."""
+        path = self.results_dir / PAUSED_DIR / f"{job_id}.tar.gz"
+        return path if path.is_file() else None
+
+    def _keep_partial(self, job_id: str, data: bytes) -> None:
+        """Keep a paused run's archive, whole or not at all (written, synced, renamed)."""
+        folder = self.results_dir / PAUSED_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{job_id}.tmp"
+        with temporary.open("wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, folder / f"{job_id}.tar.gz")
+
+    def _drop_partial(self, job_id: str) -> None:
+        (self.results_dir / PAUSED_DIR / f"{job_id}.tar.gz").unlink(missing_ok=True)
 
     async def _watch(self, run: _Run) -> None:
         """Wait for one attempt's result and act on it, unless the attempt was
@@ -437,9 +500,13 @@ class Leader:
 
     async def _finish(self, run: _Run, result: execute.JobRun | Outcome) -> None:
         """Land the result (unpack, rename), free the slot, then commit the job's move."""
+        run_s = 0.0
         if isinstance(result, execute.JobRun):
-            outcome = judge(result, run.cancelled)
+            outcome = judge(result, run.cancelled, run.pausing)
             data = result.archive if outcome.keep_result else None
+            run_s = result.measured_s
+            if outcome.paused and result.archive is not None:
+                await asyncio.to_thread(self._keep_partial, run.job_id, result.archive)
         else:
             outcome, data = result, None
         path = None if data is None else await asyncio.to_thread(self._unpack, run.job_id, data)
@@ -448,23 +515,30 @@ class Leader:
         if self.pool.holder(run.job_id) == run.follower:
             self.pool.finish(run.follower, run.job_id, now)
         job = self.store.get(run.job_id)
+        run_s += job.run_s  # the actual: every segment of a paused job
         if job.state is not JobState.RUNNING:  # cancelled while it ran
+            self._drop_partial(job.id)
             log.info("job %s: its run ended (%s); the job is %s", job.id, outcome.reason, job.state)
             return
         if outcome.state is None:
+            counted: dict[str, Any] = {}
+            if outcome.paused:
+                counted = {"run_s": run_s, "preemptions": job.preemptions + 1}
             reason = f"re-queued: {outcome.reason}"
             self.store.transition(
-                job.id, JobState.QUEUED, reason=reason, follower=None, started_at=None
-            )
+                job.id, JobState.QUEUED, reason=reason, follower=None, started_at=None,
+                **counted,
+            )  # fmt: skip
             log.info("job %s: %s", job.id, reason)
             return
-        fields: dict[str, Any] = {"finished_at": now}
+        fields: dict[str, Any] = {"finished_at": now, "run_s": run_s}
         if path is not None:
             fields["result_path"] = str(path)
         self.store.transition(job.id, outcome.state, reason=outcome.reason, now=now, **fields)
+        self._drop_partial(job.id)
         if outcome.learn and isinstance(result, execute.JobRun):
-            self.policy.observe(job, run.follower, result.measured_s)
-            self.store.record_ratio(run.follower, job.key, result.measured_s, job.estimate_s)
+            self.policy.observe(job, run.follower, run_s)
+            self.store.record_ratio(run.follower, job.key, run_s, job.estimate_s)
         log.info("job %s: %s: %s", job.id, outcome.state, outcome.reason)
 
     def _unpack(self, job_id: str, data: bytes) -> Path:

@@ -21,6 +21,13 @@ Policies (`POLICIES`, `make_policy`):
   ahead of every job that has not (oldest first). So no job waits longer than
   `max_wait_s` behind shorter ones that came after it (among jobs of one priority: a
   higher `priority` always goes first).
+- `two-tier-preemptive`: two-tier whose tier 2 is shortest *remaining* time first: when
+  a follower has no free slot and the job its queue would run next is much shorter than
+  what remains of a running one (`preempt`: remaining > `preempt_ratio` × the waiting
+  job's estimate + `pause_cost_s`), the running job is paused at its next trial boundary
+  and goes back to the queue with its partial result, to resume later (on any follower)
+  where it stopped. The aging bound holds for pauses too: a job that has waited
+  `max_wait_s` since its submission is never paused again, and goes first.
 - `fifo-roundrobin`: the next fitting follower in turn; first come, first served.
 - `fifo-leastloaded`: the fitting follower with the fewest jobs (queued and running, per
   slot); first come, first served.
@@ -31,7 +38,9 @@ that follower is the plan's estimate times the learned factor (the scenario's ow
 follower has run it, else the follower's). Only two-tier acts on estimates. The leader
 keeps the samples in its store (`JobStore.record_ratio`) and a restarted one replays them
 (`policy.learner.observe(r.follower, r.key, r.measured_s, r.estimate_s)` for each of
-`store.ratios()`), so what was learned survives a restart.
+`store.ratios()`), so what was learned survives a restart. A job that has already run
+part of its work (`Job.run_s`: paused and re-queued) is estimated by what remains of it
+(`remaining_s` of the corrected estimate and its run time so far).
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ class FollowerState:
     version: int = 0  # bumped on each change; index entries of older versions are stale
     estimates: dict[str, float] = field(default_factory=dict)  # job id → counted estimate
     starts: dict[str, float] = field(default_factory=dict)  # running job id → start time
+    pausing: set[str] = field(default_factory=set)  # running jobs asked to pause
 
     @property
     def name(self) -> str:
@@ -277,9 +287,18 @@ class FollowerPool:
         state = self._states[name]
         job = self._take(state.running, job_id)
         del state.starts[job_id], state.estimates[job_id]
+        state.pausing.discard(job_id)
         del self._holder[job_id]
         self._changed(state, now)
         return job
+
+    def pausing(self, name: str, job_id: str) -> None:
+        """Note that a running job was asked to pause (it runs on until its trial ends;
+        no other job on that follower is paused meanwhile)."""
+        state = self._states[name]
+        if job_id not in state.starts:
+            raise KeyError(job_id)
+        state.pausing.add(job_id)
 
     @staticmethod
     def _take(jobs: list[Job], job_id: str) -> Job:
@@ -370,7 +389,13 @@ class Policy(Protocol):
         ...
 
     def estimate(self, job: Job, follower: str) -> float:
-        """The job's estimate corrected by what this follower has taught."""
+        """The job's estimate corrected by what this follower has taught (what remains
+        of it, for a job that ran part of its work)."""
+        ...
+
+    def preempt(self, follower: FollowerState, now: float) -> Job | None:
+        """Which running job of this follower to pause at its next trial boundary for the
+        job its queue would run next, or None (the non-preemptive policies: always)."""
         ...
 
 
@@ -386,7 +411,11 @@ class _Learning:
         self.learner.observe(follower, job.key, measured_s, job.estimate_s)
 
     def estimate(self, job: Job, follower: str) -> float:
-        return job.estimate_s * self.learner.factor(follower, job.key)
+        corrected = job.estimate_s * self.learner.factor(follower, job.key)
+        return remaining_s(corrected, job.run_s) if job.run_s > 0 else corrected
+
+    def preempt(self, follower: FollowerState, now: float) -> Job | None:
+        return None
 
 
 def _fifo_key(job: Job) -> tuple[int, float, str]:
@@ -425,6 +454,66 @@ class TwoTier(_Learning):
         return -job.priority, 1, aged, job.submitted_at, job.id
 
 
+#: What pausing a job at a trial boundary and resuming it elsewhere costs, seconds: the
+#: stop and the report a stopped run writes, the archive's trip, the new run's start
+#: (re-export of the models, server start; its cold start is not re-measured). Measured
+#: by benchmarks/cluster_pause.py on the 2-core development machine for a job that starts
+#: its own Triton (32.8 s; one against a running server: 5.9 s; docs/benchmarks.md,
+#: "Cluster pause and resume cost"); a pause must save more than this.
+PAUSE_COST_S = 33.0
+
+
+class TwoTierPreemptive(TwoTier):
+    """Two-tier, with shortest remaining time first: a running job much longer than a
+    waiting one is paused at its next trial boundary (see the module docstring)."""
+
+    name = "two-tier-preemptive"
+
+    def __init__(
+        self,
+        max_wait_s: float = 3600.0,
+        aging_rate: float = 0.1,
+        alpha: float = 0.3,
+        preempt_ratio: float = 2.0,
+        pause_cost_s: float = PAUSE_COST_S,
+    ) -> None:
+        super().__init__(max_wait_s, aging_rate, alpha)
+        if not preempt_ratio >= 1:
+            raise ValueError(f"preempt_ratio must be >= 1, got {preempt_ratio}")
+        if not pause_cost_s >= 0:
+            raise ValueError(f"pause_cost_s must be >= 0, got {pause_cost_s}")
+        self.preempt_ratio = preempt_ratio
+        self.pause_cost_s = pause_cost_s
+
+    def preempt(self, follower: FollowerState, now: float) -> Job | None:
+        """The running job with the most estimated time left, if that is more than
+        `preempt_ratio` × the estimate of the job this follower would run next plus
+        `pause_cost_s`. Never a job of a higher priority than the waiting one, never one
+        that has waited `max_wait_s` since its submission (the aging bound), and never
+        while another of the follower's jobs is pausing (one pause frees one slot)."""
+        if follower.free_slots > 0 or follower.pausing:
+            return None
+        waiting = self.next_job(follower, now)
+        if waiting is None:
+            return None
+        candidates = [
+            job
+            for job in follower.running
+            if job.priority <= waiting.priority and now - job.submitted_at < self.max_wait_s
+        ]
+        if not candidates:
+            return None
+
+        # Both sides with what the follower has taught so far (the estimates counted at
+        # enqueueing may predate it): a factor learned since must not tip the balance.
+        def left(job: Job) -> float:
+            return remaining_s(self.estimate(job, follower.name), now - follower.starts[job.id])
+
+        victim = max(candidates, key=left)
+        needed = self.preempt_ratio * self.estimate(waiting, follower.name) + self.pause_cost_s
+        return victim if left(victim) > needed else None
+
+
 class FifoRoundRobin(_Learning):
     """Each job to the next fitting follower in turn; each queue first come, first served."""
 
@@ -461,6 +550,7 @@ class FifoLeastLoaded(_Learning):
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     TwoTier.name: TwoTier,
+    TwoTierPreemptive.name: TwoTierPreemptive,
     FifoRoundRobin.name: FifoRoundRobin,
     FifoLeastLoaded.name: FifoLeastLoaded,
 }
@@ -470,14 +560,21 @@ FIFO_REFERENCE = FifoRoundRobin.name
 
 
 def make_policy(name: str, **options: float) -> Policy:
-    """The named policy with `options` (two-tier: max_wait_s, aging_rate; all: alpha).
+    """The named policy with `options` (two-tier: max_wait_s, aging_rate;
+    two-tier-preemptive: those and preempt_ratio, pause_cost_s; all: alpha).
 
     ValueError naming the choices for an unknown name, or the options a policy takes for
     one it does not."""
+    takes = options_of(name)
+    if unknown := sorted(set(options) - set(takes)):
+        raise ValueError(f"policy {name} takes {', '.join(takes)}, not {', '.join(unknown)}")
+    return POLICIES[name](**options)
+
+
+def options_of(name: str) -> list[str]:
+    """The options the named policy takes (ValueError naming the choices for an unknown
+    name): what a command line passes on to each policy it makes."""
     factory = POLICIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r} (choices: {', '.join(POLICIES)})")
-    takes = [p for p in inspect.signature(factory).parameters if p != "self"]
-    if unknown := sorted(set(options) - set(takes)):
-        raise ValueError(f"policy {name} takes {', '.join(takes)}, not {', '.join(unknown)}")
-    return factory(**options)
+    return [p for p in inspect.signature(factory).parameters if p != "self"]

@@ -1,16 +1,24 @@
 """A discrete-event simulation of the leader's scheduling, driving the very policy objects
 the leader uses, so a policy can be measured on 10,000 jobs before a team trusts it.
 
-Two kinds of event, in a heap by time: a job arrives (the policy places it on a
-follower's queue, `FollowerPool.enqueue`) and a job ends (its slot frees, the policy
-learns its measured/estimate ratio, and the follower asks the policy for its next job).
-A job runs for its trace duration divided by its follower's speed; the scheduler knows
-only the estimate. Jobs that fit no follower are counted, not run.
+Three kinds of event, in a heap by time: a job arrives (the policy places it on a
+follower's queue, `FollowerPool.enqueue`), a job ends (its slot frees, the policy learns
+its measured/estimate ratio, and the follower asks the policy for its next job), and a job
+pauses. A job runs for its trace duration divided by its follower's speed; the scheduler
+knows only the estimate. Jobs that fit no follower are counted, not run.
+
+Preemption (`policy.preempt`, asked whenever a job joins a follower's queue): the job
+picked runs on to its next trial boundary (its duration is `trials` equal trials; one in
+its last trial just finishes), then pauses: its slot frees and it is placed again with
+what remains of its work plus `pause_cost_s` (the stop, the result's trip, the new run's
+start: measured, see docs/benchmarks.md), which it pays when it resumes, on any follower.
 
 Per policy: average and p95 job completion time (JCT: end − submission), mean queueing
 delay (start − submission), makespan (last end − first submission), utilization (busy
 slot-seconds over slots × makespan), and average JCT relative to `FIFO_REFERENCE`
-(fifo-roundrobin): FIFO's average JCT over the policy's, so 1.6 means 1.6× faster.
+(fifo-roundrobin): FIFO's average JCT over the policy's, so 1.6 means 1.6× faster; the
+long jobs' mean slowdown (JCT over the job's duration on its follower, for the longest
+`LONG_SHARE` of the trace) and how many pauses there were.
 """
 
 from __future__ import annotations
@@ -26,7 +34,11 @@ from servebench.cluster.policy import FIFO_REFERENCE, FollowerPool, Policy
 from servebench.cluster.trace import TraceJob
 from servebench.common.quantiles import percentile
 
-_FINISH, _ARRIVE = 0, 1  # at equal times a slot frees before a new job is placed
+# At equal times a slot frees (a job ends or pauses) before a new job is placed.
+_FINISH, _PAUSE, _ARRIVE = 0, 1, 2
+#: The share of a trace's jobs, longest first, whose slowdown `long_slowdown` averages (the
+#: synthetic mix's SLO searches are 15 % of its jobs).
+LONG_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,8 @@ class SimResult:
     makespan_s: float
     utilization: float
     wall_s: float  # how long the simulation itself took
+    long_slowdown: float = math.nan  # the longest LONG_SHARE's mean JCT / own run time
+    preemptions: int = 0  # pauses at a trial boundary
     jct_ratio: float | None = None  # FIFO_REFERENCE's average JCT over this one's
 
     def as_dict(self) -> dict[str, object]:
@@ -47,25 +61,39 @@ class SimResult:
 
 
 def simulate(
-    policy: Policy, trace: Sequence[TraceJob], followers: Iterable[FollowerInfo]
+    policy: Policy,
+    trace: Sequence[TraceJob],
+    followers: Iterable[FollowerInfo],
+    *,
+    pause_cost_s: float = 0.0,
 ) -> SimResult:
     """Run `trace` (with estimates, see `trace.with_estimates`) on `followers` under
-    `policy`; the policy object keeps what it learned."""
+    `policy`, a pause costing `pause_cost_s` (work seconds on a speed-1.0 follower); the
+    policy object keeps what it learned."""
     started_wall = time.perf_counter()
     followers = list(followers)
     pool = FollowerPool(followers)
     speed = {f.name: f.speed for f in followers}
     origin = min((t.submit_s for t in trace), default=0.0)
-    events: list[tuple[float, int, int, str]] = []
+    # (time, kind, job index, follower, segment): a job's end or pause is stale once its
+    # segment number has moved on (it was paused before that end).
+    events: list[tuple[float, int, int, str, int]] = []
     for i, t in enumerate(trace):
-        events.append((t.submit_s - origin, _ARRIVE, i, ""))
+        events.append((t.submit_s - origin, _ARRIVE, i, "", 0))
     heapq.heapify(events)
     jobs: dict[str, Job] = {}
-    start_at: dict[str, float] = {}
+    segment: dict[str, int] = {}  # job id → its current segment (bumped by each pause)
+    done: dict[str, float] = {}  # job id → its own work done (speed-1 s) at segment start
+    overhead: dict[str, float] = {}  # job id → a resume's cost owed at segment start
+    start_at: dict[str, float] = {}  # job id → start of its current segment
+    first_start: dict[str, float] = {}
+    pause_at: dict[str, float] = {}  # job id → the work done at its coming pause
     jct: list[float] = []
+    slowdown: dict[int, float] = {}
     queueing: list[float] = []
     busy = 0.0
     unplaced = 0
+    pauses = 0
     last_end = 0.0
 
     def run_next(name: str, now: float) -> None:
@@ -76,30 +104,67 @@ def simulate(
                 return
             pool.start(name, job.id, now)
             start_at[job.id] = now
-            duration = trace[int(job.id)].duration_s / speed[name]
-            heapq.heappush(events, (now + duration, _FINISH, int(job.id), name))
+            first_start.setdefault(job.id, now)
+            left = overhead[job.id] + trace[int(job.id)].duration_s - done[job.id]
+            end = now + left / speed[name]
+            heapq.heappush(events, (end, _FINISH, int(job.id), name, segment[job.id]))
+
+    def place(job: Job, now: float) -> str | None:
+        target = policy.place(job, pool, now)
+        if target is not None:
+            pool.enqueue(target, job, policy.estimate(job, target), now)
+            run_next(target, now)
+            preempt(target, now)
+        return target
+
+    def preempt(name: str, now: float) -> None:
+        victim = policy.preempt(pool[name], now)
+        if victim is None:
+            return
+        t = trace[int(victim.id)]
+        trial = t.duration_s / t.trials
+        ran = (now - start_at[victim.id]) * speed[name]
+        progress = done[victim.id] + max(0.0, ran - overhead[victim.id])
+        boundary = (math.floor(progress / trial + 1e-9) + 1) * trial
+        if boundary >= t.duration_s * (1 - 1e-9):
+            return  # in its last trial: it ends as soon as a pause would
+        pool.pausing(name, victim.id)
+        pause_at[victim.id] = boundary
+        segment[victim.id] += 1
+        work = overhead[victim.id] + boundary - done[victim.id]
+        at = start_at[victim.id] + work / speed[name]
+        heapq.heappush(events, (at, _PAUSE, int(victim.id), name, segment[victim.id]))
 
     while events:
-        now, kind, index, name = heapq.heappop(events)
+        now, kind, index, name, seg = heapq.heappop(events)
         job_id = str(index)
         if kind == _ARRIVE:
             job = _job(job_id, trace[index], now)
-            target = policy.place(job, pool, now)
-            if target is None:
+            segment[job_id], done[job_id], overhead[job_id] = 0, 0.0, 0.0
+            if place(job, now) is None:
                 unplaced += 1
                 continue
             jobs[job_id] = job
-            pool.enqueue(target, job, policy.estimate(job, target), now)
-            run_next(target, now)
-        else:
-            job = pool.finish(name, job_id, now)
-            measured = now - start_at[job_id]
-            policy.observe(job, name, measured)
-            busy += measured
-            jct.append(now - job.submitted_at)
-            queueing.append(start_at[job_id] - job.submitted_at)
-            last_end = now
+            continue
+        if seg != segment[job_id]:
+            continue  # superseded by a pause
+        job = pool.finish(name, job_id, now)
+        ran = now - start_at[job_id]
+        busy += ran
+        job.run_s += ran
+        if kind == _PAUSE:
+            pauses += 1
+            job.preemptions += 1
+            done[job_id], overhead[job_id] = pause_at.pop(job_id), pause_cost_s
             run_next(name, now)
+            place(job, now)
+            continue
+        policy.observe(job, name, job.run_s)
+        jct.append(now - job.submitted_at)
+        slowdown[index] = (now - job.submitted_at) / job.run_s if job.run_s > 0 else 1.0
+        queueing.append(first_start[job_id] - job.submitted_at)
+        last_end = now
+        run_next(name, now)
     slots = sum(f.slots for f in followers)
     return SimResult(
         policy=policy.name,
@@ -111,7 +176,15 @@ def simulate(
         makespan_s=last_end,
         utilization=busy / (slots * last_end) if last_end > 0 and slots else 0.0,
         wall_s=time.perf_counter() - started_wall,
+        long_slowdown=_mean([slowdown[i] for i in _longest(trace) if i in slowdown]),
+        preemptions=pauses,
     )
+
+
+def _longest(trace: Sequence[TraceJob]) -> list[int]:
+    """The indexes of the longest `LONG_SHARE` of the trace's jobs (at least one)."""
+    count = max(1, round(LONG_SHARE * len(trace)))
+    return sorted(range(len(trace)), key=lambda i: -trace[i].duration_s)[:count]
 
 
 def _job(job_id: str, t: TraceJob, now: float) -> Job:
@@ -132,13 +205,17 @@ def compare(
     make: Callable[[str], Policy],
     trace: Sequence[TraceJob],
     followers: Sequence[FollowerInfo],
+    *,
+    pause_cost_s: float = 0.0,
 ) -> list[SimResult]:
     """Each named policy on the same trace and followers, with JCT ratios to FIFO.
 
     The FIFO reference is simulated too when not asked for, so every ratio has one; it is
     listed only if asked for."""
     names = list(dict.fromkeys(policies))
-    runs = {name: simulate(make(name), trace, followers) for name in names}
+    runs = {
+        name: simulate(make(name), trace, followers, pause_cost_s=pause_cost_s) for name in names
+    }
     if FIFO_REFERENCE not in runs:
         reference = simulate(make(FIFO_REFERENCE), trace, followers)
     else:

@@ -27,7 +27,12 @@ from typing import Any
 from servebench.cluster.errors import ClusterError
 from servebench.cluster.job import IllegalTransition, Job, JobState, Needs, check_transition
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each older schema lacks, added in place when a store of that version is opened.
+_MIGRATIONS = {
+    1: "ALTER TABLE jobs ADD COLUMN run_s REAL NOT NULL DEFAULT 0; "
+    "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;",
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -47,7 +52,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     result_path TEXT,
     reason TEXT,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    run_s REAL NOT NULL DEFAULT 0,
+    preemptions INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS transitions (
@@ -73,13 +80,16 @@ CREATE TABLE IF NOT EXISTS ratios (
 _COLUMNS = (
     "id", "scenario_name", "scenario_text", "submitter", "priority", "gpus", "labels",
     "estimate_s", "state", "submitted_at", "attempts", "follower", "result_path", "reason",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "run_s", "preemptions",
 )  # fmt: skip
 
 #: What `transition` may change besides the state and reason.
 TRANSITION_FIELDS = frozenset(
-    {"follower", "result_path", "attempts", "started_at", "finished_at", "estimate_s"}
-)
+    {
+        "follower", "result_path", "attempts", "started_at", "finished_at", "estimate_s",
+        "run_s", "preemptions",
+    }
+)  # fmt: skip
 
 
 class StoreError(ClusterError, RuntimeError):
@@ -133,9 +143,12 @@ class JobStore:
                 f"{self.path}: store schema {version} is newer than this servebench's "
                 f"({SCHEMA_VERSION})"
             )
-        # One script, one transaction (executescript commits anything pending first).
+        # One script, one transaction (executescript commits anything pending first). A
+        # store of an older schema gets what it lacks (its jobs table exists, so the
+        # CREATE TABLE of the current one does not run).
+        migrate = "".join(_MIGRATIONS[v] for v in range(version, SCHEMA_VERSION) if version)
         self._db.executescript(
-            f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
+            f"BEGIN IMMEDIATE; {_SCHEMA} {migrate} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
         )
 
     def close(self) -> None:
@@ -213,7 +226,7 @@ class JobStore:
         """Move a job to `to`, if `LEGAL` allows it from its current state, and return it.
 
         `fields` (TRANSITION_FIELDS: follower, result_path, attempts, started_at,
-        finished_at, estimate_s) change in the same transaction. KeyError for an unknown
+        finished_at, estimate_s, run_s, preemptions) change in the same transaction. KeyError for an unknown
         job, IllegalTransition for a move that is not allowed (nothing changes then).
         """
         unknown = set(fields) - TRANSITION_FIELDS

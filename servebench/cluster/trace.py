@@ -12,7 +12,10 @@ one object per line), with these fields:
     labels       labels a follower must have: CSV `zone=a;rack=3`, JSON an object
     name         scenario name (default "job"): jobs of one name share learned estimates
     priority     integer, higher first (default 0)
+    trials       the trials it runs, integer >= 1 (default 1): where it may pause
 
+A leader's store gives each finished job its estimate (the plan's) and its actual (the
+seconds its runs took, `Job.run_s`, summed over the segments of a paused job).
 `write_trace` writes the same CSV, so a synthetic mix or a store's history can be saved and
 replayed. Errors name `file:line` and the field, in one line.
 
@@ -20,7 +23,8 @@ The synthetic mix (`SyntheticMix`) stands for a team's benchmark queue: Poisson 
 many short parameter sweeps and a few long SLO searches, with log-normal (heavy-tailed)
 durations; scenario kinds whose plans are systematically off by their own factor (so
 learning has something to find), each job's estimate off again by a log-normal factor;
-some jobs needing GPUs or a zone label. `synthetic_followers` gives heterogeneous
+some jobs needing GPUs or a zone label; each job a number of trials (where a preemptive
+policy may pause it). `synthetic_followers` gives heterogeneous
 followers: log-normal speeds, a share with 1, 2 or 4 GPUs, two zones.
 """
 
@@ -40,7 +44,7 @@ from servebench.cluster.errors import ClusterError
 from servebench.cluster.job import TERMINAL, FollowerInfo, JobState
 from servebench.common.textfile import TextFileError, read_text
 
-FIELDS = ("submit_s", "duration_s", "estimate_s", "gpus", "labels", "name", "priority")
+FIELDS = ("submit_s", "duration_s", "estimate_s", "gpus", "labels", "name", "priority", "trials")
 
 
 class TraceError(ClusterError, ValueError):
@@ -56,6 +60,7 @@ class TraceJob:
     labels: Mapping[str, str] = field(default_factory=dict)
     name: str = "job"
     priority: int = 0
+    trials: int = 1  # equal parts of duration_s; a preemptive policy pauses between them
 
 
 # ----------------------------------------------------------------------------- files
@@ -130,6 +135,7 @@ def _trace_job(row: Mapping[str, Any], where: str) -> TraceJob:
         labels=labels,
         name=str(row.get("name", "job")),
         priority=_integer(row, "priority", where, 0, negative=True),
+        trials=_integer(row, "trials", where, 1, positive=True),
     )
 
 
@@ -147,7 +153,12 @@ def _number(row: Mapping[str, Any], name: str, where: str, positive: bool = Fals
 
 
 def _integer(
-    row: Mapping[str, Any], name: str, where: str, default: int, negative: bool = False
+    row: Mapping[str, Any],
+    name: str,
+    where: str,
+    default: int,
+    negative: bool = False,
+    positive: bool = False,
 ) -> int:
     raw = row.get(name, default)
     try:
@@ -158,6 +169,8 @@ def _integer(
         raise TraceError(f"{where}: {name}: {raw!r} is not an integer")
     if value < 0 and not negative:
         raise TraceError(f"{where}: {name}: {raw!r} must be >= 0")
+    if positive and value < 1:
+        raise TraceError(f"{where}: {name}: {raw!r} must be >= 1")
     return value
 
 
@@ -180,8 +193,9 @@ def write_trace(path: Path, jobs: Iterable[TraceJob]) -> None:
             labels = ";".join(f"{k}={v}" for k, v in sorted(j.labels.items()))
             estimate = "" if j.estimate_s is None else repr(j.estimate_s)
             writer.writerow(
-                [repr(j.submit_s), repr(j.duration_s), estimate, j.gpus, labels, j.name, j.priority]
-            )
+                [repr(j.submit_s), repr(j.duration_s), estimate, j.gpus, labels, j.name,
+                 j.priority, j.trials]
+            )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- estimates
@@ -219,6 +233,8 @@ class SyntheticMix:
     gpu_job_share: float = 0.15
     label_job_share: float = 0.1
     batch_mean: float = 4.0  # jobs per submission (geometric): sweeps come in batches
+    short_trials: int = 12  # a sweep's trials: 1 to this, uniform
+    long_trials: int = 10  # an SLO search's trials (each its search steps): 1 to this
 
     def __post_init__(self) -> None:
         checks = {
@@ -288,6 +304,8 @@ def synthetic_jobs(
         for cls in ("sweep", "search")
         for k in range(mix.kinds)
     }
+    # Trials from their own stream, so the other draws are those of a mix without them.
+    trials_rng = random.Random(f"trials-{seed}")
     jobs = []
     now = 0.0
     left_in_batch = 0
@@ -308,7 +326,8 @@ def synthetic_jobs(
         if any_gpu and rng.random() < mix.gpu_job_share:
             gpus = 2 if rng.random() < 0.2 else 1
         labels = {"zone": rng.choice(ZONES)} if rng.random() < mix.label_job_share else {}
-        jobs.append(TraceJob(now, duration, estimate, gpus, labels, f"{cls}-{kind}"))
+        trials = trials_rng.randint(1, mix.long_trials if long else mix.short_trials)
+        jobs.append(TraceJob(now, duration, estimate, gpus, labels, f"{cls}-{kind}", trials=trials))
     return jobs
 
 
@@ -326,7 +345,9 @@ def store_trace(path: Path) -> tuple[list[TraceJob], list[FollowerInfo]]:
     """A leader store's finished jobs as a trace, and the followers they ran on.
 
     Each job that ran to an end (done or failed, with start and end times) becomes a
-    TraceJob with its submission time, measured duration and the estimate the leader had.
+    TraceJob with its submission time, its actual (the seconds its runs took, summed over
+    a paused job's segments; end − start for a store from before they were kept) and the
+    estimate the leader had.
     The followers are the ones named in the history, each with the most GPUs and all the
     labels its jobs needed (what it must have had), at speed 1.0 (their durations are the
     measured ones).
@@ -356,7 +377,7 @@ def store_trace(path: Path) -> tuple[list[TraceJob], list[FollowerInfo]]:
         jobs.append(
             TraceJob(
                 submit_s=j.submitted_at,
-                duration_s=max(j.finished_at - j.started_at, 1e-3),
+                duration_s=max(j.run_s or j.finished_at - j.started_at, 1e-3),
                 estimate_s=j.estimate_s if j.estimate_s > 0 else None,
                 gpus=j.needs.gpus,
                 labels=dict(j.needs.labels),

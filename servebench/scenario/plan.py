@@ -24,10 +24,9 @@ from servebench.netem.profiles import LinkProfile
 from servebench.scenario.schema import ResNetReference, Scenario, ServerSection
 
 # Rough costs for the wall-time estimate (measured on the 2-core development machines; see
-# docs/benchmarks.md): ONNX + SavedModel export per model, server start, model load, and
-# the fixed overhead of a trial (telemetry start/stop, records flush).
-EXPORT_S_PER_MODEL = {"triton": 5.0, "tfs": 1.5}
-START_S = {"local": 1.0, "docker": 15.0, "remote": 0.5}
+# docs/benchmarks.md): model load and the fixed overhead of a trial (telemetry start/stop,
+# records flush). A server start's cost is its launch's (`Launch.start_s`), an export's
+# per model its kind's (`ServerKind.export_s_per_model`).
 LOAD_S_PER_MODEL = 1.5
 TRIAL_OVERHEAD_S = 1.0
 EXPECTED_STABILITY_WINDOWS = 4
@@ -167,11 +166,18 @@ class Plan:
 
     @property
     def estimated_s(self) -> float:
-        """Whole-run estimate: trials plus per-setting start, load and one-off exports."""
-        formats = {s.server.kind for s in self.settings if s.server.launch != "remote"}
-        export = len(self.models) * sum(EXPORT_S_PER_MODEL[f] for f in formats)
+        """Whole-run estimate: trials (each its warm-up, measuring time and, for an SLO
+        search, its steps), per setting its server starts (`cold_start.repeats` of them
+        where servebench starts the server, each loading the models) and the one-off
+        exports (per model, per export format). A cluster job's estimate (the leader then
+        corrects it per follower by what it has learned)."""
+        kinds = [s.server.server_kind for s in self.settings]
+        per_model = {k.export_format: k.export_s_per_model for k in kinds if k.export_format}
+        export = len(self.models) * sum(per_model.values())
         setup = sum(
-            START_S[s.server.launch] + LOAD_S_PER_MODEL * len(self.models) for s in self.settings
+            (k.launch.start_s + LOAD_S_PER_MODEL * len(self.models))
+            * (self.scenario.cold_start.repeats if k.launch.starts else 1)
+            for k in kinds
         )
         return export + setup + sum(t.estimated_s for t in self.trials)
 

@@ -3,8 +3,12 @@
 For each server setting: start (or attach), time the cold start, load the models, then run
 its trials. A failing trial is marked failed with its reason and the run goes on; a server
 that dies is restarted for the next trial; Ctrl-C stops the current load cleanly, keeps
-everything measured and marks the run `interrupted`. `--resume RUN_DIR` repairs what a
-killed run left and skips the trials it already completed, if the scenario is the same.
+everything measured and marks the run `interrupted`; SIGUSR1 (a pause: what a cluster
+leader sends to make room for a shorter job) lets the current trial finish, then ends the
+run `interrupted` the same way. `--resume RUN_DIR` repairs what a killed run left and skips
+the trials it already completed, if the scenario is the same; a server setting whose cold
+start the run already measured is started without timing it again, so cold_start.csv
+holds each setting's `cold_start.repeats` starts once, however often the run resumed.
 
 The run's status says how it went: `complete` (every trial ok), `partial` (some trials
 failed), `failed` (every trial failed, or the run stopped on an error such as a full disk)
@@ -82,6 +86,7 @@ class RunOutcome:
 class _State:
     engine: LoadEngine | None = None
     interrupted: str | None = None
+    paused: str | None = None  # SIGUSR1: stop after the current trial
 
 
 class ScenarioRunner:
@@ -129,8 +134,12 @@ class ScenarioRunner:
         status, reason = "complete", None
         try:
             run_in_loop(self._run(directory, todo))
-            if self.state.interrupted:
-                status, reason = "interrupted", self.state.interrupted
+            if self.state.paused and not self.state.interrupted:
+                ran = {row["trial_id"] for row in directory.rows}
+                if all(t.id in ran for t in todo):  # it came during the last trial
+                    self.state.paused = None
+            if self.state.interrupted or self.state.paused:
+                status, reason = "interrupted", self.state.interrupted or self.state.paused
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted by a second Ctrl-C"
         except Exception as err:  # the run cannot go on; what it measured stays
@@ -191,6 +200,7 @@ class ScenarioRunner:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._interrupt, signum)
+        loop.add_signal_handler(signal.SIGUSR1, self._pause)
         try:
             if not todo:
                 return
@@ -212,7 +222,7 @@ class ScenarioRunner:
                     """Run the setting's trials still to run (none: measured already)."""
                     setting = self.plan.settings[index]
                     trials = [t for t in todo if t.setting is setting]
-                    if not trials or self.state.interrupted:
+                    if not trials or self._stopping():
                         return
                     await self._run_setting(
                         index,
@@ -231,8 +241,11 @@ class ScenarioRunner:
                 else:
                     await self._tune(directory, run_setting)
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 loop.remove_signal_handler(signum)
+            # A pause that comes while the run closes is moot, and must not end it (the
+            # default action of SIGUSR1).
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     async def _tune(
         self, directory: RunDirectory, run_setting: Callable[[int], Awaitable[None]]
@@ -251,7 +264,7 @@ class ScenarioRunner:
                 run_setting,
                 rows=lambda: {r.trial_id: r for r in directory.rows},
                 usd_per_hour=self.price.usd_per_hour if self.price else None,
-                stopped=lambda: self.state.interrupted,
+                stopped=self._stopping,
             )
             searches[server.name] = search
             best = search["best"] or {"setting": "none usable", "value": None}
@@ -276,6 +289,16 @@ class ScenarioRunner:
         loop = asyncio.get_running_loop()
         loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C interrupts at once
         self.console.print(f"[yellow]{name}[/yellow]: finishing the current trial's records …")
+
+    def _pause(self) -> None:
+        """SIGUSR1: let the current trial finish, then end the run as interrupted
+        (`--resume` runs the rest)."""
+        if self.state.paused is None:
+            self.state.paused = "paused by SIGUSR1 after a trial; --resume runs the rest"
+            self.console.print("[yellow]SIGUSR1[/yellow]: pausing after the current trial …")
+
+    def _stopping(self) -> bool:
+        return self.state.interrupted is not None or self.state.paused is not None
 
     def _progress(self) -> Progress:
         return Progress(
@@ -320,7 +343,9 @@ class ScenarioRunner:
         server: Server | None = None
         try:
             server = await asyncio.to_thread(build_server, setting, index, models, directory.path)
-            await self._bring_up(server, setting, models, directory, cold=True)
+            # Resumed after its cold start was measured: a start, not a new measurement.
+            measured = any(row.get("setting") == setting.id for row in directory.cold_starts)
+            await self._bring_up(server, setting, models, directory, cold=not measured)
         except Exception as err:
             if no_space(err) is not None:
                 raise
@@ -343,7 +368,7 @@ class ScenarioRunner:
         )
         try:
             for trial in trials:
-                if self.state.interrupted:
+                if self._stopping():
                     break
                 progress.reset(
                     current,

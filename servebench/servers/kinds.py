@@ -49,22 +49,27 @@ class Launch:
 
     `starts`: servebench starts and stops the server (and may time its cold start and set
     its settings); False: it attaches to a server someone else runs. `takes`: the server
-    section's fields only this launch uses.
+    section's fields only this launch uses. `start_s`: a start's rough cost, for the
+    plan's wall-time estimate (`scenario.plan`; measured on the 2-core development
+    machines, see docs/benchmarks.md).
     """
 
     name: str
     means: str
     starts: bool
     takes: frozenset[str] = frozenset()
+    start_s: float = 0.0
 
 
 LAUNCHES: dict[str, Launch] = {
     launch.name: launch
     for launch in (
-        Launch("local", "the tritonserver of the nvidia-pytriton wheel", starts=True),
-        Launch("docker", "a Docker engine", starts=True, takes=frozenset({"image"})),
+        Launch("local", "the tritonserver of the nvidia-pytriton wheel", starts=True,
+               start_s=1.0),
+        Launch("docker", "a Docker engine", starts=True, takes=frozenset({"image"}),
+               start_s=15.0),
         Launch("remote", "url of a running server", starts=False,
-               takes=frozenset({"url", "grpc_url"})),
+               takes=frozenset({"url", "grpc_url"}), start_s=0.5),
     )
 }  # fmt: skip
 
@@ -116,9 +121,10 @@ class ServerKind:
     servebench may do to it). `settings` is the matrix a scenario's `settings:` is
     validated with (None: servebench cannot change the server's settings);
     `export_format` the `model_zoo` export format it serves (None: it serves its own
-    models); `model_control` the scenario `model_control` values it accepts; `preset`
-    the constructor arguments the kind itself fixes; `builder` makes the server for a
-    `Deployment`.
+    models); `export_s_per_model` that export's rough cost per model, for the plan's
+    wall-time estimate; `model_control` the scenario `model_control` values it accepts;
+    `preset` the constructor arguments the kind itself fixes; `builder` makes the server
+    for a `Deployment`.
     """
 
     name: str
@@ -128,6 +134,7 @@ class ServerKind:
     builder: Callable[[ServerKind, Deployment], Server]
     settings: type[SettingsMatrix] | None = None
     export_format: str | None = None
+    export_s_per_model: float = 0.0
     model_control: tuple[str, ...] = ("none",)
     preset: Mapping[str, Any] = field(default_factory=dict)
 
@@ -284,7 +291,11 @@ def _image(image: str | None) -> dict[str, str]:
 
 # What every Triton that servebench starts takes, wherever it runs: the Triton settings
 # matrix and the Triton export.
-_STARTED_TRITON: dict[str, Any] = {"settings": TritonSettingsMatrix, "export_format": "triton"}
+_STARTED_TRITON: dict[str, Any] = {
+    "settings": TritonSettingsMatrix,
+    "export_format": "triton",
+    "export_s_per_model": 5.0,
+}
 
 # Order matters where kinds are listed: a scenario's `kind` values and an API's launches
 # are shown in this order.
@@ -305,6 +316,7 @@ KINDS: dict[str, ServerKind] = {
             "tfs-docker", TFS, LAUNCHES["docker"],
             server="servebench.servers.docker_tfs:TfsDocker",
             builder=_build_tfs_docker, settings=TfsSettingsMatrix, export_format="tfs",
+            export_s_per_model=1.5,
         ),
         ServerKind(
             "triton-remote", TRITON, LAUNCHES["remote"],
