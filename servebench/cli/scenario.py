@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sized
 from pathlib import Path
 from typing import Annotated
 
@@ -89,14 +90,19 @@ def validate(
             continue
         console.print(
             escape(
-                f"{path}: valid — {len(plan.trials)} trials, {len(plan.models)} models, "
-                f"{len(plan.settings)} server settings"
+                f"{path}: valid — {_count(plan.trials, 'trial')}, "
+                f"{_count(plan.models, 'model')}, {_count(plan.settings, 'server setting')}"
             ),
             highlight=False,
         )
         _warn(path, plan)
     if failed:
         raise typer.Exit(code=2)
+
+
+def _count(items: Sized, noun: str) -> str:
+    """`1 model`, `4 models`: what validate and plan print about a plan's size."""
+    return f"{len(items):,} {noun}{'' if len(items) == 1 else 's'}"
 
 
 @app.command()
@@ -120,8 +126,9 @@ def plan(
     if len(shown) < len(result.trials):
         console.print(f"… {len(result.trials) - len(shown)} more (use --limit 0 to list all)")
     console.print(
-        f"{len(result.trials)} trials over {len(result.settings)} server settings and "
-        f"{len(result.models)} models; estimated wall time {_duration(result.estimated_s)}",
+        f"{_count(result.trials, 'trial')} over {_count(result.settings, 'server setting')} "
+        f"and {_count(result.models, 'model')}; "
+        f"estimated wall time {_duration(result.estimated_s)}",
         highlight=False,
     )
     _warn(file, result)
