@@ -22,14 +22,13 @@ import heapq
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from loadgen_peers import free_port, wait_for_port  # benchmarks/: the peers' port helpers
 
 from servebench.common.quantiles import percentile
 from servebench.load.arrivals import poisson
@@ -51,22 +50,6 @@ app = web.Application()
 app.router.add_route("*", "/", answer)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(port: int, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit(f"the M/D/c server did not listen on 127.0.0.1:{port}")
 
 
 def mdc_p99(rate: float, seed: int, warmup: float, duration: float, c: int, service: float):
@@ -113,7 +96,7 @@ def main() -> None:
         [sys.executable, "-c", SERVER, str(port), str(args.instances), str(service)]
     )
     try:
-        wait_for(port)
+        wait_for_port(port, timeout=20.0)
         url = f"http://127.0.0.1:{port}/"
         print(
             f"M/D/c: c={args.instances}, D={args.service_ms:g} ms, Poisson {args.rate:g} req/s "
