@@ -466,3 +466,9 @@ def test_the_top_two_within_each_others_intervals_are_a_tie_within_the_noise(
     clear = decide([write_run(tmp_path, "clear", a + b_over)], qps=600.0)
     assert not clear.rankings[0].tie_within_noise
     assert "tie within the noise" not in headline(clear.rankings[0], clear.query)
+    # A point with no high bound counts on its low bound only if nothing else rules it out:
+    # an INVALID trial's low bound makes no tie.
+    b_invalid = _bounded("B", {200.0: (20.0, 22.0, 25.0), 300.0: (45.0, 48.0, 55.0)})
+    b_invalid[1].update(latency_p99_high=None, verdict="INVALID", verdict_reasons="rate short")
+    unsure = decide([write_run(tmp_path, "invalid", a + b_invalid)], qps=600.0)
+    assert not unsure.rankings[0].tie_within_noise

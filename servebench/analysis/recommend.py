@@ -170,10 +170,15 @@ class Point:
     link_added_s: float = 0.0  # the analytic link time included in latency_s
     # The low bound of latency_s's interval (link included); latency_s where none is known.
     optimistic_s: float = math.nan
+    # Whether the point counts on its low bound: `valid`, or left out only for want of a
+    # high bound (None: as `valid`).
+    optimistic_valid: bool | None = None
 
     def __post_init__(self) -> None:
         if math.isnan(self.optimistic_s):
             object.__setattr__(self, "optimistic_s", self.latency_s)
+        if self.optimistic_valid is None:
+            object.__setattr__(self, "optimistic_valid", self.valid)
 
 
 @dataclass
@@ -471,6 +476,7 @@ def _point(rate: Any, column: str, row: dict[str, Any], kind: str, added: float)
         note,
         added,
         (float(low) if not missing(low) else math.nan) + added,
+        measured and not invalid and not missing(low),
     )
 
 
@@ -576,7 +582,7 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
     it on its points' low bounds instead (the cheap end of its cost interval)."""
     points = option.points
     if optimistic:
-        points = [replace(p, latency_s=p.optimistic_s, valid=_optimistic_valid(p)) for p in points]
+        points = [replace(p, latency_s=p.optimistic_s, valid=p.optimistic_valid) for p in points]
     curve = _Curve.of(points)
     if not curve.points:
         notes = "; ".join(dict.fromkeys(p.note for p in option.points if p.note))
@@ -620,11 +626,6 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
         margin_s=query.slo_s - latency,
         highest_measured=best is curve.points[-1],
     )
-
-
-def _optimistic_valid(point: Point) -> bool:
-    """A point left out only for want of a high bound counts on its low bound."""
-    return point.valid or (math.isinf(point.latency_s) and math.isfinite(point.optimistic_s))
 
 
 def _replicas(
