@@ -153,6 +153,17 @@ def test_counts_of_an_exported_graph_match_the_zoos_own(tmp_path: Path) -> None:
         ), spec.id  # fmt: skip
 
 
+def test_a_recurrent_graph_has_its_params_but_unknown_flops(tmp_path: Path) -> None:
+    """An LSTM node is not counted: its FLOPs are unknown, not the few MatMuls around it."""
+    spec = ModelSpec(layer_type="lstm", depth=1, width=16, input_shape=(8,))
+    path = export_onnx(build_torch(spec, seed=0), spec, tmp_path / f"{spec.id}.onnx")
+    counted = count_onnx(path, {"input": spec.served_input_shape}, batched=True)
+    assert counted.flops is None and counted.activation_bytes is None
+    # Params are still counted (a scalar constant the exporter writes as a float tensor
+    # counts too: within 1 %).
+    assert counted.params == pytest.approx(count(spec).params, rel=0.01)
+
+
 def test_a_graph_that_leaves_a_dim_to_the_data_has_no_flops(tmp_path: Path) -> None:
     path = tmp_path / "reshape.onnx"
 

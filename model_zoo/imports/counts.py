@@ -22,6 +22,13 @@ from pathlib import Path
 import numpy as np
 
 COUNTED_OPS = ("MatMul", "Gemm", "Conv")
+# Ops that multiply weights too but whose cost is not counted here: a graph holding one
+# has unknown FLOPs (an LSTM node counted as zero put a recurrent model ~200x low on the
+# roofline), never a partial sum shown as the whole.
+UNCOUNTED_HEAVY_OPS = frozenset(
+    {"LSTM", "GRU", "RNN", "Einsum", "ConvTranspose", "ConvInteger", "MatMulInteger",
+     "QLinearConv", "QLinearMatMul", "Attention", "MultiHeadAttention"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,8 @@ def count_onnx(
             if dims is None:
                 return GraphCounts(params, weight_bytes)
             activations += math.prod(dims) * _itemsize(value)
+    if any(node.op_type in UNCOUNTED_HEAVY_OPS for node in graph.node):
+        return GraphCounts(params, weight_bytes)
     for node in graph.node:
         if node.op_type not in COUNTED_OPS:
             continue
