@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY, check_name
+from model_zoo.export.triton import check_name
 from model_zoo.imports.counts import GraphCounts, count_onnx
 from model_zoo.imports.formats import open_source
 from model_zoo.imports.importer import clean_name
@@ -29,9 +29,8 @@ class ImportedModel:
 
     `source_format` is the format the file is in (`formats.FORMATS`' names: onnx, keras,
     triton, ...) and stands as the row's `layer_type`: an imported model has no layer
-    family, depth or width. `triton_repositories` are the export folders it is served
-    from (the standard one; the python-backend twin where the local tritonserver can run
-    it); `to_savedmodel` whether TF Serving can serve it.
+    family, depth or width. `to_savedmodel` says whether TF Serving can serve it (which
+    Triton forms it has is what its import writes: `servers.kinds` reads the folders).
     """
 
     id: str
@@ -40,7 +39,6 @@ class ImportedModel:
     signature: Signature
     input_shapes: Mapping[str, tuple[int, ...]]
     counts: GraphCounts = field(default_factory=GraphCounts)
-    triton_repositories: tuple[str, ...] = (STANDARD_REPOSITORY, PYTHON_REPOSITORY)
     to_savedmodel: bool = False
 
     @property
@@ -76,14 +74,10 @@ def read_model(
     shapes = resolve_shapes(signature, given, str(path), option)
     model_name = check_name(name or clean_name(source.default_name()))
     counted = GraphCounts()
-    repositories = (STANDARD_REPOSITORY, PYTHON_REPOSITORY)
     if isinstance(source, OnnxSource):
         counted = count_onnx(source.path, shapes, signature.batched)
-    elif isinstance(source, TritonModelSource):
-        if source.is_onnx:
-            counted = count_onnx(source.model_file, shapes, signature.batched)
-        if not (source.is_onnx or source.is_python):
-            repositories = (STANDARD_REPOSITORY,)
+    elif isinstance(source, TritonModelSource) and source.is_onnx:
+        counted = count_onnx(source.model_file, shapes, signature.batched)
     return ImportedModel(
         id=model_name,
         path=Path(path).resolve(),
@@ -91,6 +85,5 @@ def read_model(
         signature=signature,
         input_shapes=shapes,
         counts=counted,
-        triton_repositories=repositories,
         to_savedmodel=source.to_savedmodel,
     )
