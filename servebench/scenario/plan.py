@@ -199,11 +199,16 @@ class Plan:
         return found
 
 
-def resolve_models(scenario: Scenario, base_dir: Path) -> list[ServedModel]:
+def resolve_models(
+    scenario: Scenario, base_dir: Path, *, generated: list[ModelSpec] | None = None
+) -> list[ServedModel]:
     """Every model the scenario names, in the order the sections list them, deduplicated:
-    the generated ones, then the user's files (read at validation, kept by the scenario;
-    validation refused a file whose name another model has)."""
-    return [*generated_models(scenario, base_dir), *scenario.imported_models(base_dir)]
+    the generated ones (`generated`, where the caller has them already), then the user's
+    files (read at validation, kept by the scenario; validation refused a file whose name
+    another model has)."""
+    if generated is None:
+        generated = generated_models(scenario, base_dir)
+    return [*generated, *scenario.imported_models(base_dir)]
 
 
 def generated_models(scenario: Scenario, base_dir: Path) -> list[ModelSpec]:

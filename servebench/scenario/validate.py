@@ -6,6 +6,7 @@ problem, all problems at once.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from servebench.load.arrivals import TraceArrivals
 from servebench.netem.errors import ProfileError
 from servebench.netem.profiles import is_profile_file
 from servebench.pricing import load_prices
-from servebench.scenario.plan import count_trials, resolve_models
+from servebench.scenario.plan import count_trials, generated_models, model_mix, resolve_models
 from servebench.scenario.schema import (
     LIMITS_CONTEXT_KEY,
     Limits,
@@ -400,18 +401,32 @@ class _Checks:
             problems += self._servable(where, model)
         return problems
 
-    def _generated_ids(self) -> dict[str, str]:
-        """The ids of the models servebench generates, with where each comes from."""
-        from servebench.scenario.plan import generated_models
-
+    @functools.cached_property
+    def generated(self) -> list[ModelSpec] | None:
+        """The models servebench generates (an export folder's included), resolved once for
+        every check that needs their ids; None where the section is broken (a broken export
+        folder: `files` names it)."""
         models = self.scenario.models
         if not known(models, "specs", "grid", "mutate", "resnet50", "repository"):
-            return {}
+            return None
         try:
-            specs = generated_models(self.scenario, self.base_dir)
-        except (OSError, ValueError):  # a broken export folder: files() names it
-            return {}
-        return {spec.id: "a generated model's" for spec in specs}
+            return generated_models(self.scenario, self.base_dir)
+        except (OSError, ValueError):
+            return None
+
+    def _models(self) -> list[ServedModel] | None:
+        """Every model the plan will have (`plan.resolve_models`), or None where some
+        source is broken (its own check reports it)."""
+        if self.generated is None:
+            return None
+        try:
+            return resolve_models(self.scenario, self.base_dir, generated=self.generated)
+        except (OSError, ValueError):
+            return None
+
+    def _generated_ids(self) -> dict[str, str]:
+        """The ids of the models servebench generates, with where each comes from."""
+        return {spec.id: "a generated model's" for spec in self.generated or []}
 
     def _servable(self, where: Location, model: ImportedModel) -> list[str]:
         """What no server of the scenario can do with `model`, one problem each."""
@@ -458,12 +473,10 @@ class _Checks:
         are those the plan resolves (`plan.resolve_models`)."""
         workload = self.scenario.__dict__.get("workload")
         mix = workload.__dict__.get("mix") if workload is not None else None
-        if not mix or not known(self.scenario, "models"):
-            return []
-        try:
-            ids = [spec.id for spec in resolve_models(self.scenario, self.base_dir)]
-        except (OSError, ValueError):
-            return []  # the models' own problem is reported where it is
+        models = self._models() if mix and known(self.scenario, "models") else None
+        if models is None:
+            return []  # no mix, or the models' own problem is reported where it is
+        ids = [model.id for model in models]
         problems = []
         for i, entry in enumerate(mix):
             model = entry.__dict__.get("model")  # None where the schema refused it
@@ -489,11 +502,9 @@ class _Checks:
         data = self.scenario.input_data(self.base_dir)
         if data is None:
             return []
-        models = resolve_models(self.scenario, self.base_dir)
-        mix = self.scenario.workload.mix
-        if mix:
-            models = [m for m in models if m.id in {entry.model for entry in mix}]
-        for model in models:
+        models = self._models() or []
+        mix = model_mix(self.scenario, models)
+        for model in mix.specs if mix is not None else models:
             try:
                 data.match(_served_signature(model))
             except InputDataError as err:
