@@ -264,7 +264,7 @@ class ScenarioRunner:
                 run_setting,
                 rows=lambda: {r.trial_id: r for r in directory.rows},
                 usd_per_hour=self.price.usd_per_hour if self.price else None,
-                stopped=self._stopping,
+                stopped=lambda: self.state.interrupted or self.state.paused,
             )
             searches[server.name] = search
             best = search["best"] or {"setting": "none usable", "value": None}
