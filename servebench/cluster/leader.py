@@ -331,7 +331,7 @@ class Leader:
         kept: dict[str, Any] = {}
         partial = self._partial(job_id) if run is None else None
         if partial is not None:  # paused: what it measured before its pause is its result
-            data = partial.read_bytes()
+            data = await asyncio.to_thread(partial.read_bytes)
             kept["result_path"] = str(await asyncio.to_thread(self._unpack, job_id, data))
         job = self.store.transition(
             job_id, JobState.CANCELLED, reason=reason, finished_at=time.time(), **kept
@@ -422,9 +422,11 @@ class Leader:
         self.pool.start(name, job.id, now)
         try:
             partial = self._partial(job.id)
+            # Off the loop, as the archive is written and unpacked: it may be large.
+            archive = None if partial is None else await asyncio.to_thread(partial.read_bytes)
             future = self.client.submit(
                 execute.execute, job.id, job.scenario_text, attempt, grace_s=self.grace_s,
-                partial=None if partial is None else partial.read_bytes(),
+                partial=archive,
                 key=f"servebench-{job.id}-{attempt}", resources={SLOT: 1},
                 workers=[follower.address], allow_other_workers=False, pure=False, retries=0,
             )  # fmt: skip
