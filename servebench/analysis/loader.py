@@ -202,16 +202,11 @@ def read_trials(path: Path) -> pd.DataFrame:
         empty = {n: float("nan") if n in NUMBER_COLUMNS else None for n in absent}
         frame = pd.concat([frame, pd.DataFrame(empty, index=frame.index)], axis=1)
     for codes, text in _CODE_COLUMNS.items():
-        if text in frame.columns:
-            frame[codes] = _codes_or_legacy(frame, codes, text)
+        frame[codes] = _codes_or_legacy(frame, codes, text)
     for name in TEXT_COLUMNS:
-        if name not in frame.columns:
-            frame[name] = pd.Series([None] * len(frame), dtype=object)
         frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
     frame["slo_met"] = _slo_decisions(frame["slo_met"], path)
     for name in NUMBER_COLUMNS:
-        if name not in frame.columns:
-            frame[name] = float("nan")
         try:
             frame[name] = pd.to_numeric(frame[name])
         except (ValueError, TypeError):
@@ -221,8 +216,6 @@ def read_trials(path: Path) -> pd.DataFrame:
                 f"{path}: column {name}: {bad.iloc[0]!r} is not a number"
             ) from None
     for name in BOOL_COLUMNS:
-        if name not in frame.columns:
-            frame[name] = None
         frame[name] = frame[name].map(_to_bool).astype(object)
     if frame["status"].isna().any():
         frame["status"] = frame["status"].where(frame["status"].notna(), "ok")

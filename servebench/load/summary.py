@@ -44,12 +44,12 @@ LAG_RATIO = 0.5  # schedule lag p99 over this share of latency p99 makes it INVA
 # and this many answered requests before its SLO question may end it (MLPerf LoadGen's
 # min_duration and min_query_count, scaled to servebench's short trials: 500 requests
 # give a p99 both bounds at 95 %, which needs 368).
+EARLY_STOP_MIN_DURATION = 2.0
+EARLY_STOP_MIN_REQUESTS = 500
 # A gang's generators (`load.gang`) may start at most this far apart (s): the clock offset's
 # uncertainty (half the best round trip to the generator) plus how late it began. 5 ms is a
 # few loopback or LAN round trips of Dask's (0.7-0.9 ms measured here on loopback).
 START_SKEW_LIMIT = 5e-3
-EARLY_STOP_MIN_DURATION = 2.0
-EARLY_STOP_MIN_REQUESTS = 500
 
 
 # The latency percentiles a summary reports, by field name; each has a `_low` and `_high`.
