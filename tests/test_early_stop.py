@@ -119,8 +119,8 @@ def test_the_scenario_asks_for_early_stop_with_an_slo(tmp_path: Path) -> None:
 
 
 def test_early_stop_settings_name_the_field() -> None:
-    with pytest.raises(ValueError, match=r"stop\.confidence"):
-        EarlyStopSettings(99.0, 0.05, confidence=1.0)
+    with pytest.raises(ValueError, match=r"stop\.min_requests"):
+        EarlyStopSettings(99.0, 0.05, min_requests=0)
     with pytest.raises(ValueError, match=r"load\.early_stop: needs processes = 1"):
         LoadSettings(
             concurrency=2, duration=1.0, processes=2, early_stop=EarlyStopSettings(99.0, 0.05)

@@ -8,7 +8,7 @@ import pytest
 from servebench.clients.base import ErrorKind
 from servebench.load import LoadSettings, StabilitySettings, constant, summarize
 from servebench.load.records import ERROR_CODE
-from servebench.load.stats import Columns, agree
+from servebench.load.stats import Columns, Measurements, agree
 from servebench.load.summary import INVALID, VALID, WindowStats, judge
 
 
@@ -138,3 +138,27 @@ def test_throughput_of_a_steady_closed_loop_is_concurrency_over_latency():
     s = summarize(columns(np.full(send.size, 0.01), send=send), mode="closed", target_rate=None)
     assert s.throughput_rps == pytest.approx(400.0)
     assert s.error_rate == 0.0
+
+
+def test_measurements_since_returns_only_what_a_reader_has_not_seen():
+    """The early stop polls `since(seen)`: across a `columns()` merge of the parts and
+    new parts added after it, the rows it reads add up to every row once, in order."""
+    measurements = Measurements(0.0, batch_size=1, latency_from_send=False)
+    seen: list[float] = []
+
+    def add(latencies: list[float]) -> None:
+        measurements.extend(columns(latencies))
+
+    add([1.0, 2.0])
+    add([3.0])
+    got = measurements.since(0)
+    seen += got.latency.tolist()
+    measurements.columns()  # merges the parts into one
+    add([4.0, 5.0])
+    got = measurements.since(len(seen))
+    seen += got.latency.tolist()
+    assert len(measurements.since(len(seen))) == 0
+    add([6.0])
+    seen += measurements.since(len(seen)).latency.tolist()
+    assert seen == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert measurements.columns().latency.tolist() == seen

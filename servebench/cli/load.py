@@ -471,7 +471,6 @@ def load(
             early_stop=EarlyStopSettings(
                 percentile=percentile,
                 bound_s=early_stop_ms / 1e3,
-                confidence=confidence,
                 min_duration=min_duration,
                 min_requests=min_requests,
             )

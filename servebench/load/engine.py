@@ -199,7 +199,7 @@ class LoadEngine:
         if s.early_stop is not None:
             # The first decision imports scipy.stats (0.67 s measured): here, not mid-load, where it
             # would stall every send behind it.
-            decides(1, 1, s.early_stop.percentile, s.early_stop.confidence)
+            decides(1, 1, s.early_stop.percentile, s.confidence)
         gc.collect(1)
         gc.freeze()
         # The clock starts after the set-up above, or the first sends would start late.
@@ -526,19 +526,22 @@ class LoadEngine:
         measurements = self._measurements
         assert rule is not None and measurements is not None
         await self._sleep_until(self._measure_from + rule.min_duration)
+        confidence = self.settings.confidence
+        seen = n = at_or_under = 0  # running counts: each check reads only the new requests
         while not self._stopping:
             await self._sync_flush()
-            cols = measurements.columns()
+            cols = measurements.since(seen)
+            seen += len(cols)
             latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
-            n = int(latency.size)
+            n += int(latency.size)
+            at_or_under += int((latency <= rule.bound_s).sum())
             if n >= rule.min_requests:
-                at_or_under = int((latency <= rule.bound_s).sum())
-                decision = decides(n, at_or_under, rule.percentile, rule.confidence)
+                decision = decides(n, at_or_under, rule.percentile, confidence)
                 if decision is not None:
                     self.stop(
                         f"SLO {decision}: p{rule.percentile:g} "
                         f"{'within' if decision == MET else 'over'} "
-                        f"{rule.bound_s * 1e3:g} ms at {rule.confidence:.0%} confidence "
+                        f"{rule.bound_s * 1e3:g} ms at {confidence:.0%} confidence "
                         f"after {n} requests",
                         VerdictCode.SLO_DECIDED,
                     )

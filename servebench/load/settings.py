@@ -54,8 +54,9 @@ EARLY_STOP_EVERY = 1.0  # seconds between checks (each one flushes the records: 
 class EarlyStopSettings:
     """End a load once its SLO question is decided: the `percentile`-th latency of the
     requests answered so far is within `bound_s` (the interval's high bound is) or over it
-    (its low bound is), at two-sided confidence `confidence` (`common.quantiles.decides`),
-    checked every `every` seconds, never before `min_duration` seconds and `min_requests`
+    (its low bound is), at the load's two-sided `LoadSettings.confidence` (one level for the
+    stop and the summary's intervals, so the row never disagrees with the stop; see
+    `common.quantiles.decides`), checked every `every` seconds, never before `min_duration` seconds and `min_requests`
     answered requests of the measured window. Only the requests answered by then count: a
     request in flight is not a latency yet (those in flight at the stop still finish and
     are in the summary, so its row decides on a few more). A load that never decides runs
@@ -63,7 +64,6 @@ class EarlyStopSettings:
 
     percentile: float
     bound_s: float
-    confidence: float = CONFIDENCE
     min_duration: float = EARLY_STOP_MIN_DURATION
     min_requests: int = EARLY_STOP_MIN_REQUESTS
     every: float = EARLY_STOP_EVERY
@@ -72,8 +72,6 @@ class EarlyStopSettings:
         if not 0 < self.percentile < 100:
             raise ValueError(f"stop.percentile: must be in (0, 100), got {self.percentile}")
         _positive("stop.bound_s", self.bound_s)
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"stop.confidence: must be in (0, 1), got {self.confidence}")
         if self.min_duration < 0 or not math.isfinite(self.min_duration):
             raise ValueError(f"stop.min_duration_s: must be >= 0 s, got {self.min_duration}")
         if self.min_requests < 1:
@@ -196,11 +194,6 @@ class LoadSettings:
                 raise ValueError("load.early_stop: needs processes = 1 (decided live)")
             if self.stability is not None:
                 raise ValueError("load.early_stop: stability decides when to stop; not both")
-            if self.early_stop.confidence != self.confidence:
-                raise ValueError(
-                    f"load.early_stop: its confidence ({self.early_stop.confidence}) must be "
-                    f"the summary's ({self.confidence}), or the row could disagree with the stop"
-                )
 
     @property
     def mode(self) -> str:

@@ -77,7 +77,7 @@ class Columns:
     def __len__(self) -> int:
         return int(self.code.size)
 
-    def select(self, mask: np.ndarray) -> Columns:
+    def select(self, mask: np.ndarray | slice) -> Columns:
         return Columns(*(getattr(self, name)[mask] for name in _FIELDS))
 
     @staticmethod
@@ -139,6 +139,20 @@ class Measurements:
             merged = Columns.concat(self._parts)
             self._parts = [merged] if len(merged) else []
         return merged
+
+    def since(self, count: int) -> Columns:
+        """The requests added after the first `count`, in the order added: what a reader
+        polling the run has not seen yet, without concatenating what it has (`columns`
+        copies every request at each call)."""
+        with self._lock:
+            parts = list(self._parts)
+        new: list[Columns] = []
+        for part in parts:
+            n = len(part)
+            if count < n:
+                new.append(part if count <= 0 else part.select(slice(count, None)))
+            count -= n
+        return Columns.concat(new)
 
     def completed_between(self, start: float, end: float) -> Columns:
         """Requests that completed in [start, end) (offsets from the origin)."""

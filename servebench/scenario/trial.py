@@ -142,7 +142,6 @@ def _early_stop(scenario: Scenario) -> EarlyStopSettings | None:
     return EarlyStopSettings(
         percentile=slo.percentile,
         bound_s=slo.latency_ms / 1e3,
-        confidence=stop.confidence,
         min_duration=stop.min_duration_s,
         min_requests=stop.min_requests,
     )
