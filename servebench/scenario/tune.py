@@ -278,12 +278,14 @@ class Space:
     matrix: SettingsMatrix
     axes: dict[str, list[Any]]
     by_id: dict[str, tuple[int, ServerSetting]]  # plan.settings' index and setting, by id
+    by_values: dict[str, str]  # a setting's values (canonical JSON) -> its id
 
     @classmethod
     def of(cls, plan: Plan, server: ServerSection) -> Space:
         matrix = server.settings_model
         by_id = {s.id: (i, s) for i, s in enumerate(plan.settings) if s.server is server}
-        return cls(matrix, matrix.axes(), by_id)
+        by_values = {_canonical(s.values): sid for sid, (_, s) in by_id.items()}
+        return cls(matrix, matrix.axes(), by_id, by_values)
 
     @property
     def sizes(self) -> list[int]:
@@ -294,16 +296,17 @@ class Space:
         values = self.matrix.at(
             {name: self.axes[name][j] for name, j in zip(self.axes, point, strict=True)}
         )
-        wanted = json.dumps(values, sort_keys=True)
-        return next(
-            sid
-            for sid, (_, s) in self.by_id.items()
-            if json.dumps(s.values, sort_keys=True) == wanted
-        )
+        return self.by_values[_canonical(values)]
 
     def point(self, start: Mapping[str, Any]) -> Point:
         """The point of `start`'s values (the first of each list where it names none)."""
         return tuple(values.index(start.get(n, values[0])) for n, values in self.axes.items())
+
+
+def _canonical(values: Mapping[str, Any]) -> str:
+    """A setting's values as one comparable key (the matrix and the plan build equal
+    dicts in different orders)."""
+    return json.dumps(values, sort_keys=True)
 
 
 async def tune_server(
