@@ -159,3 +159,34 @@ def test_a_quick_search_on_the_real_triton_records_its_path(tmp_path: Path, trit
     assert again.status == outcome.status
     assert json.loads((run / TUNE_FILE).read_text())["servers"]["triton"]["steps"] == steps
     assert len(read_trials(run / TRIALS_FILE)) == len(trials)
+
+
+@pytest.mark.parametrize(
+    "tune", [None, {"method": "quick", "objective": "p99", "qps": 20, "budget_trials": 1}]
+)
+def test_a_pause_during_the_last_trial_leaves_the_run_complete(
+    tmp_path: Path, triton_install, tune: dict | None
+) -> None:
+    """A cluster pause (SIGUSR1) that arrives while the run's last trial measures left
+    nothing out: the run is complete, not interrupted (a quick search runs a subset of the
+    plan's trials, so "every planned trial has a row" cannot be the test). The pause is
+    delivered from inside the trial, when its load starts, so the timing is exact."""
+    from servebench.scenario.runner import ScenarioRunner
+
+    one = {k: v for k, v in SEARCH.items() if k not in ("search", "search_settings")}
+    # One trial: one setting, or a quick search with a budget of one over several.
+    settings, sections = (SETTINGS, {"tune": tune}) if tune else ({"max_batch_size": 4}, {})
+    text = tiny_scenario(
+        "paused", settings=settings, workload={**one, "rates": [20]}, slo=SLO, **sections
+    )
+    runner = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results")
+    set_engine = runner._set_engine
+
+    def pause_when_the_load_starts(engine: object) -> None:
+        set_engine(engine)
+        if engine is not None:
+            runner._pause()
+
+    runner._set_engine = pause_when_the_load_starts
+    outcome = runner.run()
+    assert (outcome.status, outcome.completed) == ("complete", 1), outcome.reason

@@ -87,6 +87,9 @@ class _State:
     engine: LoadEngine | None = None
     interrupted: str | None = None
     paused: str | None = None  # SIGUSR1: stop after the current trial
+    # A trial the run meant to measure was left out because it was stopping: a pause
+    # that left nothing out came after the last trial and does not interrupt the run.
+    left_out: bool = False
 
 
 class ScenarioRunner:
@@ -134,10 +137,8 @@ class ScenarioRunner:
         status, reason = "complete", None
         try:
             run_in_loop(self._run(directory, todo))
-            if self.state.paused and not self.state.interrupted:
-                ran = {row["trial_id"] for row in directory.rows}
-                if all(t.id in ran for t in todo):  # it came during the last trial
-                    self.state.paused = None
+            if self.state.paused and not self.state.interrupted and not self.state.left_out:
+                self.state.paused = None  # it came during the last trial
             if self.state.interrupted or self.state.paused:
                 status, reason = "interrupted", self.state.interrupted or self.state.paused
         except KeyboardInterrupt:
@@ -222,7 +223,7 @@ class ScenarioRunner:
                     """Run the setting's trials still to run (none: measured already)."""
                     setting = self.plan.settings[index]
                     trials = [t for t in todo if t.setting is setting]
-                    if not trials or self._stopping():
+                    if not trials or self._left_out():
                         return
                     await self._run_setting(
                         index,
@@ -264,7 +265,7 @@ class ScenarioRunner:
                 run_setting,
                 rows=lambda: {r.trial_id: r for r in directory.rows},
                 usd_per_hour=self.price.usd_per_hour if self.price else None,
-                stopped=lambda: self.state.interrupted or self.state.paused,
+                stopped=lambda: self._left_out() and (self.state.interrupted or self.state.paused),
             )
             searches[server.name] = search
             best = search["best"] or {"setting": "none usable", "value": None}
@@ -299,6 +300,12 @@ class ScenarioRunner:
 
     def _stopping(self) -> bool:
         return self.state.interrupted is not None or self.state.paused is not None
+
+    def _left_out(self) -> bool:
+        """Whether the run is stopping, called where that leaves a trial out (noted)."""
+        if self._stopping():
+            self.state.left_out = True
+        return self.state.left_out
 
     def _progress(self) -> Progress:
         return Progress(
@@ -368,7 +375,7 @@ class ScenarioRunner:
         )
         try:
             for trial in trials:
-                if self._stopping():
+                if self._left_out():
                     break
                 progress.reset(
                     current,
