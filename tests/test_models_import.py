@@ -26,7 +26,13 @@ from cli_checks import assert_one_line_error
 from tritonclient.grpc import model_config_pb2 as mc
 from typer.testing import CliRunner
 
-from model_zoo.export.triton import TensorConfig, TritonSettings, build_config, render_config
+from model_zoo.export.triton import (
+    STANDARD_REPOSITORY,
+    TensorConfig,
+    TritonSettings,
+    build_config,
+    render_config,
+)
 from model_zoo.imports import import_model
 from servebench.cli import app
 from servebench.clients.input_data import ATOL, RTOL
@@ -429,7 +435,15 @@ def test_out_is_a_file_or_taken(sources: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert _import(str(sources["onnx"][0]), "--out", str(out)).exit_code == 0
     again = _import(str(sources["onnx"][0]), "--out", str(out))
-    assert_one_line_error(again, "already exists")
+    assert_one_line_error(again, "already exists", "--force")
+    # --force replaces the model's folders, leaving nothing aside and no stale file.
+    model = next((out / STANDARD_REPOSITORY).iterdir())
+    stale = model / "1" / "stale.txt"
+    stale.write_text("from the first import")
+    forced = _import(str(sources["onnx"][0]), "--out", str(out), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not stale.exists() and (model / "config.pbtxt").is_file()
+    assert not [p.name for p in (out / STANDARD_REPOSITORY).iterdir() if p.name.startswith(".")]
     bad_name = _import(str(sources["onnx"][0]), "--out", str(out), "--name", "a/b")
     assert_one_line_error(bad_name, "name", "'a/b'")
     assert_one_line_error(_import(str(sources["onnx"][0]), "--out", str(out), "--to", "tf"), "--to")

@@ -71,11 +71,14 @@ def import_model(
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     settings: TritonSettings | None = None,
     signature: Signature | None = None,
+    force: bool = False,
 ) -> ImportResult:
     """Read `path`, write each of `formats` it converts to under `out`, check parity.
 
     `signature`: the file's, where the caller read it already (a scenario's validation),
-    so it is not read again."""
+    so it is not read again. `force`: replace the model's folders of those formats that
+    `out` holds already; they are removed only once the new import has been written and
+    checked, so a failed import leaves the old one as it was."""
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
@@ -88,8 +91,10 @@ def import_model(
     out = Path(out)
     targets = _targets(name, formats)
     taken = [str(out / t) for t in targets.values() if (out / t).exists()]
-    if taken:
-        raise ModelImportError(f"{taken[0]}: already exists; pick another --name or --out")
+    if taken and not force:
+        raise ModelImportError(
+            f"{taken[0]}: already exists; pick another --name or --out, or pass --force"
+        )
     result = ImportResult(name, source.format, signature, shapes)
     result.seconds["read"] = time.perf_counter() - started
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +137,8 @@ def import_model(
             )
             result.seconds["parity"] = time.perf_counter() - started
         _record(staging, result, path)
+        for target in targets.values() if force else ():
+            _remove(out / target)
         moved = _move_into(staging, out)
     finally:
         if not moved:
@@ -264,6 +271,15 @@ def _move_into(staging: Path, out: Path) -> bool:
     merged.update(json.loads((staging / IMPORT_FILE).read_text()))
     record.write_text(json.dumps(merged, indent=2) + "\n")
     return False
+
+
+def _remove(folder: Path) -> None:
+    """Remove a model folder a forced import replaces: renamed aside first, so no reader
+    ever sees it half deleted."""
+    if folder.is_dir():
+        aside = folder.with_name(f".{folder.name}.replaced-{os.getpid()}")
+        os.replace(folder, aside)
+        shutil.rmtree(aside)
 
 
 def clean_name(text: str) -> str:

@@ -315,6 +315,9 @@ def import_(
             "dims and torch files (repeatable)"
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="replace the model's folders already in the export folder")
+    ] = False,
 ) -> None:
     """Import your own model into a `models export` folder: Triton (ONNX + python twin)
     and/or TF Serving, each conversion checked for parity on random inputs."""
@@ -329,7 +332,7 @@ def import_(
     try:
         result = import_model(
             path, out, formats=wanted, name=name,
-            input_shapes=parse_input_shapes(input_shape or []),
+            input_shapes=parse_input_shapes(input_shape or []), force=force,
         )  # fmt: skip
     except (ParityError, ValueError) as err:  # ModelImportError, and a --name Triton refuses
         raise fail(str(err)) from None
