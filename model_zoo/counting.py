@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model_zoo.resnet import EXPANSION, RESNET50_STAGES
+from model_zoo.resnet_layout import EXPANSION, RESNET50_STAGES
 from model_zoo.spec import ModelSpec
 
 

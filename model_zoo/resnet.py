@@ -10,14 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# (planes, blocks, stride of the first block) for the four stages of ResNet-50.
-RESNET50_STAGES: tuple[tuple[int, int, int], ...] = (
-    (64, 3, 1),
-    (128, 4, 2),
-    (256, 6, 2),
-    (512, 3, 2),
-)
-EXPANSION = 4
+from model_zoo.resnet_layout import EXPANSION, RESNET50_STAGES
+
 BN_EPS = 1e-5
 
 

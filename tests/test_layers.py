@@ -132,3 +132,18 @@ def test_every_error_of_the_project_is_a_servebench_error(part: str) -> None:
     seen, stray = [*done.stdout.splitlines(), "", ""][:2]
     assert int(seen) > (5 if part == "locust" else 100)  # modules walked
     assert not stray, f"not derived from ServebenchError: {stray}"
+
+
+def test_reading_and_running_a_scenario_does_not_import_torch() -> None:
+    """torch takes 3 s or more to import: validating a scenario, planning it and starting
+    its runner must not pay that (exporting a generated model does, when it runs)."""
+    code = (
+        "import sys\n"
+        "import servebench.cli.scenario, servebench.scenario.validate, servebench.scenario.runner\n"
+        "print(sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

@@ -28,7 +28,6 @@ from model_zoo.export.triton import (
 )
 from model_zoo.parity import ParityReport, check_parity
 from model_zoo.spec import ModelSpec, SpecError, load_specs, save_specs
-from model_zoo.torch_builder import build_torch
 from servebench.common.textfile import read_text
 from servebench.common.tfs_config import savedmodel_names
 
@@ -114,6 +113,10 @@ def is_exported(out: Path, spec: ModelSpec, fmt: str) -> bool:
 
 
 def _export_one(spec, out, formats, triton_settings, seed, version, check, force):
+    # Here, not with the module: reading an export folder (a scenario's validation) must
+    # not import torch (3 s); exporting needs it.
+    from model_zoo.torch_builder import build_torch
+
     result = ExportedModel(spec.id)
     started = time.perf_counter()
     module = build_torch(spec, seed=seed)

@@ -14,13 +14,15 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
-import torch
-from torch import nn
 
 from model_zoo.errors import ModelZooError
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # The example batch used for tracing. It must be >= 2: torch.export specialises dimensions
 # whose example value is 0 or 1, so a batch-1 example would freeze the batch axis.
@@ -46,7 +48,11 @@ def export_onnx(module: nn.Module, spec: ModelSpec, path: Path, *, force: bool =
     The input named `input` has shape `(batch, *spec.served_input_shape)`; the output named
     `output` has `(batch, *spec.served_output_shape)`; `batch` is symbolic (>= 1).
     Uses the dynamo exporter because the legacy one fails on `TransformerEncoderLayer`.
+    torch is imported here, not with the module: reading a scenario or an export folder
+    reaches this module (through `export.triton`) and must not pay torch's 3 s import.
     """
+    import torch
+
     path = Path(path)
     if path.exists() and not force:
         raise ExportExistsError(f"{path}: already exists; pass force=True to overwrite it")

@@ -20,15 +20,17 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from google.protobuf import text_format
-from torch import nn
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_zoo.errors import ModelZooError
 from model_zoo.export.onnx import ExportExistsError, export_onnx
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+
+if TYPE_CHECKING:
+    from torch import nn  # annotations only: reading configs must not import torch
 
 STANDARD_REPOSITORY = "triton"
 PYTHON_REPOSITORY = "triton-python"
