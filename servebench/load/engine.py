@@ -504,7 +504,7 @@ class LoadEngine:
             await self._sleep_until(end)
             if self._stopping and self._stop_reason:
                 break
-            await self._sync_flush()
+            await self.flush()
             cols = measurements.completed_between(t - self._start, end - self._start)
             self._windows.append(
                 window_stats(i, cols, t - self._start, end - self._start, st.percentile)
@@ -527,7 +527,7 @@ class LoadEngine:
         assert rule is not None and measurements is not None
         await self._sleep_until(self._measure_from + rule.min_duration)
         while not self._stopping:
-            await self._sync_flush()
+            await self.flush()
             cols = measurements.columns()
             latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
             n = int(latency.size)
@@ -556,8 +556,15 @@ class LoadEngine:
         self._pending.append(future)
         return future
 
-    async def _sync_flush(self) -> None:
+    async def flush(self) -> None:
+        """Hand the records buffered so far to the writer (and the sink) and wait for it:
+        what stability mode, early stop and a gang's live figures read (in the run only)."""
         await asyncio.wrap_future(self._flush())
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self._inflight
 
     def _write(self, chunk: Chunk) -> None:
         clock, measurements = self._clock, self._measurements
