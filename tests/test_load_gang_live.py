@@ -11,8 +11,21 @@ measured, and the summary says the run stopped early. No timing is asserted.
 
 from __future__ import annotations
 
-import numpy as np
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
+import pytest
+from test_load_http import factory, server  # noqa: F401  (server is a fixture)
+
+from servebench.load import LoadSettings, constant, read_records, run
 from servebench.load.live import (
     RELATIVE_ACCURACY,
     GeneratorSketch,
@@ -20,6 +33,8 @@ from servebench.load.live import (
     decode,
     new_sketch,
 )
+
+BODY = b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"data":[0.5,0.25]}]}'
 
 
 def test_merged_generator_sketches_are_the_sketch_of_all_samples():
@@ -49,3 +64,126 @@ def test_merged_generator_sketches_are_the_sketch_of_all_samples():
         exact = np.quantile(latency[ok], q, method="lower")
         assert abs(value - exact) <= RELATIVE_ACCURACY * exact
     assert merge.figures(elapsed=4.0).rate == 0.0  # nothing more completed
+
+
+def test_live_figures_come_during_the_run_and_a_stop_keeps_every_record(server, tmp_path):  # noqa: F811
+    """A gang with `on_progress`, stopped (as the scenario runner's Ctrl-C does, through
+    `on_engine`'s handle) from the callback once it has shown requests: the figures grew
+    during the run, the last ones hold every record, and nothing measured is lost."""
+    path = tmp_path / "records.parquet"
+    figures = []
+    stops = []
+
+    def on_progress(f):
+        figures.append(f)
+        if sum(1 for g in figures if g.completed) == 3:
+            threading.Thread(target=stops[0].stop, args=("stopped by the test",)).start()
+
+    settings = LoadSettings(arrivals=constant(100), duration=120.0, processes=2)
+    s = run(
+        factory(f"{server}/work"),
+        settings,
+        records=path,
+        on_engine=stops.append,
+        on_progress=on_progress,
+    )
+    table = read_records(path)
+    assert 0 < s.count == table.num_rows < 100 * 120
+    assert s.verdict == "INVALID" and "stopped_early" in s.reason_codes
+    assert "stopped early: stopped by the test" in s.reasons
+    completed = [f.completed for f in figures]
+    assert completed == sorted(completed) and len(set(completed)) >= 3
+    last = figures[-1]
+    assert last.completed == s.count and last.errors == s.errors == 0
+    assert sum(last.by_generator) == s.count and all(last.by_generator)
+    generator = table["generator"].to_numpy()
+    assert list(last.by_generator) == [int((generator == g).sum()) for g in (0, 1)]
+    latency = np.sort(table["latency"].to_numpy())
+    n = latency.size
+    for q, value in ((0.5, last.p50), (0.99, last.p99)):
+        lo, hi = sorted((math.floor(q * (n - 1)), math.ceil(q * n) - 1))
+        assert latency[lo] * (1 - RELATIVE_ACCURACY) <= value
+        assert value <= latency[hi] * (1 + RELATIVE_ACCURACY)
+
+
+class _Counting(BaseHTTPRequestHandler):
+    """Answers every POST as a model would, and GET with how many POSTs it has answered."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the load's clients expect
+    served = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).served += 1
+        self._answer(BODY)
+
+    def do_GET(self) -> None:
+        self._answer(str(type(self).served).encode())
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def counting_server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _served(url: str) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return int(answer.read())
+
+
+def test_ctrl_c_stops_a_cli_gang_and_keeps_what_it_measured(counting_server, tmp_path):
+    """SIGINT to the process group of `servebench load --generators 2` (what Ctrl-C at a
+    terminal sends, the gang's worker processes included) once requests flow: the exit
+    status and verdict of an interrupted single-process run, and every request measured
+    in records.parquet and the summary."""
+    records, summary = tmp_path / "records.parquet", tmp_path / "summary.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "servebench.cli", "load", "--url", f"{counting_server}/work",
+            "--rate", "50", "--duration", "120", "--generators", "2", "--metrics-url", "",
+            "--records", str(records), "--json", str(summary),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while _served(counting_server) < 100:  # the check's request, then the load's
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 3, output
+    document = json.loads(summary.read_text())
+    assert document["verdict"] == "INVALID" and "stopped_early" in document["reason_codes"]
+    assert "stopped early: interrupted by SIGINT" in document["reasons"]
+    table = read_records(records)
+    assert 0 < table.num_rows == document["count"] < 50 * 120
+    assert set(table["generator"].to_pylist()) == {0, 1}
+    assert "interrupted by SIGINT" in output

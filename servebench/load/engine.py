@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Protocol
 
 import numpy as np
 
@@ -98,6 +99,13 @@ class EngineReport:
     # Seconds the engine began after the shared start it was given (0 when it began in time,
     # or had none): its first sends left late by as much, and a gang counts it as start skew.
     late_start: float = 0.0
+
+
+class Stoppable(Protocol):
+    """What a running load is stopped through: one `LoadEngine`, or a gang's
+    `load.gang.GangStop` (which stops each of its generators' engines)."""
+
+    def stop(self, reason: str | None = ..., code: VerdictCode = ...) -> None: ...
 
 
 class LoadEngine:
