@@ -11,6 +11,7 @@ measured, and the summary says the run stopped early. No timing is asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -135,6 +136,7 @@ class _Counting(BaseHTTPRequestHandler):
 def counting_server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
     httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # a generator's reset at its end
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -187,3 +189,58 @@ def test_ctrl_c_stops_a_cli_gang_and_keeps_what_it_measured(counting_server, tmp
     assert 0 < table.num_rows == document["count"] < 50 * 120
     assert set(table["generator"].to_pylist()) == {0, 1}
     assert "interrupted by SIGINT" in output
+
+
+def test_a_terminal_shows_the_gang_live_then_the_summary(counting_server, tmp_path):
+    """On a terminal (a pty here) `servebench load --generators 2` shows the live line,
+    with the sketch's accuracy, while requests flow; after a Ctrl-C the table of the
+    records follows, and says the run was interrupted."""
+    import pty
+    import re
+
+    records = tmp_path / "records.parquet"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "servebench.cli", "load", "--url", f"{counting_server}/work",
+            "--rate", "50", "--duration", "120", "--generators", "2", "--metrics-url", "",
+            "--records", str(records),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "TERM": "xterm", "COLUMNS": "200"},
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def shown() -> str:  # the text, without the terminal's colours and cursor moves
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+
+    def read() -> None:  # drain the terminal, or the command blocks on it
+        with contextlib.suppress(OSError):  # EIO once the command has closed it
+            while data := os.read(leader, 65536):
+                chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not re.search(r"[1-9][\d,]* requests, 0 failures", shown()):  # requests flow
+            assert proc.poll() is None and time.monotonic() < deadline, shown()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(timeout=10)
+        os.close(leader)
+    output = shown()
+    assert proc.returncode == 3, output
+    assert re.search(r"live, ±1 %: \d+ s, [\d,]+ requests, 0 failures, .* by generator", output)
+    count = int(re.search(r"requests \(ok / errors\)\D+(\d+) \(", output).group(1))
+    assert 0 < count == read_records(records).num_rows
+    assert "stopped early: interrupted by SIGINT" in output
