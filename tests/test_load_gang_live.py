@@ -15,15 +15,18 @@ import contextlib
 import json
 import math
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 
 import numpy as np
 import pytest
+from conftest import until
+from server_checks import StubHandler, http_stub
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
 from servebench.load import LoadSettings, constant, read_records, run
@@ -107,43 +110,31 @@ def test_live_figures_come_during_the_run_and_a_stop_keeps_every_record(server, 
         assert value <= latency[hi] * (1 + RELATIVE_ACCURACY)
 
 
-class _Counting(BaseHTTPRequestHandler):
-    """Answers every POST as a model would, and GET with how many POSTs it has answered."""
+class _Counting(StubHandler):
+    """Answers every POST as a model would (keep-alive, as the load's clients expect), and
+    GET with how many POSTs it has answered."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, as the load's clients expect
+    protocol_version = "HTTP/1.1"
     served = 0
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.read_body()
         type(self).served += 1
-        self._answer(BODY)
+        self.reply(200, BODY, "application/json")
 
     def do_GET(self) -> None:
-        self._answer(str(type(self).served).encode())
+        self.reply(200, str(type(self).served).encode())
 
-    def _answer(self, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionResetError):  # a generator's reset at its end
+            super().handle()
 
 
 @pytest.fixture
 def counting_server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    httpd.daemon_threads = True
-    httpd.handle_error = lambda request, address: None  # a generator's reset at its end
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    _Counting.served = 0
+    with http_stub(_Counting) as url:
+        yield url
 
 
 def _served(url: str) -> int:
@@ -151,6 +142,11 @@ def _served(url: str) -> int:
 
     with urllib.request.urlopen(url, timeout=5) as answer:
         return int(answer.read())
+
+
+def _running(proc: subprocess.Popen, output: Callable[[], str]) -> bool:
+    assert proc.poll() is None, f"the command exited ({proc.returncode}):\n{output()}"
+    return True
 
 
 def test_ctrl_c_stops_a_cli_gang_and_keeps_what_it_measured(counting_server, tmp_path):
@@ -171,10 +167,11 @@ def test_ctrl_c_stops_a_cli_gang_and_keeps_what_it_measured(counting_server, tmp
         start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while _served(counting_server) < 100:  # the check's request, then the load's
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.2)
+        until(
+            lambda: _running(proc, proc.stdout.read) and _served(counting_server) >= 100,
+            120,
+            "requests",
+        )
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
     finally:
@@ -195,9 +192,6 @@ def test_a_terminal_shows_the_gang_live_then_the_summary(counting_server, tmp_pa
     """On a terminal (a pty here) `servebench load --generators 2` shows the live line,
     with the sketch's accuracy, while requests flow; after a Ctrl-C the table of the
     records follows, and says the run was interrupted."""
-    import pty
-    import re
-
     records = tmp_path / "records.parquet"
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
@@ -226,10 +220,8 @@ def test_a_terminal_shows_the_gang_live_then_the_summary(counting_server, tmp_pa
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while not re.search(r"[1-9][\d,]* requests, 0 failures", shown()):  # requests flow
-            assert proc.poll() is None and time.monotonic() < deadline, shown()
-            time.sleep(0.2)
+        flowing = r"[1-9][\d,]* requests, 0 failures"
+        until(lambda: _running(proc, shown) and re.search(flowing, shown()), 120, "a live line")
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=120)
     finally:
