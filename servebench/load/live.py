@@ -42,7 +42,9 @@ PUBLISH_EVERY = 1.0
 class LiveFigures:
     """A gang's figures so far: measured requests completed (each generator's share in
     `by_generator`), failures, the completion rate over the last interval and the
-    latency percentiles (s) of the merged sketch, each within `relative_accuracy`."""
+    latency percentiles (s) of the merged sketch, each within `relative_accuracy` of the
+    latency at the sketch's rank, q(n - 1) (the records' nearest rank, ceil(qn), may be one
+    further: the final figures, from the records, are the ones to quote)."""
 
     elapsed: float  # seconds since the shared start
     completed: int
