@@ -90,9 +90,11 @@ class GeneratorSketch:
         self.errors = 0
 
     def add(self, latency: np.ndarray, ok: np.ndarray) -> None:
-        """Add a batch of requests. Adding each value costs ~1.7 µs of Python (measured),
-        taken from the event loop's share of the GIL at tens of thousands of requests per
-        second; instead each bin gets its count at once. The bin of a value is the
+        """Add a batch of requests. Adding each value costs 1.7-2.8 µs of Python (measured
+        here), taken from the event loop's share of the GIL at tens of thousands of
+        requests per second; instead each bin gets its count at once (0.1-0.25 µs a request
+        in a chunk of 8192, the same as one by one in a second's few dozen at a low rate).
+        The bin of a value is the
         sketch's logarithmic mapping, key = ceil(ln v / ln gamma), and the bin's own value
         stands for it, so the sketch's bins are those of adding each value."""
         good = latency[ok]
