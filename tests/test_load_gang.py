@@ -213,3 +213,36 @@ def test_a_gang_is_refused_with_a_decision_made_live(tmp_path):
     )
     found = problems(tmp_path, text)
     assert any("generators" in p and "stop" in p for p in found), found
+
+
+def test_ctrl_c_stops_a_scenario_gang_trial_with_its_records(tmp_path, triton_install):
+    """SIGINT to `servebench scenario run` (its whole session, as a terminal's Ctrl-C)
+    while a `workload.generators` trial of 120 s runs: the scenario runner stops the gang
+    as it stops one engine, so the run ends `interrupted` at once (exit 130) and the
+    trial keeps what both generators measured."""
+    import json
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from scenario_checks import interrupted_run, write
+    from server_checks import metrics_url, tritonservers, wait_for_measured_answers
+
+    text = GANG_SCENARIO.replace("  requests: 300\n  duration_s: 0.5\n", "  duration_s: 120\n")
+    results = tmp_path / "results"
+
+    def measuring(run) -> None:
+        (triton,) = tritonservers(tmp_path)
+        wait_for_measured_answers(metrics_url(triton), warmup_requests=30)  # 0.2 s at 150/s
+
+    process, output = interrupted_run(write(tmp_path, text), results, measuring)
+    assert process.returncode == 130, output
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted" and "SIGINT" in meta["reason"]
+    (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
+    assert row.status == "interrupted" and row.verdict == "INVALID"
+    assert "stopped_early" in row.verdict_reason_codes
+    assert "stopped early: stopped by SIGINT" in row.verdict_reasons
+    records = pq.read_table(run_dir / "records.parquet").to_pandas()
+    assert 0 < len(records) == row.count < 150 * 120
+    assert set(records.generator) == {0, 1}

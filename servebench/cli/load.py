@@ -4,14 +4,18 @@ Open loop with `--rate` (constant or `--poisson`), `--request-intervals FILE`
 (perf_analyzer's format) or `--load-schedule step|line` (ghz's names); closed loop with
 `--concurrency`. Times on the command line are seconds; the table shows milliseconds.
 Exit status: 0 when the verdict is VALID, 3 when it is INVALID, 2 (one line, no run)
-when the address, model, version, protocol or an output path is wrong.
+when the address, model, version, protocol or an output path is wrong. Ctrl-C (or SIGTERM)
+stops the load and keeps what it measured: the summary says it stopped early (INVALID).
+With `--generators N` a terminal shows the gang's live figures while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -54,6 +58,7 @@ from servebench.load.summary import (
 
 if TYPE_CHECKING:
     from servebench.load import LoadSummary
+    from servebench.load.live import LiveFigures
 
 EXIT_FAILED = 1
 EXIT_INVALID = 3
@@ -486,12 +491,15 @@ def load(
     quiet = settings.mode == "closed" and settings.processes == 1
     metrics = ServerMetrics(metrics_url, model, quiet=quiet) if metrics_url else None
     try:
-        summary = run(
-            factory,
-            settings,
-            records=records,
-            on_measure_start=metrics.start if metrics is not None else None,
-        )
+        gang = settings.processes > 1 or settings.scheduler is not None
+        with _live_display(gang and json_out is None, generators) as on_progress:
+            summary = run(
+                factory,
+                settings,
+                records=records,
+                on_measure_start=metrics.start if metrics is not None else None,
+                on_progress=on_progress,
+            )
     except InferenceError as exc:  # the server went away after the check above
         raise fail(asyncio.run(explain(exc, protocol, url, model))) from None
     except ValueError as exc:
@@ -607,6 +615,32 @@ def _client_options(
         except json.JSONDecodeError:
             options[key] = value
     return options
+
+
+@contextlib.contextmanager
+def _live_display(wanted: bool, generators: int) -> Iterator[Callable[[LiveFigures], None] | None]:
+    """A gang's live figures as one line that updates in place, on a terminal only (the
+    final table replaces it)."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if not wanted or not console.is_terminal:
+        yield None
+        return
+    with Live(f"starting {generators} generators …", console=console, transient=True) as live:
+        yield lambda figures: live.update(_live_line(figures))
+
+
+def _live_line(f: LiveFigures) -> str:
+    """Locust's live figures for a gang: requests, failures, req/s, p50/p90/p99 (with the
+    sketch's accuracy: the final table's come from the records) and each generator's share."""
+    shares = " / ".join(f"{n:,}" for n in f.by_generator)
+    return (
+        f"live, ±{f.relative_accuracy * 100:g} %: {f.elapsed:.0f} s, {f.completed:,} requests, "
+        f"{f.errors:,} failures, {f.rate:,.1f} req/s, p50 {_ms(f.p50)} / p90 {_ms(f.p90)} / "
+        f"p99 {_ms(f.p99)} ms; by generator {shares}"
+    )
 
 
 def _ms(seconds: float | None) -> str:

@@ -23,6 +23,8 @@ _HOMES = {
     "step": "arrivals",
     "EngineReport": "engine",
     "LoadEngine": "engine",
+    "Stoppable": "engine",
+    "LiveFigures": "live",
     "Mix": "mix",
     "MixTarget": "mix",
     "RECORD_SCHEMA": "records",

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Protocol
 
 import numpy as np
 
@@ -98,6 +99,13 @@ class EngineReport:
     # Seconds the engine began after the shared start it was given (0 when it began in time,
     # or had none): its first sends left late by as much, and a gang counts it as start skew.
     late_start: float = 0.0
+
+
+class Stoppable(Protocol):
+    """What a running load is stopped through: one `LoadEngine`, or a gang's
+    `load.gang.GangStop` (which stops each of its generators' engines)."""
+
+    def stop(self, reason: str | None = ..., code: VerdictCode = ...) -> None: ...
 
 
 class LoadEngine:
@@ -504,7 +512,7 @@ class LoadEngine:
             await self._sleep_until(end)
             if self._stopping and self._stop_reason:
                 break
-            await self._sync_flush()
+            await self.flush()
             cols = measurements.completed_between(t - self._start, end - self._start)
             self._windows.append(
                 window_stats(i, cols, t - self._start, end - self._start, st.percentile)
@@ -529,7 +537,7 @@ class LoadEngine:
         confidence = self.settings.confidence
         seen = n = at_or_under = 0  # running counts: each check reads only the new requests
         while not self._stopping:
-            await self._sync_flush()
+            await self.flush()
             cols = measurements.since(seen)
             seen += len(cols)
             latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
@@ -559,8 +567,15 @@ class LoadEngine:
         self._pending.append(future)
         return future
 
-    async def _sync_flush(self) -> None:
+    async def flush(self) -> None:
+        """Hand the records buffered so far to the writer (and the sink) and wait for it:
+        what stability mode, early stop and a gang's live figures read (in the run only)."""
         await asyncio.wrap_future(self._flush())
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self._inflight
 
     def _write(self, chunk: Chunk) -> None:
         clock, measurements = self._clock, self._measurements

@@ -19,6 +19,15 @@ computed on the union (`summarize_reports`), never averaged across generators.
 A generator whose worker dies or whose task fails is lost: the others' records are kept,
 the run is partial (`LoadSummary.gang`) and INVALID with `generator_lost` naming it and why.
 A start skew (clock uncertainty plus a late start) over `start_skew_limit` is `start_skew`.
+
+While the load runs, each generator publishes a sketch of its latencies and its counts every
+second (a Dask `Variable` each), which the coordinator merges for `on_progress` (`load.live`).
+A stop (`GangStop`: the first SIGINT/SIGTERM, or a caller such as the scenario runner's
+Ctrl-C) goes to every generator through a Dask `Event`; each stops its engine as one process
+does (`LoadEngine.stop`: no new sends, the ones in flight answered) and returns its records
+as at a normal end, so a stopped gang keeps everything it measured and its verdict says it
+stopped early. A second signal aborts at once. A local gang's workers ignore SIGINT: a
+Ctrl-C at the terminal reaches every process of its group, and would kill them.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import tempfile
 import threading
 import time
@@ -43,7 +53,8 @@ import pyarrow.parquet as pq
 
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import VerdictCode
-from servebench.load.engine import EngineReport, LoadEngine
+from servebench.load.engine import EngineReport, LoadEngine, Stoppable
+from servebench.load.live import PUBLISH_EVERY, GeneratorSketch, LiveFigures, LiveMerge, LiveSink
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.runner import (
     ClientFactory,
@@ -67,8 +78,11 @@ START_MARGIN = 0.5
 READY_TIMEOUT = 120.0
 # Seconds to reach a scheduler, and to wait for enough of its workers.
 SCHEDULER_TIMEOUT = 10.0
-# How often the coordinator looks for lost workers while the load runs (s).
+# How often the coordinator looks for lost workers and stop requests while the load runs,
+# and a generator for a stop (s).
 POLL = 0.25
+# Longest wait for one generator's live figures on the scheduler (s).
+LIVE_TIMEOUT = 0.1
 _TIME_COLUMNS = ("intended_time", "send_time", "completion_time")
 
 
@@ -105,6 +119,23 @@ def measure_clock(client: Any, worker: str, exchanges: int = CLOCK_EXCHANGES) ->
     return best
 
 
+class GangStop:
+    """Stops a running gang from any thread (a signal handler, a scenario's Ctrl-C), as
+    `LoadEngine.stop` stops one engine: the coordinator passes the first request on to every
+    generator. `stop(None)` is a normal end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # a signal handler may call in while the thread holds it
+        self.requested: tuple[str | None, VerdictCode] | None = None
+
+    def stop(
+        self, reason: str | None = "stop requested", code: VerdictCode = VerdictCode.STOPPED_EARLY
+    ) -> None:
+        with self._lock:
+            if self.requested is None:
+                self.requested = (reason, code)
+
+
 @dataclass
 class _Outcome:
     """One generator's end: its report and records (Parquet bytes), or why it was lost."""
@@ -120,10 +151,17 @@ def run_gang(
     records: str | Path | RecordSink | None,
     use_uvloop: bool | None,
     on_measure_start: Callable[[], None] | None,
+    *,
+    handle_signals: bool = True,
+    on_engine: Callable[[Stoppable], None] | None = None,
+    on_progress: Callable[[LiveFigures], None] | None = None,
 ) -> LoadSummary:
     """Run one load from `settings.processes` generators (see the module's docstring);
     `records` (a Parquet path or a sink) is opened once the generators are done, so a gang
-    that never starts leaves no file behind."""
+    that never starts leaves no file behind. `on_engine` receives the gang's `GangStop`
+    before it starts; `on_progress` the live figures about every second, and the last ones
+    (every record in) once the generators are done. `handle_signals`: SIGINT/SIGTERM stop
+    the gang (main thread only)."""
     try:
         pickle.dumps(factory)
     except Exception as exc:
@@ -131,6 +169,22 @@ def run_gang(
             "load.generators: generators need a client factory that pickles "
             f"(e.g. functools.partial(create_client, ...)); {exc}"
         ) from None
+    stopper = GangStop()
+    if on_engine is not None:
+        on_engine(stopper)
+    with _stop_on_signals(stopper, handle_signals):
+        return _run(factory, settings, records, use_uvloop, on_measure_start, stopper, on_progress)
+
+
+def _run(
+    factory: ClientFactory,
+    settings: LoadSettings,
+    records: str | Path | RecordSink | None,
+    use_uvloop: bool | None,
+    on_measure_start: Callable[[], None] | None,
+    stopper: GangStop,
+    on_progress: Callable[[LiveFigures], None] | None,
+) -> LoadSummary:
     n = settings.processes
     with _dask_client(n, settings.scheduler) as client:
         workers = _pick_workers(client, n, settings.scheduler)
@@ -167,8 +221,14 @@ def run_gang(
             )
             timer.daemon = True
             timer.start()
+        coordinator = _Coordinator(client, run_id, n, start_at, stopper, on_progress)
         try:
-            outcomes = _await(client, futures, workers)
+            outcomes = _await(client, futures, workers, coordinator.tick)
+            coordinator.tick(final=True)
+        except BaseException:  # a second signal: the generators must not run on
+            with contextlib.suppress(Exception):
+                _send_stop(client, run_id, ("aborted", VerdictCode.STOPPED_EARLY))
+            raise
         finally:
             if timer is not None:  # a run stopped inside its warm-up never opened the window
                 timer.cancel()
@@ -207,12 +267,41 @@ def local_cluster(n: int) -> Any:
 
 
 @contextlib.contextmanager
+def _stop_on_signals(stopper: GangStop, enabled: bool) -> Iterator[None]:
+    """The first SIGINT/SIGTERM stops the gang (`stopper`), keeping what it measured; a
+    second aborts (KeyboardInterrupt). Only in the main thread, where signals arrive."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[str] = []
+
+    def handle(signum: int, frame: Any) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signal.Signals(signum).name)
+        log.warning(
+            "%s: stopping the generators, keeping what they measured (again to abort)",
+            received[0],
+        )
+        stopper.stop(f"interrupted by {received[0]}")
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def _dask_client(n: int, scheduler: str | None) -> Iterator[Any]:
-    """A Dask client on `scheduler`, or on a `local_cluster` of `n` workers here."""
+    """A Dask client on `scheduler`, or on a `local_cluster` of `n` workers here (which
+    ignore SIGINT: `_ignore_sigint`)."""
     from distributed import Client
 
     if scheduler is None:
         with local_cluster(n) as cluster, Client(cluster) as client:
+            client.run(_ignore_sigint)
             yield client
         return
     try:
@@ -272,13 +361,64 @@ def _start(client: Any, run_id: str, start: dict[str, Any] | None) -> None:
     _event(client, f"{run_id}-go").set()
 
 
-def _forget(client: Any, run_id: str, n: int) -> None:
-    """Remove the run's events and start variable from the scheduler."""
+def _send_stop(client: Any, run_id: str, request: tuple[str | None, VerdictCode]) -> None:
+    """Ask every generator to stop its engine with `request`'s reason and code."""
     from distributed import Variable
 
-    Variable(f"{run_id}-start", client=client).delete()
-    for name in (*(f"{run_id}-ready-{i}" for i in range(n)), f"{run_id}-go"):
+    reason, code = request
+    Variable(f"{run_id}-stop", client=client).set({"reason": reason, "code": str(code)})
+    _event(client, f"{run_id}-stop").set()
+
+
+def _forget(client: Any, run_id: str, n: int) -> None:
+    """Remove the run's events and variables from the scheduler."""
+    from distributed import Variable
+
+    for name in (f"{run_id}-start", f"{run_id}-stop", *(f"{run_id}-live-{i}" for i in range(n))):
+        Variable(name, client=client).delete()
+    for name in (*(f"{run_id}-ready-{i}" for i in range(n)), f"{run_id}-go", f"{run_id}-stop"):
         _event(client, name).clear()
+
+
+class _Coordinator:
+    """The coordinator's side of a running gang, called every `POLL`: passes a stop on to
+    the generators, and about every `PUBLISH_EVERY` merges their latest live figures for
+    `on_progress` (which, should it fail, is dropped: the load goes on)."""
+
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        n: int,
+        start_at: float,
+        stopper: GangStop,
+        on_progress: Callable[[LiveFigures], None] | None,
+    ):
+        self.client, self.run_id, self.n, self.start_at = client, run_id, n, start_at
+        self.stopper = stopper
+        self.on_progress = on_progress
+        self.merge = LiveMerge(n)
+        self.stop_sent = False
+        self.due = time.monotonic() + PUBLISH_EVERY
+
+    def tick(self, final: bool = False) -> None:
+        if not self.stop_sent and self.stopper.requested is not None:
+            _send_stop(self.client, self.run_id, self.stopper.requested)
+            self.stop_sent = True
+        if self.on_progress is None or not (final or time.monotonic() >= self.due):
+            return
+        from distributed import Variable
+
+        self.due = time.monotonic() + PUBLISH_EVERY
+        for i in range(self.n):
+            with contextlib.suppress(TimeoutError):  # not published yet
+                board = Variable(f"{self.run_id}-live-{i}", client=self.client)
+                self.merge.update(i, board.get(timeout=LIVE_TIMEOUT))
+        try:
+            self.on_progress(self.merge.figures(max(0.0, time.time() - self.start_at)))
+        except Exception:
+            log.warning("live figures: on_progress failed; no more of them", exc_info=True)
+            self.on_progress = None
 
 
 def _why(future: Any) -> str:
@@ -291,14 +431,18 @@ def _why(future: Any) -> str:
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
-def _await(client: Any, futures: list[Any], workers: list[str]) -> list[_Outcome]:
+def _await(
+    client: Any, futures: list[Any], workers: list[str], tick: Callable[[], None]
+) -> list[_Outcome]:
     """Every generator's outcome; a generator whose worker left the cluster is lost (its
-    task is cancelled, so the scheduler never re-runs it late on another worker)."""
+    task is cancelled, so the scheduler never re-runs it late on another worker). `tick`
+    is called every `POLL` meanwhile."""
     outcomes: list[_Outcome | None] = [None] * len(futures)
     began = time.monotonic()
     missing: set[int] = set()  # generators whose worker the last look did not find
     while any(o is None for o in outcomes):
         time.sleep(POLL)
+        tick()
         alive = set(client.scheduler_info(n_workers=-1)["workers"])
         for i, future in enumerate(futures):
             if outcomes[i] is not None:
@@ -473,6 +617,7 @@ def _generate(
             if start is None:
                 raise GangError("aborted before the start")
             local_start = start["start_at"] + start["offsets"][index]
+            live = GeneratorSketch()
             with tempfile.TemporaryDirectory(prefix="servebench-generator-") as tmp:
                 part = os.path.join(tmp, "records.parquet")
                 with ParquetRecordWriter(part) as writer:
@@ -480,14 +625,72 @@ def _generate(
                         client,
                         payload,
                         settings,
-                        writer,
+                        LiveSink(writer, live),
                         start_at=local_start,
                         part=(index, settings.processes),
                     )
-                    report = runner.run(engine.run())
+                    report = runner.run(_run_engine(engine, live, dask, run_id, index))
                 with open(part, "rb") as f:
                     records = f.read()
         finally:
             runner.run(client.close())
     report.columns = Columns.concat([])  # they travel in the records
     return report, records
+
+
+def _ignore_sigint() -> None:
+    """In a local generator's process (`client.run`, in its main thread): a Ctrl-C at the
+    terminal reaches every process of the group, and the coordinator stops the gang."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+async def _run_engine(
+    engine: LoadEngine, live: GeneratorSketch, dask: Any, run_id: str, index: int
+) -> EngineReport:
+    """Run the engine, publishing its live figures every `PUBLISH_EVERY` s (and once more
+    at the end, every record in) and stopping it when the coordinator asks (`GangStop`).
+    Dask's calls block, so they run off the loop; should they fail, the load goes on."""
+    from distributed import Event, Variable
+
+    loop = asyncio.get_running_loop()
+    board = Variable(f"{run_id}-live-{index}", client=dask)
+    stop = Event(f"{run_id}-stop", client=dask)
+    finished = asyncio.Event()
+
+    def publish() -> None:
+        board.set(live.snapshot(engine.in_flight))
+
+    async def watch() -> None:
+        due = time.monotonic()  # the first (empty) figures at once
+        stopped = False
+        while not finished.is_set():
+            if stopped:
+                await asyncio.sleep(POLL)
+            elif await loop.run_in_executor(None, stop.wait, POLL):
+                stopped = True
+                request = await loop.run_in_executor(
+                    None, Variable(f"{run_id}-stop", client=dask).get
+                )
+                engine.stop(request["reason"], VerdictCode(request["code"]))
+            if not finished.is_set() and time.monotonic() >= due:
+                due = time.monotonic() + PUBLISH_EVERY
+                await engine.flush()
+                await loop.run_in_executor(None, publish)
+
+    async def watching() -> None:
+        try:
+            await watch()
+        except Exception:
+            log.warning("generator %d: live figures and stop requests failed", index, exc_info=True)
+
+    task = loop.create_task(watching())
+    try:
+        report = await engine.run()
+    finally:
+        finished.set()
+        await task
+    try:
+        publish()
+    except Exception:  # the figures are live ones: the records still go back
+        log.warning("generator %d: the last live figures were not published", index, exc_info=True)
+    return report

@@ -16,17 +16,20 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from servebench.clients.base import InferenceClient, Payload
 from servebench.clients.input_data import InputData
 from servebench.common.verdict_codes import VerdictCode
-from servebench.load.engine import EngineReport, LoadEngine
+from servebench.load.engine import EngineReport, LoadEngine, Stoppable
 from servebench.load.mix import Mix
 from servebench.load.records import ParquetRecordWriter, RecordSink
 from servebench.load.settings import LoadSettings
 from servebench.load.stats import Columns, mix_figures, summarize
 from servebench.load.summary import LoadSummary, judge
+
+if TYPE_CHECKING:
+    from servebench.load.live import LiveFigures  # a gang's: ddsketch is imported with it
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +151,15 @@ def run(
     use_uvloop: bool | None = None,
     handle_signals: bool = True,
     on_measure_start: Callable[[], None] | None = None,
+    on_engine: Callable[[Stoppable], None] | None = None,
+    on_progress: Callable[[LiveFigures], None] | None = None,
 ) -> LoadSummary:
     """Run one load from start to end; `records` is a Parquet path or a sink (or None).
+
+    `on_engine` receives what stops the load, before it starts (callable from any thread
+    for a gang): the engine, or a gang's `GangStop`; either keeps what was measured, as
+    SIGINT/SIGTERM do with `handle_signals`. `on_progress` receives a gang's live figures
+    (`load.live`) about every second; one process has none.
 
     `on_measure_start` is called (in a thread: it may block, e.g. on a scrape of the
     server's counters) when the measured window opens. In one process that is before the
@@ -160,11 +170,21 @@ def run(
     if settings.processes > 1 or settings.scheduler is not None:
         from servebench.load.gang import run_gang
 
-        return run_gang(factory, settings, records, use_uvloop, on_measure_start)
+        return run_gang(
+            factory,
+            settings,
+            records,
+            use_uvloop,
+            on_measure_start,
+            handle_signals=handle_signals,
+            on_engine=on_engine,
+            on_progress=on_progress,
+        )
     sink, owned = open_sink(records)
     try:
         return run_in_loop(
-            _run_single(factory, settings, sink, handle_signals, on_measure_start), use_uvloop
+            _run_single(factory, settings, sink, handle_signals, on_measure_start, on_engine),
+            use_uvloop,
         )
     finally:
         if owned and sink is not None:
@@ -207,6 +227,7 @@ async def _run_single(
     sink: RecordSink | None,
     handle_signals: bool,
     on_measure_start: Callable[[], None] | None,
+    on_engine: Callable[[Stoppable], None] | None,
 ) -> LoadSummary:
     client = factory()
     await client.connect()
@@ -220,6 +241,8 @@ async def _run_single(
                 await loop.run_in_executor(None, on_measure_start)
 
         engine = LoadEngine(client, payload, settings, sink, on_measure_start=hook)
+        if on_engine is not None:
+            on_engine(engine)
         with _graceful_stop(engine, handle_signals):
             report = await engine.run()
         return summarize_reports(settings, [report])

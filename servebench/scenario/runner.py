@@ -44,7 +44,8 @@ from rich.progress import (
 from model_zoo.imports import ServedModel
 from servebench.clients.factory import create_client
 from servebench.clients.registry import for_server
-from servebench.load import LoadEngine, run_in_loop
+from servebench.load import run_in_loop
+from servebench.load.engine import Stoppable
 from servebench.pricing import (
     InstancePrice,
     estimate_cost,
@@ -84,7 +85,7 @@ class RunOutcome:
 
 @dataclass
 class _State:
-    engine: LoadEngine | None = None
+    engine: Stoppable | None = None  # the load running: its engine, or a gang's stop
     interrupted: str | None = None
     paused: str | None = None  # SIGUSR1: stop after the current trial
     # A trial the run meant to measure was left out because it was stopping: a pause
@@ -432,7 +433,8 @@ class ScenarioRunner:
             )
         return row
 
-    def _set_engine(self, engine: LoadEngine | None) -> None:
+    def _set_engine(self, engine: Stoppable | None) -> None:
+        """The load now running (None: none); a gang's comes from its coordinator's thread."""
         self.state.engine = engine
         if engine is not None and self.state.interrupted:
             engine.stop(self.state.interrupted)

@@ -25,7 +25,6 @@ from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
 from servebench.load import (
     EarlyStopSettings,
-    LoadEngine,
     LoadSettings,
     LoadSummary,
     Mix,
@@ -38,7 +37,7 @@ from servebench.load import (
     poisson,
     run_load,
 )
-from servebench.load.engine import SERVER_UNREACHABLE
+from servebench.load.engine import SERVER_UNREACHABLE, Stoppable
 from servebench.load.runner import run as run_gang_load
 from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
@@ -75,7 +74,7 @@ class TrialContext:
     records_path: Callable[[str], Path]
     host_peak_flops: float | None
     price: InstancePrice | None
-    on_engine: Callable[[LoadEngine | None], None]
+    on_engine: Callable[[Stoppable | None], None]  # a load's engine, or a gang's stop
     stop_requested: Callable[[], bool]
 
 
@@ -237,17 +236,21 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
                     timeout=scenario.workload.timeout_s,
                 )
                 opened = functools.partial(recorder.mark_measured, quiet=closed)
-                return await loop.run_in_executor(
-                    None,
-                    functools.partial(
-                        run_gang_load,
-                        factory,
-                        settings,
-                        records=sink,
-                        handle_signals=False,
-                        on_measure_start=opened if recorder.measured_from is None else None,
-                    ),
-                )
+                try:
+                    return await loop.run_in_executor(
+                        None,
+                        functools.partial(
+                            run_gang_load,
+                            factory,
+                            settings,
+                            records=sink,
+                            handle_signals=False,
+                            on_measure_start=opened if recorder.measured_from is None else None,
+                            on_engine=ctx.on_engine,  # Ctrl-C stops the gang (`GangStop`)
+                        ),
+                    )
+                finally:
+                    ctx.on_engine(None)
             try:
                 return await run_load(
                     client,

@@ -1,0 +1,238 @@
+"""A gang's live figures (its generators' merged latency sketches) and its graceful stop
+(issue 24), on a real Dask LocalCluster against real HTTP servers in other processes.
+
+What is checked: the sketch merge is the sketch of all samples; the live callback comes
+during the run with growing counts; the last figures hold every record and their
+percentiles are within the sketch's relative accuracy of the records' own (plus one rank:
+the sketch ranks q(n-1), the records' nearest rank is ceil(qn)); a stop from a caller, or
+SIGINT at the terminal (to the whole process group, as Ctrl-C is), keeps every record
+measured, and the summary says the run stopped early. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from conftest import until
+from server_checks import StubHandler, http_stub
+from test_load_http import factory, server  # noqa: F401  (server is a fixture)
+
+from servebench.load import LoadSettings, constant, read_records, run
+from servebench.load.live import (
+    RELATIVE_ACCURACY,
+    GeneratorSketch,
+    LiveMerge,
+    decode,
+    new_sketch,
+)
+
+BODY = b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"data":[0.5,0.25]}]}'
+
+
+def test_merged_generator_sketches_are_the_sketch_of_all_samples():
+    """Two generators' sketches (each fed by batches, through its protobuf encoding) merged
+    give the very bins, so the very quantiles, of one sketch fed every sample singly."""
+    rng = np.random.default_rng(3)
+    latency = rng.lognormal(-6, 1.5, 20_000)
+    ok = rng.random(latency.size) > 0.05
+    whole = new_sketch()
+    for value in latency[ok].tolist():
+        whole.add(value)
+    merge = LiveMerge(2)
+    for index, part in enumerate((slice(0, 12_345), slice(12_345, None))):
+        sketch = GeneratorSketch()
+        for chunk in np.array_split(np.arange(latency.size)[part], 7):
+            sketch.add(latency[chunk], ok[chunk])
+        snapshot = sketch.snapshot(in_flight=index)
+        assert decode(snapshot["sketch"]).count == ok[part].sum()
+        merge.update(index, snapshot)
+    figures = merge.figures(elapsed=2.0)
+    assert figures.completed == latency.size and figures.errors == (~ok).sum()
+    assert figures.sent == latency.size + 1
+    assert figures.by_generator == (12_345, latency.size - 12_345)
+    assert figures.rate == 0.0  # no earlier figures to take a rate from
+    for q, value in ((0.5, figures.p50), (0.9, figures.p90), (0.99, figures.p99)):
+        assert value == whole.get_quantile_value(q)
+        exact = np.quantile(latency[ok], q, method="lower")
+        assert abs(value - exact) <= RELATIVE_ACCURACY * exact
+    assert merge.figures(elapsed=4.0).rate == 0.0  # nothing more completed
+
+
+def test_live_figures_come_during_the_run_and_a_stop_keeps_every_record(server, tmp_path):  # noqa: F811
+    """A gang with `on_progress`, stopped (as the scenario runner's Ctrl-C does, through
+    `on_engine`'s handle) from the callback once it has shown requests: the figures grew
+    during the run, the last ones hold every record, and nothing measured is lost."""
+    path = tmp_path / "records.parquet"
+    figures = []
+    stops = []
+
+    def on_progress(f):
+        figures.append(f)
+        if sum(1 for g in figures if g.completed) == 3:
+            threading.Thread(target=stops[0].stop, args=("stopped by the test",)).start()
+
+    settings = LoadSettings(arrivals=constant(100), duration=120.0, processes=2)
+    s = run(
+        factory(f"{server}/work"),
+        settings,
+        records=path,
+        on_engine=stops.append,
+        on_progress=on_progress,
+    )
+    table = read_records(path)
+    assert 0 < s.count == table.num_rows < 100 * 120
+    assert s.verdict == "INVALID" and "stopped_early" in s.reason_codes
+    assert "stopped early: stopped by the test" in s.reasons
+    completed = [f.completed for f in figures]
+    assert completed == sorted(completed) and len(set(completed)) >= 3
+    last = figures[-1]
+    assert last.completed == s.count and last.errors == s.errors == 0
+    assert sum(last.by_generator) == s.count and all(last.by_generator)
+    generator = table["generator"].to_numpy()
+    assert list(last.by_generator) == [int((generator == g).sum()) for g in (0, 1)]
+    latency = np.sort(table["latency"].to_numpy())
+    n = latency.size
+    for q, value in ((0.5, last.p50), (0.99, last.p99)):
+        lo, hi = sorted((math.floor(q * (n - 1)), math.ceil(q * n) - 1))
+        assert latency[lo] * (1 - RELATIVE_ACCURACY) <= value
+        assert value <= latency[hi] * (1 + RELATIVE_ACCURACY)
+
+
+class _Counting(StubHandler):
+    """Answers every POST as a model would (keep-alive, as the load's clients expect), and
+    GET with how many POSTs it has answered."""
+
+    protocol_version = "HTTP/1.1"
+    served = 0
+
+    def do_POST(self) -> None:
+        self.read_body()
+        type(self).served += 1
+        self.reply(200, BODY, "application/json")
+
+    def do_GET(self) -> None:
+        self.reply(200, str(type(self).served).encode())
+
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionResetError):  # a generator's reset at its end
+            super().handle()
+
+
+@pytest.fixture
+def counting_server():
+    _Counting.served = 0
+    with http_stub(_Counting) as url:
+        yield url
+
+
+def _served(url: str) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return int(answer.read())
+
+
+def _running(proc: subprocess.Popen, output: Callable[[], str]) -> bool:
+    assert proc.poll() is None, f"the command exited ({proc.returncode}):\n{output()}"
+    return True
+
+
+def test_ctrl_c_stops_a_cli_gang_and_keeps_what_it_measured(counting_server, tmp_path):
+    """SIGINT to the process group of `servebench load --generators 2` (what Ctrl-C at a
+    terminal sends, the gang's worker processes included) once requests flow: the exit
+    status and verdict of an interrupted single-process run, and every request measured
+    in records.parquet and the summary."""
+    records, summary = tmp_path / "records.parquet", tmp_path / "summary.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "servebench.cli", "load", "--url", f"{counting_server}/work",
+            "--rate", "50", "--duration", "120", "--generators", "2", "--metrics-url", "",
+            "--records", str(records), "--json", str(summary),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        until(
+            lambda: _running(proc, proc.stdout.read) and _served(counting_server) >= 100,
+            120,
+            "requests",
+        )
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 3, output
+    document = json.loads(summary.read_text())
+    assert document["verdict"] == "INVALID" and "stopped_early" in document["reason_codes"]
+    assert "stopped early: interrupted by SIGINT" in document["reasons"]
+    table = read_records(records)
+    assert 0 < table.num_rows == document["count"] < 50 * 120
+    assert set(table["generator"].to_pylist()) == {0, 1}
+    assert "interrupted by SIGINT" in output
+
+
+def test_a_terminal_shows_the_gang_live_then_the_summary(counting_server, tmp_path):
+    """On a terminal (a pty here) `servebench load --generators 2` shows the live line,
+    with the sketch's accuracy, while requests flow; after a Ctrl-C the table of the
+    records follows, and says the run was interrupted."""
+    records = tmp_path / "records.parquet"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "servebench.cli", "load", "--url", f"{counting_server}/work",
+            "--rate", "50", "--duration", "120", "--generators", "2", "--metrics-url", "",
+            "--records", str(records),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "TERM": "xterm", "COLUMNS": "200"},
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def shown() -> str:  # the text, without the terminal's colours and cursor moves
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+
+    def read() -> None:  # drain the terminal, or the command blocks on it
+        with contextlib.suppress(OSError):  # EIO once the command has closed it
+            while data := os.read(leader, 65536):
+                chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        flowing = r"[1-9][\d,]* requests, 0 failures"
+        until(lambda: _running(proc, shown) and re.search(flowing, shown()), 120, "a live line")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(timeout=10)
+        os.close(leader)
+    output = shown()
+    assert proc.returncode == 3, output
+    assert re.search(r"live, ±1 %: \d+ s, [\d,]+ requests, 0 failures, .* by generator", output)
+    count = int(re.search(r"requests \(ok / errors\)\D+(\d+) \(", output).group(1))
+    assert 0 < count == read_records(records).num_rows
+    assert "stopped early: interrupted by SIGINT" in output
