@@ -48,6 +48,7 @@ from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSi
 from servebench.load.runner import (
     ClientFactory,
     build_payloads,
+    generator_client,
     loop_factory,
     open_sink,
     summarize_reports,
@@ -460,7 +461,7 @@ def _generate(
 
     dask = get_client()
     with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
-        client = factory()
+        client = generator_client(factory, index)
         runner.run(client.connect())
         try:
             payload = build_payloads(
