@@ -132,6 +132,8 @@ def load_settings(
         confidence=w.stop.confidence if w.stop else CONFIDENCE,
         processes=w.generators.count if w.generators else 1,
         scheduler=w.generators.scheduler if w.generators else None,
+        # A gang's generators build their payloads from it; one process is given its own.
+        input_data=scenario.input_data(base_dir),
     )
 
 
