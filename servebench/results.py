@@ -333,7 +333,8 @@ _GANG = (
         "",
         "gang: JSON {scheduler, start_skew_s, start_skew_limit_s, partial, generators: [{index, "
         "worker, clock_offset_s, clock_uncertainty_s, late_start_s, count, sent_rate, "
-        "scheduled_rate, shortfall, lag_p99_s, lost}]} (empty: one process)",
+        "scheduled_rate, shortfall, lag_p99_s, lost}], link (through a link, one emulator "
+        "per generator): {profile, per_generator, links}} (empty: one process)",
     ),
 )
 

@@ -247,10 +247,11 @@ def test_tf_serving_protocols_send_the_samples(tfs_family, protocol, tmp_path):
 
 
 def test_scenario_workload_inputs(model, tmp_path):
-    """`workload.inputs` (relative to the scenario file) feeds a trial's requests: with the
-    expected outputs one sample off, every answer lands in trials.csv as wrong_answer (the
-    CLI tests show the same file with the right ones answers without errors). A file that
-    cannot be read is a `file:line field` error before anything runs."""
+    """`workload.inputs` (relative to the scenario file) feeds a trial's requests, from one
+    process or a gang: with the expected outputs one sample off, every answer lands in
+    trials.csv as wrong_answer (the CLI tests show the same file with the right ones answers
+    without errors). A file that cannot be read is a `file:line field` error before anything
+    runs."""
     import pandas as pd
     from cluster_checks import remote_scenario
 
@@ -268,6 +269,17 @@ def test_scenario_workload_inputs(model, tmp_path):
     assert row["status"] == "ok", row["reason"]
     assert row["count"] > 0 and json.loads(row["errors_by_kind"]) == {"wrong_answer": row["count"]}
     assert row["verdict"] == "INVALID"
+
+    # A gang's generators send the same samples (each builds its own payloads from them).
+    path.write_text(
+        text.replace(
+            "workload:\n", "workload:\n  inputs: data/shifted.npz\n  generators: {count: 2}\n"
+        )
+    )
+    outcome = ScenarioRunner(path, output=tmp_path / "gang").run()
+    (row,) = pd.read_csv(outcome.directory.path / "trials.csv").to_dict("records")
+    assert row["status"] == "ok" and row["processes"] == 2, row["reason"]
+    assert row["count"] > 0 and json.loads(row["errors_by_kind"]) == {"wrong_answer": row["count"]}
 
     path.write_text(text.replace("workload:\n", "workload:\n  inputs: data/none.npz\n"))
     with pytest.raises(ScenarioError) as caught:

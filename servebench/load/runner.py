@@ -110,6 +110,14 @@ def build_payloads(
     return client.make_payloads(batch_size, data)
 
 
+def generator_client(factory: ClientFactory, index: int) -> InferenceClient:
+    """Generator `index`'s client in a gang (`load.gang`): the factory's
+    `for_generator(index)` where it has one (a factory whose generators each set up their
+    client their own way, e.g. seeded by their index), else `factory()`."""
+    for_generator = getattr(factory, "for_generator", None)
+    return for_generator(index) if for_generator is not None else factory()
+
+
 async def run_load(
     client: InferenceClient | Mix,
     settings: LoadSettings,

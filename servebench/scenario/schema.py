@@ -437,6 +437,12 @@ class GeneratorsConfig(Strict):
     count: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1
     scheduler: Annotated[str, Field(pattern=r"^(tcp|tls|ws|wss|ucx)://[^/\s]+:\d+$")] | None = None
 
+    @property
+    def is_gang(self) -> bool:
+        """Whether loads go to Dask (more than one generator, or a scheduler's workers)
+        rather than staying in this one process."""
+        return self.count > 1 or self.scheduler is not None
+
 
 class SearchConfig(Strict):
     """SLO search: the highest open-loop rate whose SLO percentile meets the bound."""
@@ -508,7 +514,7 @@ class Workload(Strict):
     @rule("generators")
     def _gang_alone(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         gang = self.generators
-        if gang is None or (gang.count == 1 and gang.scheduler is None):
+        if gang is None or not gang.is_gang:
             return
         for name in ("mix", "stability", "stop"):
             if known(self, name) and getattr(self, name):

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from model_zoo.counting import count
 from model_zoo.imports import ImportedModel, ServedModel
-from servebench.clients.base import InferenceClient
-from servebench.clients.factory import create_client
+from servebench.clients.base import InferenceClient, Payload
 from servebench.common.errors import ServebenchError
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -38,11 +37,13 @@ from servebench.load import (
     run_load,
 )
 from servebench.load.engine import SERVER_UNREACHABLE, Stoppable
+from servebench.load.runner import ClientFactory
 from servebench.load.runner import run as run_gang_load
 from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
+from servebench.scenario.linked import ClientRecipe, LinkedFactory, link_url
 from servebench.scenario.plan import ModelMix, Trial
 from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
@@ -130,6 +131,8 @@ def load_settings(
         confidence=w.stop.confidence if w.stop else CONFIDENCE,
         processes=w.generators.count if w.generators else 1,
         scheduler=w.generators.scheduler if w.generators else None,
+        # A gang's generators build their payloads from it; one process is given its own.
+        input_data=scenario.input_data(base_dir),
     )
 
 
@@ -174,39 +177,17 @@ class TrialSink:
 async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
     """Measure one trial; exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
-    server_section = trial.setting.server
-    protocol = server_section.client_protocol.name
-    target, direct_url = client_target(ctx.server, server_section.protocol)
     profile = trial.link
     records_path = ctx.records_path(trial.id)
+    generators = scenario.workload.generators
     async with AsyncExitStack() as stack:
-        url = direct_url
-        if profile.name != DIRECT:
-            address = await stack.enter_async_context(
-                LinkEmulator(profile, target, seed=scenario.seed)
-            )
-            url = f"http://{address}" if server_section.protocol == "http" else str(address)
-        data = scenario.input_data(ctx.base_dir)
-        targets = []
-        for spec in trial.models:
-            one = create_client(protocol, url, spec.id, timeout=scenario.workload.timeout_s)
-            await one.connect()
-            stack.push_async_callback(one.close)
-            targets.append((spec, one, build_payloads(one, trial.batch_size, scenario.seed, data)))
-        client: InferenceClient | Mix
-        if isinstance(trial.model, ModelMix):
-            # One load over every model of the mix, each request to the model it picks.
-            weights = [weight for _, weight in trial.model.members]  # trial.models' order
-            client = Mix(
-                [
-                    MixTarget(spec.id, weight, one, tuple(payloads))
-                    for (spec, one, payloads), weight in zip(targets, weights, strict=True)
-                ],
-                scenario.seed,
-            )
-            payload = None
+        factory: ClientFactory | None = None  # a gang's: each generator makes its own client
+        client: InferenceClient | Mix | None = None
+        payload: list[Payload] | None = None
+        if generators is not None and generators.is_gang:
+            factory = gang_factory(trial, ctx)
         else:
-            ((_, client, payload),) = targets
+            client, payload = await _connect(trial, ctx, stack)
         sink = TrialSink(records_path)
         stack.callback(sink.close)
         recorder = server_recorder(ctx.server, trial.id).start()
@@ -226,18 +207,10 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
-            if settings.processes > 1 or settings.scheduler is not None:
-                # A gang (`workload.generators`): each generator makes its own client.
-                factory = functools.partial(
-                    create_client,
-                    protocol,
-                    url,
-                    trial.models[0].id,  # one model: the schema keeps a mix off a gang
-                    timeout=scenario.workload.timeout_s,
-                )
+            if factory is not None:
                 opened = functools.partial(recorder.mark_measured, quiet=closed)
                 try:
-                    return await loop.run_in_executor(
+                    summary = await loop.run_in_executor(
                         None,
                         functools.partial(
                             run_gang_load,
@@ -251,6 +224,10 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
                     )
                 finally:
                     ctx.on_engine(None)
+                if isinstance(factory, LinkedFactory) and summary.gang is not None:
+                    summary.gang["link"] = factory.describe(settings.processes)
+                return summary
+            assert client is not None  # connected above: not a gang
             try:
                 return await run_load(
                     client,
@@ -275,6 +252,61 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
         model = None if isinstance(trial.model, ModelMix) else trial.model.id
         row = trial_row(trial, ctx, profile, summary, recorder.summary(model), sink, search)
         return TrialOutcome(row, telemetry)
+
+
+def _recipe(trial: Trial, ctx: TrialContext, model: str) -> ClientRecipe:
+    """How the trial's client for `model` is made: the protocol its server speaks."""
+    return ClientRecipe(
+        trial.setting.server.client_protocol.name, model, ctx.scenario.workload.timeout_s
+    )
+
+
+async def _connect(
+    trial: Trial, ctx: TrialContext, stack: AsyncExitStack
+) -> tuple[InferenceClient | Mix, list[Payload] | None]:
+    """The trial's client in this process, connected (through one link emulator here where
+    the trial has a link), and its payloads (None for a mix: each model has its own);
+    `stack` closes them."""
+    scenario = ctx.scenario
+    transport = trial.setting.server.protocol
+    target, url = client_target(ctx.server, transport)
+    if trial.link.name != DIRECT:
+        address = await stack.enter_async_context(
+            LinkEmulator(trial.link, target, seed=scenario.seed)
+        )
+        url = link_url(transport, address)
+    data = scenario.input_data(ctx.base_dir)
+    targets = []
+    for spec in trial.models:
+        one = _recipe(trial, ctx, spec.id)(url)
+        await one.connect()
+        stack.push_async_callback(one.close)
+        targets.append((spec, one, build_payloads(one, trial.batch_size, scenario.seed, data)))
+    if not isinstance(trial.model, ModelMix):
+        ((_, client, payloads),) = targets
+        return client, payloads
+    # One load over every model of the mix, each request to the model it picks.
+    weights = [weight for _, weight in trial.model.members]  # trial.models' order
+    mix = Mix(
+        [
+            MixTarget(spec.id, weight, one, tuple(payloads))
+            for (spec, one, payloads), weight in zip(targets, weights, strict=True)
+        ],
+        scenario.seed,
+    )
+    return mix, None
+
+
+def gang_factory(trial: Trial, ctx: TrialContext) -> ClientFactory:
+    """The client factory of a trial's gang (`workload.generators`): each generator makes
+    its own client in its own process, through its own emulator of the trial's link where
+    it has one (`scenario.linked`). One model: the schema keeps a mix off a gang."""
+    transport = trial.setting.server.protocol
+    target, direct_url = client_target(ctx.server, transport)
+    recipe = _recipe(trial, ctx, trial.models[0].id)
+    if trial.link.name == DIRECT:
+        return functools.partial(recipe, direct_url)
+    return LinkedFactory(recipe, transport, trial.link, target, ctx.scenario.seed)
 
 
 def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
