@@ -54,9 +54,9 @@ from servebench.scenario.validate import load_scenario
 
 # Each model and the fixed rate (req/s) the p99 objective measures it at.
 MODELS = [
-    ("{layer_type: conv, depth: 2, width: 32, input_shape: [32, 32, 3]}", 800.0),
-    ("{layer_type: conv, depth: 3, width: 64, input_shape: [32, 32, 3]}", 300.0),
-    ("{layer_type: dense, depth: 3, width: 1024, input_shape: [1024]}", 800.0),
+    ("{layer_type: conv, depth: 2, width: 32, input_shape: [32, 32, 3]}", 1200.0),
+    ("{layer_type: conv, depth: 3, width: 64, input_shape: [32, 32, 3]}", 600.0),
+    ("{layer_type: dense, depth: 3, width: 1024, input_shape: [1024]}", 1200.0),
 ]
 SCENARIO = """name: {name}
 models:
