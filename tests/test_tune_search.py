@@ -1,6 +1,7 @@
 """The configuration search's logic on synthetic objective tables (no server): it finds the
-optimum of a unimodal table, stops at a local optimum, respects the budget, never measures
-a setting twice, and records every step."""
+optimum of a unimodal table, stops at a local optimum (or, with budget left, restarts from
+the setting farthest from those measured), respects the budget, never measures a setting
+twice, and records every step."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from servebench.scenario.tune import (
     MOVED,
+    RESTARTED,
     START,
     STAYED,
     STOPPED,
@@ -70,14 +72,41 @@ def test_quick_minimizes_when_lower_is_better() -> None:
 
 
 def test_quick_stops_at_a_local_optimum() -> None:
-    # Two peaks: a small one next to the start, the global one far away.
-    def table(point: Point) -> float:
-        return {(0, 0, 0, 1): 50.0, (2, 1, 2, 1): 99.0}.get(point, 10.0)
-
-    result, _ = _run(table)
+    result, _ = _run(_two_peaks)
     assert result.best is not None and result.best[0] == "s0001"
     assert result.steps[-1].decision == STOPPED
     assert "local optimum" in result.steps[-1].reason
+
+
+def _two_peaks(point: Point) -> float:
+    """A small peak next to the first values, the global one in the far corner."""
+    return {(0, 0, 0, 1): 50.0, (2, 1, 2, 1): 99.0}.get(point, 10.0)
+
+
+def test_with_budget_left_quick_restarts_at_the_farthest_setting() -> None:
+    result, calls = _run(_two_peaks, budget=14)
+    restarts = [s for s in result.steps if s.decision == RESTARTED]
+    # The first climb stops at (0, 0, 0, 1); the grid's far corner from everything it
+    # measured is (2, 1, 2, 0), and its climb finds the global peak next to it.
+    assert restarts and restarts[0].point == [2, 1, 2, 0]
+    assert "local optimum at s0001" in restarts[0].reason
+    assert result.best is not None and result.best[0] == "s2121"
+    assert len(calls) == len(set(calls)) == result.trials_spent <= 14
+    # Every measured setting is one step of the record, in the order it was measured.
+    assert [s.setting for s in result.steps if s.trials] == calls
+
+
+def test_a_restart_is_never_at_a_setting_already_measured() -> None:
+    # A budget larger than the grid: the climbs restart until every setting is measured.
+    result, calls = _run(_two_peaks, budget=100)
+    assert sorted(calls) == sorted({_name(p) for p in itertools.product(*map(range, SIZES))})
+    assert result.stop_reason.startswith("every setting measured")
+    assert result.best is not None and result.best[0] == "s2121"
+
+
+def test_without_a_budget_quick_never_restarts() -> None:
+    result, _ = _run(_two_peaks)
+    assert all(s.decision != RESTARTED for s in result.steps)
 
 
 def test_quick_respects_the_budget() -> None:

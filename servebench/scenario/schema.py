@@ -623,8 +623,9 @@ class TuneSection(Strict):
     """A configuration search over each server's settings matrix (`scenario/tune.py`):
     `brute` measures every setting (the matrix as it always ran), `quick` climbs from a
     start (the first value of each list, or `start`) one setting at a time to the
-    neighbouring value that improves `objective` most, until no neighbour does or
-    `budget_trials` settings are measured. Objectives: `max_rate` (the SLO search's highest
+    neighbouring value that improves `objective` most, until `budget_trials` settings are
+    measured (a local optimum with trials left restarts the climb elsewhere) or, without a
+    budget, no neighbour improves. Objectives: `max_rate` (the SLO search's highest
     rate, higher is better), `cost_at_qps` (USD per million inferences of serving `qps`
     with ceil(qps / max_rate) replicas, lower is better) and `p99` (the p99's high bound at
     `qps`, lower is better)."""

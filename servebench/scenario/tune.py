@@ -10,6 +10,15 @@ optimum (no neighbour improves) or when `budget` measurements are spent. Points 
 the same setting (Triton's queue delay with batching off) are one point, and no point is
 measured twice.
 
+With a budget, a local optimum reached before the budget is spent is not the end: the
+user has granted those trials, and on a measured landscape a climb often stops on a bump
+of noise or a plateau (batching helps only once both dynamic batching is on and
+max_batch_size > 1, so no single move from "off, 1" improves). The climb restarts from
+the unmeasured setting farthest (in steps along the axes) from every setting measured so
+far — the part of the grid the search knows least, chosen without a random draw so a
+search is reproducible — and the answer is the best setting of all the climbs. Without
+a budget it stops at the first local optimum, as Model Analyzer's does.
+
 The search is sans-I/O about what a measurement is: `measure(key)` is the caller's (the
 scenario runner runs a setting's trial; tests and `benchmarks/tune.py` read a table), and
 every step it takes — which setting, the measurement, its objective value, the decision
@@ -35,6 +44,7 @@ from servebench.servers.settings import SettingsMatrix
 MAXIMIZE = {"max_rate": True, "cost_at_qps": False, "p99": False}
 # Decisions a step records.
 START, MOVED, STAYED, STOPPED, MEASURED = "start", "moved", "stayed", "stopped", "measured"
+RESTARTED = "restarted"
 
 Point = tuple[int, ...]  # an index into each axis' list of values
 
@@ -168,6 +178,7 @@ async def quick_search(
 
     here = key(current)
     result.measured[here] = await measure(here)
+    positions = {here: current}  # where each measured setting was first met
     record(current, here, START, "the first value of every setting's list")
     while True:
         pending: list[tuple[Point, str, Step | None]] = []
@@ -182,6 +193,7 @@ async def quick_search(
                     out_of_budget = True
                     break
                 result.measured[name] = await measure(name)
+                positions[name] = point
                 step = record(point, name, STAYED, "")
             pending.append((point, name, step))
         now = result.measured[here].value
@@ -201,14 +213,47 @@ async def quick_search(
             else:
                 step.decision, step.reason = MOVED, why
             current, here = point, name
+        if winner is None and not out_of_budget and budget is not None and not spent():
+            fresh = _farthest(sizes, key, positions)
+            if fresh is not None:
+                why = (
+                    f"local optimum at {here} ({_shown(now)}) with {budget - result.trials_spent}"
+                    " of the budget's trials left: restart from the unmeasured setting farthest"
+                    " from those measured"
+                )
+                current, here = fresh, key(fresh)
+                result.measured[here] = await measure(here)
+                positions[here] = current
+                record(current, here, RESTARTED, why)
+                continue
         if winner is None or out_of_budget or spent():
             if winner is None and not out_of_budget:
                 reason = f"local optimum: no neighbour of {here} improves on {_shown(now)}"
+                if budget is not None:  # and no setting left to restart from
+                    reason = f"every setting measured; {reason}"
             else:
                 reason = f"budget of {budget} trials spent"
             result.stop_reason = reason
             record(current, here, STOPPED, reason, new=False)
             return result
+
+
+def _farthest(
+    sizes: Sequence[int], key: Callable[[Point], str], positions: Mapping[str, Point]
+) -> Point | None:
+    """The point of an unmeasured setting farthest (the most steps along the axes) from
+    every measured one, the first in grid order among equals; None if every setting is
+    measured."""
+    best: tuple[int, Point] | None = None
+    for point in itertools.product(*(range(n) for n in sizes)):
+        if key(point) in positions:
+            continue
+        distance = min(
+            sum(abs(a - b) for a, b in zip(point, seen, strict=True)) for seen in positions.values()
+        )
+        if best is None or distance > best[0]:
+            best = (distance, point)
+    return None if best is None else best[1]
 
 
 def _compared(
