@@ -1,12 +1,14 @@
 """Quick configuration search against brute force, on the local Triton (issue 23 item 3).
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/tune.py [--objective max_rate|p99]
-     [--out DIR] [--brute-run RUN_DIR ...] [--live] [--budget 6]
+     [--space narrow|wide] [--out DIR] [--brute-run RUN_DIR ...] [--budget N]
+     [--starts N --seed S] [--confirm N] [--live]
 
-The space: 24 distinct Triton settings (max_batch_size {1, 8, 32} × dynamic batching
-{off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2}; "batching off" takes no
-delay, so 36 combinations collapse to 24), three generated models of different sizes. Two
-objectives:
+The spaces (`--space`): `narrow`, 24 distinct Triton settings (max_batch_size {1, 8, 32} ×
+dynamic batching {off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2};
+"batching off" takes no delay, so 36 combinations collapse to 24), and `wide`, 60
+(max_batch_size {1, 4, 8, 16, 32}, instance_count {1, 2, 3}); three generated models of
+different sizes. Two objectives:
 
 - `max_rate`: each setting measured by the SLO search (`workload.search: max_rate`, short
   2 s steps, p90 under 50 ms); the objective is the search's max rate (higher is better).
@@ -20,11 +22,16 @@ objectives:
    reuses them; the optimum per model.
 2. Quick, on the brute-force table: `scenario.tune.quick_search` replayed over the same
    runs' measurements, valued by the scenario runner's own `objective_of` (no new noise:
-   the same number for a setting whichever search asks), from the matrix's first values
-   and from Triton-like defaults (batching on, max_batch_size 8), without a budget and
-   with `--budget` trials: the share of brute's optimum it reaches and the share of the 24
-   trials it measured.
-3. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
+   the same number for a setting whichever search asks), from the matrix's first values,
+   from Triton-like defaults (batching on, max_batch_size 8) and from `--starts` random
+   settings (seeded), without a budget and with `--budget` trials (default a quarter of
+   the space): the share of brute's optimum it reaches and the share of the trials it
+   measured. Each table also shows one setting measured several times (with batching off,
+   max_batch_size changes nothing for batch-1 requests): the measurement noise.
+3. `--confirm N` (p99): brute's optimum and quick's pick measured N more times each,
+   alternating, their medians compared — the brute optimum is the luckiest of many noisy
+   draws, so its table value flatters it.
+4. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
    that model alone), its wall time and what it reached against the brute optimum (two
    measurements, minutes apart, on a shared machine: noise included).
 
@@ -37,19 +44,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
+import random
+import statistics
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from servebench.analysis.loader import read_trials
 from servebench.results import RUN_FILE, TRIALS_FILE, TUNE_FILE
+from servebench.scenario.export_cache import EXPORT_CACHE_ENV
 from servebench.scenario.plan import expand
 from servebench.scenario.runner import ScenarioRunner
-from servebench.scenario.tune import MAXIMIZE, Measured, Space, objective_of, quick_search
+from servebench.scenario.tune import (
+    MAXIMIZE,
+    Measured,
+    Point,
+    Space,
+    objective_of,
+    quick_search,
+)
 from servebench.scenario.validate import load_scenario
 
 # Each model and the fixed rate (req/s) the p99 objective measures it at.
@@ -67,10 +84,7 @@ servers:
     kind: triton
     launch: local
     settings:
-      max_batch_size: [1, 8, 32]
-      dynamic_batching: [false, true]
-      max_queue_delay_us: [0, 500, 2000]
-      instance_count: [1, 2]
+{settings}
 workload:
   mode: open
   arrival: poisson
@@ -80,6 +94,19 @@ links: [direct]
 slo: {{percentile: 90, latency_ms: 50}}
 cost: {{instance: c6i.xlarge}}
 {tune}"""
+# The settings spaces: `narrow` is 24 distinct settings, `wide` 60 (max_batch_size and
+# instance_count finer), where a quarter of the space allows a steepest-ascent climb more
+# than one step (a step from an interior point costs up to 7 neighbours).
+SPACES = {
+    "narrow": """      max_batch_size: [1, 8, 32]
+      dynamic_batching: [false, true]
+      max_queue_delay_us: [0, 500, 2000]
+      instance_count: [1, 2]""",
+    "wide": """      max_batch_size: [1, 4, 8, 16, 32]
+      dynamic_batching: [false, true]
+      max_queue_delay_us: [0, 500, 2000]
+      instance_count: [1, 2, 3]""",
+}
 WORKLOADS = {
     "max_rate": """  search: max_rate
   search_settings: {{min_rate: 25, max_rate: 1600, precision: 0.15, max_steps: 7}}
@@ -96,11 +123,18 @@ STARTS = {
 
 
 def scenario_text(
-    name: str, models: list[str], objective: str, qps: float | None, tune: str = ""
+    name: str,
+    models: list[str],
+    objective: str,
+    qps: float | None,
+    space: str,
+    tune: str = "",
 ) -> str:
     listed = "\n".join(f"    - {m}" for m in models)
     workload = WORKLOADS[objective].format(qps=qps)
-    return SCENARIO.format(name=name, models=listed, workload=workload, tune=tune)
+    return SCENARIO.format(
+        name=name, models=listed, settings=SPACES[space], workload=workload, tune=tune
+    )
 
 
 def run_scenario(path: Path, out: Path) -> tuple[Path, float]:
@@ -141,11 +175,30 @@ class Table:
         """Settings within `within` (a share) of the optimum."""
         return sum(1 for m in self.values.values() if self.share(m.value) >= 1 - within - 1e-12)
 
-    def replay(self, start: dict[str, Any], budget: int | None) -> tuple[float | None, int]:
-        """Quick search over this table: (best value, trials it measured)."""
+    def repeats(self) -> list[tuple[str, float, float]]:
+        """The same setting measured several times: with batching off, max_batch_size
+        changes nothing for batch-1 requests, so the settings that differ only in it are
+        one server measured once each. Per instance_count: (label, lowest, highest)."""
+        groups: dict[str, list[float]] = {}
+        for setting, (_, server_setting) in self.space().by_id.items():
+            values, measured = server_setting.values, self.values.get(setting)
+            if values.get("dynamic_batching") is False and measured and measured.value:
+                label = f"batching off, {values.get('instance_count')} instance(s)"
+                groups.setdefault(label, []).append(measured.value)
+        return [(label, min(v), max(v)) for label, v in groups.items() if len(v) > 1]
+
+    def space(self) -> Space:
         scenario = load_scenario(self.run / "scenario.yaml")
-        plan = expand(scenario, self.run)
-        space = Space.of(plan, scenario.servers[0])
+        return Space.of(expand(scenario, self.run), scenario.servers[0])
+
+    def replay(self, start: Point, budget: int | None) -> tuple[float | None, int]:
+        """Quick search over this table from `start`: (best value, trials it measured)."""
+        value, spent, _ = self.replay_pick(start, budget)
+        return value, spent
+
+    def replay_pick(self, start: Point, budget: int | None) -> tuple[float | None, int, str | None]:
+        """Quick search over this table from `start`: (best value, trials, its setting)."""
+        space = self.space()
 
         async def measure(name: object) -> Measured:
             return self.values.get(str(name), Measured(None, (), "not in the brute-force run"))
@@ -153,11 +206,25 @@ class Table:
         result = asyncio.run(
             quick_search(
                 space.sizes, space.key, measure, maximize=self.maximize, budget=budget,
-                start=space.point(start),
+                start=start,
             )
         )  # fmt: skip
         best = result.best
-        return (best[1].value if best else None), result.trials_spent
+        if best is None:
+            return None, result.trials_spent, None
+        return best[1].value, result.trials_spent, best[0]
+
+    def random_starts(self, count: int, seed: int) -> list[Point]:
+        """`count` start points drawn at random (seeded), each a distinct setting."""
+        space, rng = self.space(), random.Random(seed)
+        points = list(itertools.product(*(range(n) for n in space.sizes)))
+        rng.shuffle(points)
+        starts: dict[str, Point] = {}
+        for point in points:
+            starts.setdefault(space.key(point), point)
+            if len(starts) == count:
+                break
+        return list(starts.values())
 
     def random_share(self, k: int) -> float:
         """The expected share of the optimum that the best of `k` settings drawn at random
@@ -185,10 +252,25 @@ def _model_ids(run: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objective", choices=sorted(WORKLOADS), default="max_rate")
+    parser.add_argument("--space", choices=sorted(SPACES), default="narrow")
     parser.add_argument("--out", type=Path, default=Path("/tmp/servebench-tune"))
     parser.add_argument("--brute-run", type=Path, nargs="+", help="brute-force runs to reuse")
     parser.add_argument("--live", action="store_true", help="also run quick live per model")
-    parser.add_argument("--budget", type=int, default=6, help="quick's budget in trials")
+    parser.add_argument(
+        "--budget", type=int, help="quick's budget in trials (default: a quarter of the space)"
+    )
+    parser.add_argument(
+        "--starts", type=int, default=5, help="random start points per model (seeded)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random starts")
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=0,
+        metavar="N",
+        help="p99: measure brute's optimum and quick's pick (Triton-like start, budget) N "
+        "more times each, alternating",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     objective = args.objective
@@ -203,10 +285,9 @@ def main() -> None:
         )
         runs = []
         for indexes, qps in groups:
-            path = args.out / f"brute-{objective}-{'-'.join(map(str, indexes))}.yaml"
-            path.write_text(
-                scenario_text("tune-bench", [MODELS[i][0] for i in indexes], objective, qps)
-            )
+            path = args.out / f"brute-{objective}-{args.space}-{'-'.join(map(str, indexes))}.yaml"
+            models = [MODELS[i][0] for i in indexes]
+            path.write_text(scenario_text("tune-bench", models, objective, qps, args.space))
             run, seconds = run_scenario(path, args.out / "results")
             print(f"brute force: {run} in {seconds:,.0f} s", flush=True)
             runs.append(run)
@@ -226,36 +307,68 @@ def main() -> None:
         f"{'model':22} {'start':20} {'budget':>6} {'quick':>10} {'brute':>10} {'share':>6} "
         f"{'trials':>13} {'random k':>8}"
     )
+    budgets: dict[str, int] = {}
     for _, table in tables:
         setting, top = table.optimum()
         space = len(table.values)
-        for label, start in STARTS.items():
-            for budget in (None, args.budget):
+        budget_q = budgets[table.model] = args.budget or space // 4
+        starts = {label: table.space().point(values) for label, values in STARTS.items()}
+        for n, point in enumerate(table.random_starts(args.starts, args.seed)):
+            starts[f"random {n + 1} {''.join(map(str, point))}"] = point
+        reached: dict[int | None, list[tuple[float, int]]] = {None: [], budget_q: []}
+        for label, start in starts.items():
+            for budget in (None, budget_q):
                 value, spent = table.replay(start, budget)
+                if label.startswith("random"):
+                    reached[budget].append((table.share(value), spent))
                 print(
                     f"{table.model:22} {label:20} {budget or '-':>6} {value or 0:10,.6g} "
                     f"{top:10,.6g} {table.share(value):6.1%} "
                     f"{f'{spent}/{space} ({spent / space:.0%})':>13} "
                     f"{table.random_share(spent):8.1%}"
                 )
+        for budget, got in reached.items():
+            if got:
+                shares = [share for share, _ in got]
+                print(
+                    f"{'':22} {len(got)} random starts, budget {budget or '-'}: share mean "
+                    f"{sum(shares) / len(shares):.1%}, min {min(shares):.1%}, at >= 95 % "
+                    f"{sum(share >= 0.95 for share in shares)}/{len(got)}; trials mean "
+                    f"{sum(spent for _, spent in got) / len(got) / space:.0%} of {space}"
+                )
+        for label, low, high in table.repeats():
+            print(
+                f"{'':22} one setting measured again ({label}, max_batch_size only "
+                f"differs): {low:,.6g} to {high:,.6g} ({high / low:.1f}x)"
+            )
         print(
             f"{'':22} brute optimum: {setting}; settings at it: {table.ties()}, within 5 %: "
             f"{table.ties(0.05)}, within 10 %: {table.ties(0.10)} of {space}"
         )
-    if args.live:
-        print(f"\nquick live, budget {args.budget} (objective {objective})")
+    if args.confirm and objective == "p99":
+        print(f"\nthe picks measured {args.confirm} more times each, alternating")
         for i, table in tables:
             spec, qps = MODELS[i]
+            start = table.space().point(STARTS["Triton-like default"])
+            _, _, pick = table.replay_pick(start, budgets[table.model])
+            picks = {"brute optimum": table.optimum()[0]}
+            if pick is not None:
+                picks["quick (Triton-like, budget)"] = pick
+            confirm(table, picks, spec, qps, args.out, args.confirm)
+    if args.live:
+        print(f"\nquick live (objective {objective})")
+        for i, table in tables:
+            spec, qps = MODELS[i]
+            space = len(table.values)
             qps_field = f", qps: {qps:g}" if objective == "p99" else ""
             tune = (
                 f"tune: {{method: quick, objective: {objective}{qps_field}, "
-                f"budget_trials: {args.budget}}}\n"
+                f"budget_trials: {budgets[table.model]}}}\n"
             )
-            path = args.out / f"quick-{objective}-{i}.yaml"
+            path = args.out / f"quick-{objective}-{args.space}-{i}.yaml"
+            rate = qps if objective == "p99" else None
             path.write_text(
-                scenario_text(
-                    f"tune-quick-{i}", [spec], objective, qps if objective == "p99" else None, tune
-                )
+                scenario_text(f"tune-quick-{i}", [spec], objective, rate, args.space, tune)
             )
             run, seconds = run_scenario(path, args.out / "results")
             found = json.loads((run / TUNE_FILE).read_text())["servers"]["triton"]
@@ -269,6 +382,44 @@ def main() -> None:
                 flush=True,
             )
     print(f"\nload average after: {os.getloadavg()}")
+
+
+def confirm(
+    table: Table, picks: dict[str, str], spec: str, qps: float, out: Path, repeats: int
+) -> None:
+    """Measure each pick `repeats` more times, alternating, and compare their medians.
+
+    On a noisy landscape the brute-force optimum is the lowest of many noisy draws, an
+    optimistic value (the winner's curse): a search that measured fewer settings cannot
+    match it even when it picked as good a server. Measuring the picks again, each a
+    scenario of that one setting, compares the servers rather than their luckiest draw."""
+    space = table.space()
+    # The export cache is the test suite's seam; here it spares each repeat re-exporting
+    # the same model (seconds of the ONNX exporter's warm-up) between measurements.
+    os.environ.setdefault(EXPORT_CACHE_ENV, str(out / "export-cache"))
+    measured: dict[str, list[float]] = {label: [] for label in picks}
+    for repeat in range(repeats):
+        for label, setting in picks.items():
+            values = space.by_id[setting][1].values
+            settings = "\n".join(f"      {k}: [{json.dumps(v)}]" for k, v in values.items())
+            path = out / f"confirm-{table.model}-{label.replace(' ', '-')}.yaml"
+            text = scenario_text(f"tune-confirm-{repeat}", [spec], "p99", qps, "narrow")
+            path.write_text(text.replace(SPACES["narrow"], settings))
+            run, _ = run_scenario(path, out / "results")
+            row = read_trials(run / TRIALS_FILE).iloc[0]
+            value = objective_of(row, "p99", qps=qps, usd_per_hour=None).value
+            if value is not None:
+                measured[label].append(value)
+    medians = {label: statistics.median(v) for label, v in measured.items() if v}
+    for label, values in measured.items():
+        shown = ", ".join(f"{v:,.4g}" for v in values)
+        print(
+            f"{table.model:22} {label:28} {picks[label]}: measured again {shown}; median "
+            f"{medians.get(label, float('nan')):,.4g} (table: {_brute_value(table, picks[label])})"
+        )
+    if len(medians) == len(picks) == 2:
+        (brute, b), (quick, q) = medians.items()
+        print(f"{'':22} {quick} / {brute}, re-measured medians: share {b / q:.1%}")
 
 
 def _brute_value(table: Table, setting: str) -> str:
