@@ -190,3 +190,39 @@ def test_a_pause_during_the_last_trial_leaves_the_run_complete(
     runner._set_engine = pause_when_the_load_starts
     outcome = runner.run()
     assert (outcome.status, outcome.completed) == ("complete", 1), outcome.reason
+
+
+def test_a_paused_run_leaves_its_report_to_the_resumed_run(
+    tmp_path: Path, triton_install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause (a cluster's preemption, SIGUSR1) with trials left writes no report.html:
+    the job resumes soon, and plotting one would only lengthen every pause. The resumed
+    run writes it."""
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+    from servebench.scenario.runner import ScenarioRunner
+
+    one = {k: v for k, v in SEARCH.items() if k not in ("search", "search_settings")}
+    text = tiny_scenario(
+        "paused", settings={"max_batch_size": [1, 4]}, workload={**one, "rates": [20]}, slo=SLO
+    )
+    path, results = write(tmp_path, text), tmp_path / "results"
+    set_engine = ScenarioRunner._set_engine
+
+    def pause_when_the_first_load_starts(self: ScenarioRunner, engine: object) -> None:
+        set_engine(self, engine)
+        if engine is not None and self.state.paused is None:
+            self._pause()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ScenarioRunner, "_set_engine", pause_when_the_first_load_starts)
+        paused = CliRunner().invoke(app, ["scenario", "run", str(path), "--output", str(results)])
+    (run,) = results.iterdir()
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted", paused.output
+    assert "report: not written (paused" in paused.output
+    assert not (run / "report.html").exists()
+    resumed = CliRunner().invoke(app, ["scenario", "run", str(path), "--resume", str(run)])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+    assert (run / "report.html").is_file()

@@ -168,7 +168,12 @@ def run(
     except ResultDirError as err:
         raise fail(str(err)) from None
     print_summary(outcome.directory.path, console)
-    if report:
+    if report and outcome.paused:
+        # A pause is a cluster's preemption: the job resumes soon and its resumed run
+        # writes the report; writing one now (seconds of plotting) would only lengthen
+        # every pause.
+        console.print("report: not written (paused; the resumed run writes it)", highlight=False)
+    elif report:
         written = write_report(outcome.directory.path)
         console.print(f"report: {written.path}", highlight=False)
         for problem in written.errors:

@@ -81,6 +81,9 @@ class RunOutcome:
     reason: str | None
     failed: int = 0
     completed: int = 0
+    # Paused (SIGUSR1) with trials left: the run will be resumed, and the resumed run's
+    # report is the one anybody reads.
+    paused: bool = False
 
 
 @dataclass
@@ -149,7 +152,14 @@ class ScenarioRunner:
         finally:
             status, reason = self._close(directory, status, reason)
         failed = sum(1 for r in directory.rows if r.get("status") == "failed")
-        return RunOutcome(directory, status, reason, failed, len(directory.rows) - failed)
+        paused = (
+            status == "interrupted"
+            and self.state.paused is not None
+            and self.state.interrupted is None
+        )
+        return RunOutcome(
+            directory, status, reason, failed, len(directory.rows) - failed, paused=paused
+        )
 
     def _directory(self) -> RunDirectory:
         """A new run directory (unique id), or the one to resume once it is known to hold a
