@@ -282,7 +282,7 @@ def prepare(settings: UserSettings, transport: Transport, data: InputData | None
         )
     try:
         payloads = codec.make_payloads(signature, settings.batch_size, data)
-    except InputDataError as exc:  # a batch the model cannot take says so itself
+    except InputDataError as exc:  # the batch-size check's error is not the file's
         raise ValueError(f"--input-data {exc}") from None
     return Prepared(signature, tuple(payloads), data.source)
 

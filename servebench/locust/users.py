@@ -13,12 +13,12 @@ carries servebench's per-request record. A wrong answer (outputs missing, wrong 
 dtype) is a failure, never a success. With `--input-data FILE` the users send the file's
 samples in order, sharing one cycle per process (`transport.Prepared`), and an answer
 whose values differ from the file's expected outputs (`input_data.answer_matches`, the
-load engine's comparison) is a `wrong_answer` failure. Everything a user needs before its first request
-(link, signature, payload) it gets from its process's caches (`hooks.process_state`, on
-the Environment), so a swarm of a hundred users reads the signature once and starts one
-link emulator; when that fails (server down, unknown model, bad option) the user reports
-the reason as a failure and retries after a second, so the reason shows in the web UI's
-failures tab.
+load engine's comparison) is a `wrong_answer` failure. Everything a user needs before its
+first request (link, signature, payloads) it gets from its process's caches
+(`hooks.process_state`, on the Environment), so a swarm of a hundred users reads the
+signature once and starts one link emulator; when that fails (server down, unknown model,
+bad option, an input-data file that does not fit the model) the user reports the reason
+as a failure and retries after a second, so the reason shows in the web UI's failures tab.
 
 Importing this module imports Locust (gevent's monkey-patching) and makes grpcio
 cooperate with gevent: only locustfiles and Locust processes import it.
