@@ -2,7 +2,8 @@
 
 The whole path a person takes: `servebench ui SCENARIO` exports the scenario's model,
 starts the local Triton and Locust's web UI on a free loopback port; the browser fills
-the start form (users, spawn rate, and a custom parameter: batch size 2), starts a swarm,
+the start form (users, spawn rate, and a custom parameter: batch size 2; the scenario's
+input data is already in its own field), starts a swarm,
 waits until the statistics table shows the model's request at a non-zero rate, takes a
 screenshot and stops the swarm; a SIGTERM then ends `servebench ui`, which must leave a
 complete result directory and stop Triton.
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from model_zoo.spec import ModelSpec
@@ -32,7 +34,7 @@ models:
     - {layer_type: dense, depth: 2, width: 16, input_shape: [8], num_outputs: 4}
 servers:
   - {name: triton, kind: triton, launch: local, protocol: http, settings: {max_batch_size: 8}}
-workload: {mode: closed, concurrency: [2], batch_sizes: [1], duration_s: 1}
+workload: {mode: closed, concurrency: [2], batch_sizes: [1], duration_s: 1, inputs: samples.npz}
 links: [direct]
 """
 
@@ -60,6 +62,8 @@ def _current_rps(page, name: str) -> float:
 def test_swarm_from_the_web_ui(browser, tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
+    samples = tmp_path / "samples.npz"  # 3 samples: batches of 2 make a cycle of 3 requests
+    np.savez(samples, input=np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32))
     (port,) = free_ports(1)
     log = tmp_path / "servebench-ui.log"
     env = dict(os.environ)
@@ -82,6 +86,7 @@ def test_swarm_from_the_web_ui(browser, tmp_path: Path) -> None:
         page.fill("input[name=spawnRate]", "2")
         page.get_by_text("Custom parameters").click()
         assert page.input_value("input[name=model]") == SPEC.id  # from the scenario
+        assert page.input_value("input[name=inputData]") == str(samples.resolve())
         page.fill("input[name=batchSize]", "2")
         page.get_by_role("button", name="Start").click()
         deadline = time.monotonic() + 60

@@ -16,6 +16,7 @@ import typer
 from servebench.cli.usage import fail, say
 from servebench.cli.values import (
     Address,
+    InputFile,
     Number,
     OutputDir,
     Port,
@@ -38,7 +39,8 @@ def ui(
         Path | None,
         typer.Argument(
             help="scenario file: its first server (started as a run starts it; a remote "
-            "one is only addressed), model, batch size and link preconfigure the users",
+            "one is only addressed), model, batch size, link and input data preconfigure "
+            "the users",
             parser=ScenarioFile(),
         ),
     ] = None,
@@ -60,6 +62,15 @@ def ui(
     ] = None,
     link: Annotated[
         str | None, typer.Option(help="emulated link: a built-in profile or a YAML file")
+    ] = None,
+    input_data: Annotated[
+        Path | None,
+        typer.Option(
+            help="send the samples of this file (.npz, or perf_analyzer's JSON) in order "
+            "instead of random data (default: the scenario's workload.inputs); expected "
+            "outputs in it are checked (wrong_answer)",
+            parser=InputFile(text=False),
+        ),
     ] = None,
     server: Annotated[
         str | None, typer.Option(help="which of the scenario's servers (default: the first)")
@@ -121,6 +132,7 @@ def ui(
                 "protocol": protocol,
                 "batch_size": batch_size,
                 "link": link,
+                "input_data": str(input_data) if input_data is not None else None,
             }
             setup = resolve(setup, overrides)
             if results is not None:

@@ -6,7 +6,8 @@ Locust on the adapter's locustfile.
 
 From a scenario file it takes the first trial of its first server (or `--server NAME`),
 as `servebench.scenario.plan.expand` orders them: the first model, settings combination,
-link and a batch size that combination serves. A server servebench starts (any kind whose
+link and a batch size that combination serves, and the scenario's input data
+(`workload.inputs`, which its validation has fitted to the model). A server servebench starts (any kind whose
 launch starts one: the local Triton, a container) is exported and built by its server kind
 exactly as a scenario run builds it (`servebench.scenario.deploy`), started here, and
 stopped when Locust ends; a remote one is only addressed. Without a scenario, `--host` and
@@ -55,6 +56,7 @@ from servebench.servers.ports import LOOPBACK, bind_error, free_ports
 
 if TYPE_CHECKING:
     from model_zoo.imports import ServedModel
+    from servebench.clients.input_data import InputData
     from servebench.scenario.plan import ServerSetting
     from servebench.scenario.schema import Scenario
 
@@ -78,6 +80,7 @@ class Target:
     protocol: str = DEFAULT_PROTOCOL
     batch_size: int = 1
     link: str = "direct"
+    input_data: str = ""  # a file of samples the users send; "" for a random payload
 
 
 @dataclass
@@ -130,11 +133,14 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
             f"{path}: workload.mix: Locust users send to one model; "
             "`servebench scenario run` measures a mix"
         )
+    inputs = scenario.workload.inputs
     target = Target(
         model=trial.model.id,
         protocol=server.client_protocol.name,
         batch_size=trial.batch_size,
         link=_link_argument(trial.link, workdir),
+        # Absolute: relative to the scenario's folder, as a scenario run reads it.
+        input_data=str((path.parent / inputs).resolve()) if inputs is not None else "",
     )
     to_start = None
     if server.server_kind.launch.starts:
@@ -212,7 +218,21 @@ def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
             resolve_link(target.link)
         except ProfileError as err:
             raise LaunchError(f"--link: {err}") from None
+    if overrides.get("input_data") is not None:
+        input_data(target)  # a file that cannot be read is one line before Locust starts
     return replace(setup, target=target)
+
+
+def input_data(target: Target) -> InputData | None:
+    """The target's input-data file read (None without one); LaunchError naming it."""
+    from servebench.clients.input_data import read_input_data
+
+    if not target.input_data:
+        return None
+    try:
+        return read_input_data(target.input_data)
+    except ValueError as err:  # InputDataError, or the text reader's TextFileError
+        raise LaunchError(f"--input-data {err}") from None
 
 
 def locust_argv(
@@ -240,6 +260,7 @@ def locust_argv(
         "--protocol", target.protocol,
         "--batch-size", str(target.batch_size),
         "--link", target.link,
+        "--input-data", target.input_data,
         "--results-dir", str(results_dir),
         "--run-id", run_id,
         "-u", str(users),
@@ -323,8 +344,10 @@ def check_port_free(port: int) -> None:
 
 def check_target(setup: UiSetup) -> None:
     """What `servebench load` checks before it starts, checked before Locust starts: a
-    server given by address answers for the model, its version, protocol and batch size (a
-    server servebench starts is checked when it starts; `--link` is checked by `resolve`). LaunchError
+    server given by address answers for the model, its version, protocol and batch size,
+    and the input data fits its signature (a server servebench starts is checked when it
+    starts, its scenario's input data by the scenario's validation; `--link` is checked by
+    `resolve`). LaunchError
     if not: otherwise the mistake would surface in Locust's own output, after the swarm
     started."""
     import asyncio
@@ -332,6 +355,7 @@ def check_target(setup: UiSetup) -> None:
 
     from servebench.cli.load_server import checked_connect
     from servebench.clients.factory import create_client
+    from servebench.clients.input_data import InputDataError
 
     target = setup.target
     if setup.to_start is not None:
@@ -345,8 +369,18 @@ def check_target(setup: UiSetup) -> None:
     )
     try:
         asyncio.run(
-            checked_connect(factory, target.protocol, address, target.model, target.batch_size, 0)
+            checked_connect(
+                factory,
+                target.protocol,
+                address,
+                target.model,
+                target.batch_size,
+                0,
+                input_data(target),
+            )
         )
+    except InputDataError as err:
+        raise LaunchError(f"--input-data {err}") from None
     except ValueError as err:
         raise LaunchError(str(err)) from None
 
@@ -455,6 +489,8 @@ def launch(
             started = started_server(setup.to_start, workdir, say)
             http_url, grpc_address = stack.enter_context(started)
             target = replace(target, host=http_url, grpc_host=grpc_address)
+            if target.input_data:  # the file against the model as the server reports it
+                check_target(UiSetup(target))
         argv = locust_argv(
             target,
             results_dir=results,
@@ -473,9 +509,10 @@ def launch(
             if REGISTRY[target.protocol].transport == "grpc"
             else target.host
         )
+        data = f", input data {target.input_data}" if target.input_data else ""
         say(
             f"Locust users: {target.protocol} to {address}, model {target.model}, "
-            f"batch {target.batch_size}, link {target.link}; results: {run_path}"
+            f"batch {target.batch_size}, link {target.link}{data}; results: {run_path}"
         )
         code = run_locust(argv, port=ui_port, say=say)
     finish_run(run_path, code)

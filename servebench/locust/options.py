@@ -3,7 +3,8 @@
 Registered through Locust's own hook (`init_command_line_parser`), so they work with
 `locust -f`, in config files and `LOCUST_*` environment variables, and those marked
 `include_in_web_ui` appear in the form that starts a swarm: the place people change
-model, version, batch size, protocol, link and gRPC address between swarms. Defaults
+model, version, batch size, protocol, link, gRPC address and input-data file between
+swarms. Defaults
 are strings where the form may leave a field empty (Locust keeps a form value's type
 from the default).
 """
@@ -55,6 +56,12 @@ def add_arguments(parser: Any, **_: Any) -> None:
         "--grpc-host",
         default="",
         help="The server's gRPC host:port for the gRPC protocols (default: --host)",
+    )
+    parser.add_argument(
+        "--input-data",
+        default="",
+        help="Send the samples of this file (.npz, or perf_analyzer's JSON) in order instead "
+        "of random data; expected outputs in it are checked (wrong_answer). Empty: random",
     )
     parser.add_argument(
         "--request-timeout",
@@ -116,6 +123,7 @@ RECORDED_OPTIONS = (
     "request_timeout",
     "tfs_request_format",
     "signature",
+    "input_data",
     "locustfile",
     "num_users",
     "spawn_rate",

@@ -27,7 +27,8 @@ PROTOCOLS = model_protocols()
 DEFAULT_PROTOCOL = "triton-http"
 DEFAULT_LINK = "direct"
 DEFAULT_TIMEOUT_S = 10.0
-# Every user of a process sends the same pre-encoded payload, built from this seed.
+# Without input data, every user of a process sends the same pre-encoded payload, built
+# from this seed.
 PAYLOAD_SEED = 0
 
 
@@ -59,6 +60,7 @@ class UserSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     signature_file: str = ""
     request_format: str = "row"
+    input_data: str = ""  # a file of samples to send (`clients.input_data`); "" for random
 
     @property
     def server_kind(self) -> str:
@@ -147,6 +149,7 @@ def user_settings(options: Any, host: str | None, protocol: str | None = None) -
         timeout_s=timeout_s,
         signature_file=_text(options, "signature"),
         request_format=request_format,
+        input_data=_text(options, "input_data"),
     )
 
 

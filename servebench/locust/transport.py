@@ -17,11 +17,15 @@ module only moves its bytes, the I/O edge of the httpx shape:
 So a payload is encoded once by the codec before the swarm, a wrong shape or dtype is a
 BAD_RESPONSE failure exactly as in `servebench load`, and failures are the same classified
 `InferenceError`s (`clients.errors`). A protocol added to the registry needs nothing here.
+With `--input-data` the payloads are the codec's cycle through the file's samples
+(`ModelCodec.make_payloads`, as `servebench load` builds them), and a transport hands its
+user the checked outputs, which the user compares with the file's expected ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import gevent
@@ -29,6 +33,7 @@ import gevent.lock
 import grpc
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from numpy import ndarray
 from yarl import URL
 
 from servebench.clients.base import (
@@ -49,6 +54,7 @@ from servebench.clients.codec import (
 )
 from servebench.clients.errors import grpc_failure
 from servebench.clients.grpc_calls import CHANNEL_OPTIONS, sized_parser
+from servebench.clients.input_data import InputData, InputDataError, read_input_data
 from servebench.clients.registry import PROTOCOLS
 from servebench.clients.registry import protocol as find_protocol
 from servebench.locust.settings import PAYLOAD_SEED, UserSettings, read_signature_file
@@ -78,6 +84,13 @@ def rpc_failure(exc: grpc.RpcError, where: str) -> InferenceError:
     return InferenceError(ErrorKind.CLIENT_ERROR, f"{where}: {exc!r}")
 
 
+class Answer(NamedTuple):
+    """A checked answer: its size on the wire and its outputs."""
+
+    response_bytes: int
+    outputs: dict[str, ndarray]
+
+
 class Transport(Protocol):
     """One user's connection to one model, speaking through the protocol's codec."""
 
@@ -85,10 +98,11 @@ class Transport(Protocol):
 
     def read_signature(self) -> ModelSignature: ...
 
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
-        """Send one request and check its answer; return the response bytes.
+    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> Answer:
+        """Send one request and check its answer's outputs, shapes and dtypes.
 
-        Raises InferenceError (only) when the request fails or the answer is wrong.
+        Raises InferenceError (only) when the request fails or the answer is malformed;
+        whether its values are the expected ones is the user's to judge (`Payload.expected`).
         """
         ...
 
@@ -138,10 +152,9 @@ class HttpTransport:
     def read_signature(self) -> ModelSignature:
         return drive(self.codec.read_signature(), lambda url: self._send("GET", url))
 
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
+    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> Answer:
         answer = self._send("POST", self.codec.infer_url, payload.encoded)
-        self.codec.outputs(answer, outputs, payload.batch_size)
-        return len(answer.body)
+        return Answer(len(answer.body), self.codec.outputs(answer, outputs, payload.batch_size))
 
     def close(self) -> None:
         self.http.close()
@@ -177,20 +190,38 @@ class GrpcTransport:
     def read_signature(self) -> ModelSignature:
         return drive(self.codec.read_signature(), self._control)
 
-    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> int:
+    def infer(self, payload: Payload, outputs: tuple[TensorSpec, ...]) -> Answer:
         size, response = self._call(self._infer, payload.encoded)
-        self.codec.outputs(response, outputs, payload.batch_size)
-        return size
+        return Answer(size, self.codec.outputs(response, outputs, payload.batch_size))
 
     def close(self) -> None:
         self.channel.close()
 
 
-class Prepared(NamedTuple):
-    """What every user with the same settings sends and expects."""
+@dataclass(eq=False)
+class Prepared:
+    """What every user with the same settings sends and expects: the signature, and the
+    payloads (one seeded random batch, or the cycle through an input-data file's samples).
+
+    All those users share one cycle (`next_payload`): request k of the process, whichever
+    user sends it, carries the cycle's k-th payload, so the file's samples reach the server
+    in the file's order and equally often, as `servebench load` sends them (its request
+    `seq` carries `payloads[seq % n]`). A cycle per user would send sample 0 from every user
+    at once when the swarm starts (the server's batcher seeing copies of one sample), and
+    offsets per user would hang on the user count the form sets. Each swarm starts at the
+    first sample (the cache is cleared); with `--processes`, each process has its own
+    cycle. Users are greenlets of one thread, so the counter needs no lock.
+    """
 
     signature: ModelSignature
-    payload: Payload
+    payloads: tuple[Payload, ...]
+    source: str = ""  # the input-data file, "" for the random payload
+    _sent: int = field(default=0, init=False)
+
+    def next_payload(self) -> Payload:
+        payload = self.payloads[self._sent % len(self.payloads)]
+        self._sent += 1
+        return payload
 
 
 class PayloadCache:
@@ -198,13 +229,15 @@ class PayloadCache:
 
     The first user that needs them prepares them while the others with the same settings
     wait on its lock; a failure is not cached, so the next user tries again (a server
-    still loading its model). Cleared when a swarm starts: the form may have changed the
-    settings, or the server its model.
+    still loading its model). An input-data file is read once too (a file that does not
+    fit the model is not read again by each retry). Cleared when a swarm starts: the form
+    may have changed the settings, the server its model, or the user the file.
     """
 
     def __init__(self) -> None:
         self._prepared: dict[tuple[UserSettings, str], Prepared] = {}
         self._locks: dict[tuple[UserSettings, str], gevent.lock.Semaphore] = {}
+        self._data: dict[str, InputData] = {}
 
     def get(self, settings: UserSettings, url: str, transport: Transport) -> Prepared:
         key = (settings, url)
@@ -215,22 +248,43 @@ class PayloadCache:
         with lock:
             prepared = self._prepared.get(key)
             if prepared is None:
-                prepared = self._prepared[key] = prepare(settings, transport)
+                data = self._input_data(settings.input_data) if settings.input_data else None
+                prepared = self._prepared[key] = prepare(settings, transport, data)
         return prepared
+
+    def _input_data(self, path: str) -> InputData:
+        data = self._data.get(path)
+        if data is None:
+            try:
+                data = self._data[path] = read_input_data(path)
+            except ValueError as exc:  # InputDataError, or the text reader's TextFileError
+                raise ValueError(f"--input-data {exc}") from None
+        return data
 
     def clear(self) -> None:
         self._prepared.clear()
         self._locks.clear()
+        self._data.clear()
 
 
-def prepare(settings: UserSettings, transport: Transport) -> Prepared:
-    """Read (or load) the signature and encode the payload; errors name what failed."""
+def prepare(settings: UserSettings, transport: Transport, data: InputData | None) -> Prepared:
+    """Read (or load) the signature and encode the payloads: the cycle through `data`'s
+    samples, or one seeded random batch. ValueError naming the option, and for `data` the
+    file and the tensor, where they do not fit the model."""
     if settings.signature_file:
         signature = read_signature_file(settings.signature_file)
     else:
         signature = transport.read_signature()
-    payload = transport.codec.make_payload(signature, settings.batch_size, PAYLOAD_SEED)
-    return Prepared(signature, payload)
+    codec = transport.codec
+    if data is None:
+        return Prepared(
+            signature, (codec.make_payload(signature, settings.batch_size, PAYLOAD_SEED),)
+        )
+    try:
+        payloads = codec.make_payloads(signature, settings.batch_size, data)
+    except InputDataError as exc:  # the batch-size check's error is not the file's
+        raise ValueError(f"--input-data {exc}") from None
+    return Prepared(signature, tuple(payloads), data.source)
 
 
 def preload(protocols: set[str]) -> None:

@@ -10,12 +10,15 @@ the web form can switch protocols); `TritonHttpUser`, `TritonGrpcUser`, `TfsRest
 Each user is closed loop (it sends again as soon as an answer is in) and fires one
 Locust request event per request, named `<model> b<batch> <protocol>`, whose context
 carries servebench's per-request record. A wrong answer (outputs missing, wrong shape or
-dtype) is a failure, never a success. Everything a user needs before its first request
-(link, signature, payload) it gets from its process's caches (`hooks.process_state`, on
-the Environment), so a swarm of a hundred users reads the signature once and starts one
-link emulator; when that fails (server down, unknown model, bad option) the user reports
-the reason as a failure and retries after a second, so the reason shows in the web UI's
-failures tab.
+dtype) is a failure, never a success. With `--input-data FILE` the users send the file's
+samples in order, sharing one cycle per process (`transport.Prepared`), and an answer
+whose values differ from the file's expected outputs (`input_data.answer_matches`, the
+load engine's comparison) is a `wrong_answer` failure. Everything a user needs before its
+first request (link, signature, payloads) it gets from its process's caches
+(`hooks.process_state`, on the Environment), so a swarm of a hundred users reads the
+signature once and starts one link emulator; when that fails (server down, unknown model,
+bad option, an input-data file that does not fit the model) the user reports the reason
+as a failure and retries after a second, so the reason shows in the web UI's failures tab.
 
 Importing this module imports Locust (gevent's monkey-patching) and makes grpcio
 cooperate with gevent: only locustfiles and Locust processes import it.
@@ -31,6 +34,7 @@ from grpc.experimental import gevent as grpc_gevent
 from locust import User, constant, task
 
 from servebench.clients.base import ErrorKind, InferenceError
+from servebench.clients.input_data import ATOL, RTOL, answer_matches
 from servebench.locust import options as _options  # noqa: F401  (registers the arguments)
 from servebench.locust.hooks import RECORD_KEY, process_state
 from servebench.locust.records import Coordinates
@@ -67,16 +71,22 @@ class ServebenchUser(User):
             return
         prepared, transport = self._prepared, self._transport
         assert prepared is not None and transport is not None
-        payload = prepared.payload
+        payload = prepared.next_payload()
         send = time.time()
         started = time.perf_counter()
         error: InferenceError | None = None
         response_bytes = 0
         try:
-            response_bytes = transport.infer(payload, prepared.signature.outputs)
+            answer = transport.infer(payload, prepared.signature.outputs)
         except InferenceError as exc:
             error = exc
-        latency = time.perf_counter() - started
+        latency = time.perf_counter() - started  # the comparison below is not the server's
+        if error is None:
+            response_bytes = answer.response_bytes
+            if payload.expected is not None and not answer_matches(
+                answer.outputs, payload.expected
+            ):
+                error = _wrong_answer(prepared.source)
         self._fire(send, latency, error, payload.request_bytes, response_bytes)
 
     def on_stop(self) -> None:
@@ -142,6 +152,15 @@ class ServebenchUser(User):
             start_time=send,
             url=settings.url if settings else None,
         )
+
+
+def _wrong_answer(source: str) -> InferenceError:
+    """One message for every wrong answer of a file (Locust's failures table groups by it)."""
+    return InferenceError(
+        ErrorKind.WRONG_ANSWER,
+        f"the answer differs from {source}'s expected outputs for the samples sent "
+        f"(|got - want| > {ATOL:g} + {RTOL:g}*|want|, or another shape)",
+    )
 
 
 def _client_error(exc: Exception) -> InferenceError:
