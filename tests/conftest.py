@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,64 +32,6 @@ from servebench.servers.triton_install import TritonInstall, TritonNotInstalledE
 
 if TYPE_CHECKING:
     from aiohttp import web
-
-# -- the order files run in: the longest first ----------------------------------------------
-
-# The files that keep a worker longest, longest first: seconds of one worker in the full
-# `make test` run of 2026-12-02 (its `--durations`, summed per file). A stale entry costs
-# wall time, never a result: refresh the list when a file's time moves by much.
-LONGEST_FILES = (
-    "test_cluster_preempt.py",  # 111 s
-    "test_cluster_faults.py",  # 107 s
-    "test_cluster_leader.py",  # 84 s
-    "test_load_gang.py",  # 79 s
-    "test_scenario_run.py",  # 75 s
-    "test_export_family.py",  # 65 s
-    "test_cli_hostile.py",  # 57 s
-    "test_locust.py",  # 50 s
-    "test_gang_links.py",  # 49 s
-    "test_scenario_files.py",  # 45 s
-    "test_locust_ui.py",  # 41 s
-    "test_netem_emulator.py",  # 37 s
-    "test_load_gang_live.py",  # 35 s
-    "test_models_import.py",  # 34 s
-    "test_server_restart.py",  # 34 s
-    "test_clients_tfs.py",  # 33 s
-    "test_triton_local.py",  # 31 s
-    "test_clients_triton.py",  # 31 s
-    "test_scenario_mix.py",  # 30 s
-    "test_run_faults.py",  # 29 s
-    "test_tune_scenario.py",  # 27 s
-    "test_fuzz_scenario.py",  # 26 s
-    "test_cli_models.py",  # 25 s
-    "test_input_data.py",  # 25 s
-    "test_triton_export.py",  # 24 s
-    "test_analysis_facets.py",  # 22 s
-    "test_lean_http.py",  # 21 s
-    "test_run_interrupt_link.py",  # 21 s
-    "test_report_browser.py",  # 21 s
-    "test_cold_start.py",  # 20 s
-    "test_search_dead_server.py",  # 18 s
-)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """`make test` runs two xdist workers, each taking the next file as it finishes one
-    (`--dist loadfile`). xdist hands out the files with the most tests first, which put the
-    files of one or two long tests (the cluster ones, minutes each) last: one worker ran
-    them alone while the other had nothing left. xdist's own option keeps the order of
-    `pytest_collection_modifyitems` instead."""
-    if hasattr(config.option, "loadscopereorder"):  # absent with -p no:xdist
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first (`LONGEST_FILES`), then the others, most tests first (xdist's
-    own order): the last files to start are short, so both workers end near one another.
-    Each file's tests keep their order."""
-    counts = Counter(item.path.name for item in items)
-    rank = {name: place for place, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path.name]))
 
 
 @pytest.fixture(scope="session", autouse=True)
