@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -41,13 +42,25 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     the session, in this process or another (scenario.export_cache), instead
     of each paying seconds of ONNX export and parity check for the same tiny model. The
     export itself is tested where it is the subject (test_triton_export,
-    test_export_family, test_cli_models)."""
+    test_export_family, test_cli_models).
+
+    Under pytest-xdist both folders are the session's, shared by its workers (each has a
+    base temp folder of its own below it): what one worker measured or exported, the
+    others copy. Both caches are safe between processes (an entry appears by an atomic
+    rename)."""
     from servebench.scenario.export_cache import EXPORT_CACHE_ENV
     from servebench.telemetry.host_peak import CACHE_ENV
 
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session = session.parent
     patch = pytest.MonkeyPatch()
-    patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("servebench-cache")))
-    patch.setenv(EXPORT_CACHE_ENV, str(tmp_path_factory.mktemp("servebench-exports")))
+    for variable, name in (
+        (CACHE_ENV, "servebench-cache"),
+        (EXPORT_CACHE_ENV, "servebench-exports"),
+    ):
+        (session / name).mkdir(exist_ok=True)
+        patch.setenv(variable, str(session / name))
     yield
     patch.undo()
 
