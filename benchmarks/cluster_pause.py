@@ -9,7 +9,8 @@ a child process, its result packed): once straight through, and once paused
 result (`partial=`, `scenario run --resume`), as two-tier-preemptive does on a follower.
 The pause's cost is (paused attempt + resumed attempt) − straight run, wall time of each
 `execute` call (the child's start and imports, the export and server start a resumed run
-redoes, the stop, the report a stopped run writes, packing and unpacking). Two jobs: a
+redoes, the stop, packing and unpacking; a paused run writes no report, its resumed run
+does, as the straight run does). Two jobs: a
 scenario that starts its own Triton (launch: local, which exports its model and starts
 the server again on resume, its cold start not re-measured) and one against a Triton this
 script serves (launch: remote). The policy's `PAUSE_COST_S` and the simulator's cost

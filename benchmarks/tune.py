@@ -216,6 +216,8 @@ class Table:
 
     def random_starts(self, count: int, seed: int) -> list[Point]:
         """`count` start points drawn at random (seeded), each a distinct setting."""
+        if count <= 0:
+            return []
         space, rng = self.space(), random.Random(seed)
         points = list(itertools.product(*(range(n) for n in space.sizes)))
         rng.shuffle(points)
