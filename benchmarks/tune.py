@@ -402,8 +402,10 @@ def confirm(
     measured: dict[str, list[float]] = {label: [] for label in picks}
     for repeat in range(repeats):
         for label, setting in picks.items():
-            values = space.by_id[setting][1].values
-            settings = "\n".join(f"      {k}: [{json.dumps(v)}]" for k, v in values.items())
+            values = space.by_id[setting][1].values  # every field; the axes are swept
+            settings = "\n".join(
+                f"      {k}: [{json.dumps(values[k])}]" for k in space.axes if k in values
+            )
             path = out / f"confirm-{table.model}-{label.replace(' ', '-')}.yaml"
             text = scenario_text(f"tune-confirm-{repeat}", [spec], "p99", qps, "narrow")
             path.write_text(text.replace(SPACES["narrow"], settings))
