@@ -104,6 +104,13 @@ def test_a_restart_is_never_at_a_setting_already_measured() -> None:
     assert result.best is not None and result.best[0] == "s2121"
 
 
+def test_a_local_optimum_that_spends_the_budget_exactly_says_so() -> None:
+    # 1 start + 4 neighbours, then 3 new neighbours of (0, 0, 0, 1): 8 trials, none left.
+    result, calls = _run(_two_peaks, budget=8)
+    assert len(calls) == 8
+    assert result.stop_reason.startswith("local optimum: no neighbour of s0001")
+
+
 def test_without_a_budget_quick_never_restarts() -> None:
     result, _ = _run(_two_peaks)
     assert all(s.decision != RESTARTED for s in result.steps)

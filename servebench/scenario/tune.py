@@ -229,7 +229,7 @@ async def quick_search(
         if winner is None or out_of_budget or spent():
             if winner is None and not out_of_budget:
                 reason = f"local optimum: no neighbour of {here} improves on {_shown(now)}"
-                if budget is not None:  # and no setting left to restart from
+                if budget is not None and not spent():  # no setting left to restart from
                     reason = f"every setting measured; {reason}"
             else:
                 reason = f"budget of {budget} trials spent"
