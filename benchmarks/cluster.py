@@ -9,6 +9,9 @@
     .venv/bin/python benchmarks/cluster.py --rounds 2 \
         --policies fifo-roundrobin,fifo-leastloaded,two-tier-preemptive \
         --long-s 120 --long-trials 12
+    # the same stream through the simulator: what each policy can reach on it (seconds)
+    .venv/bin/python benchmarks/cluster.py --long-trials 9 --mean-run-s 20 --simulate 52 7.5 \
+        --policies fifo-roundrobin,fifo-leastloaded,two-tier,two-tier-preemptive
 
 Every job is a real `servebench scenario run` (one trial of a one-model scenario against a
 local Triton this script serves, `launch: remote`) on a follower of a LocalCluster
@@ -53,10 +56,12 @@ from model_zoo.export import TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 from servebench.cluster.follower import PRELOAD, resources
-from servebench.cluster.job import TERMINAL, JobState, new_job
+from servebench.cluster.job import TERMINAL, FollowerInfo, JobState, new_job
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import FIFO_REFERENCE, make_policy, options_of
+from servebench.cluster.simulate import simulate
 from servebench.cluster.store import JobStore
+from servebench.cluster.trace import TraceJob
 from servebench.servers.base import Server
 from servebench.servers.kinds import create_server
 from servebench.telemetry.host_peak import host_peaks
@@ -94,10 +99,24 @@ class Figures:
     pauses: float = 0.0
 
 
-def job_list(args: argparse.Namespace, url: str) -> list[str]:
-    """The scenario texts, long and short mixed in a seeded order."""
+def job_kinds(args: argparse.Namespace) -> list[str]:
+    """ "long" or "short" per job, in the seeded order every policy gets."""
     kinds = ["long"] * args.long + ["short"] * (args.jobs - args.long)
     random.Random(args.seed).shuffle(kinds)
+    return kinds
+
+
+def poisson_gaps(args: argparse.Namespace, mean_run_s: float) -> list[float]:
+    """The seconds before each job of the Poisson stream: exponential gaps whose mean
+    offers the followers `--load` of their capacity at `mean_run_s` a job."""
+    mean_gap = mean_run_s / (args.followers * args.load)
+    rng = random.Random(args.seed + 1)
+    return [0.0] + [rng.expovariate(1 / mean_gap) for _ in range(args.jobs - 1)]
+
+
+def job_list(args: argparse.Namespace, url: str) -> list[str]:
+    """The scenario texts, long and short mixed in a seeded order."""
+    kinds = job_kinds(args)
     long_rates = [50 + i for i in range(args.long_trials)]  # one trial per rate
     return [
         SCENARIO.format(
@@ -151,6 +170,45 @@ def figures(pattern: str, policy: str, jobs: list, store: JobStore, round_: int)
     )  # fmt: skip
 
 
+def simulated(args: argparse.Namespace) -> None:
+    """`--simulate LONG SHORT`: the same Poisson stream (the jobs' seeded order, the gaps of
+    `--mean-run-s`) through the simulator (servebench.cluster.simulate: the leader's own
+    policy objects), each long job LONG seconds of run in `--long-trials` trials and each
+    short one SHORT, estimates exact, pauses costing `--pause-cost-s` and nothing: what
+    each policy can reach on exactly this stream, beside what the real runs measured."""
+    long_s, short_s = args.simulate
+    followers = [FollowerInfo(name=f"follower-{i}") for i in range(args.followers)]
+    trace, submitted = [], 0.0
+    for kind, gap in zip(job_kinds(args), poisson_gaps(args, args.mean_run_s), strict=True):
+        submitted += gap
+        run_s, trials = (long_s, args.long_trials) if kind == "long" else (short_s, 1)
+        trace.append(TraceJob(submitted, run_s, estimate_s=run_s, trials=trials, name=kind))
+    print(
+        f"{args.jobs} jobs ({args.long} of {long_s:g} s in {args.long_trials} trial(s), the "
+        f"rest {short_s:g} s), Poisson at {args.load:.0%} of {args.followers} followers "
+        f"(mean gap {args.mean_run_s / (args.followers * args.load):.1f} s), seed {args.seed}\n"
+    )
+    print("| pause cost s | policy | avg JCT s | p95 JCT s | pauses | "
+          f"{FIFO_REFERENCE} / policy | fifo-leastloaded / policy |\n|---|---|---|---|---|---|---|")  # fmt: skip
+    for cost in sorted({args.pause_cost_s, 0.0}, reverse=True):
+        results = {}
+        for policy in args.policies.split(","):
+            options = {"max_wait_s": args.max_wait_s, "pause_cost_s": cost}
+            made = make_policy(
+                policy, **{k: v for k, v in options.items() if k in options_of(policy)}
+            )
+            results[policy] = simulate(made, trace, followers, pause_cost_s=cost)
+        for policy, result in results.items():
+            ratios = [
+                f"{results[r].avg_jct_s / result.avg_jct_s:.2f}" if r in results else "—"
+                for r in (FIFO_REFERENCE, "fifo-leastloaded")
+            ]
+            print(
+                f"| {cost:g} | {policy} | {result.avg_jct_s:.1f} | {result.p95_jct_s:.1f} "
+                f"| {result.preemptions} | {' | '.join(ratios)} |"
+            )
+
+
 def served_triton(spec: ModelSpec, work: Path) -> Server:
     """A started local Triton serving `spec` (exported under `work`): what the jobs of a
     `launch: remote` scenario measure."""
@@ -188,10 +246,8 @@ async def main(args: argparse.Namespace) -> None:
                 at_once = [0.0] * len(texts)
                 rows += await pattern(client, "at once", policies, texts, at_once, work, args)
             mean_run = args.mean_run_s or statistics.fmean(r.mean_run_s for r in rows)
-            mean_gap = mean_run / (args.followers * args.load)
-            rng = random.Random(args.seed + 1)
-            gaps = [0.0] + [rng.expovariate(1 / mean_gap) for _ in texts[1:]]
-            name = f"Poisson, mean gap {mean_gap:.1f} s"
+            gaps = poisson_gaps(args, mean_run)
+            name = f"Poisson, mean gap {mean_run / (args.followers * args.load):.1f} s"
             rows += await pattern(client, name, policies, texts, gaps, work, args)
     finally:
         server.stop()
@@ -290,6 +346,11 @@ def parse() -> argparse.Namespace:
         help="a job's mean run time (s) for the Poisson gaps: skips the at-once runs that "
         "otherwise measure it",
     )  # fmt: skip
+    parser.add_argument(
+        "--simulate", type=float, nargs=2, metavar=("LONG_RUN_S", "SHORT_RUN_S"),
+        help="no real runs: the same Poisson stream through the simulator, each long job "
+        "LONG_RUN_S of run and each short one SHORT_RUN_S (needs --mean-run-s)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat each pattern, policy order reversed each time"
@@ -299,10 +360,16 @@ def parse() -> argparse.Namespace:
         parser.error("--long must be between 0 and --jobs")
     if args.long_trials < 1:
         parser.error("--long-trials must be at least 1")
+    if args.simulate and args.mean_run_s is None:
+        parser.error("--simulate needs --mean-run-s (the gaps of the stream it replays)")
     return args
 
 
 if __name__ == "__main__":
     started = time.perf_counter()
-    asyncio.run(main(parse()))
+    arguments = parse()
+    if arguments.simulate:
+        simulated(arguments)
+        raise SystemExit(0)
+    asyncio.run(main(arguments))
     print(f"\n(took {time.perf_counter() - started:.0f} s)")
