@@ -455,12 +455,13 @@ class TwoTier(_Learning):
 
 
 #: What pausing a job at a trial boundary and resuming it elsewhere costs, seconds: the
-#: stop and the report a stopped run writes, the archive's trip, the new run's start
-#: (re-export of the models, server start; its cold start is not re-measured). Measured
-#: by benchmarks/cluster_pause.py on the 2-core development machine for a job that starts
-#: its own Triton (32.8 s; one against a running server: 5.9 s; docs/benchmarks.md,
-#: "Cluster pause and resume cost"); a pause must save more than this.
-PAUSE_COST_S = 33.0
+#: stop, the archive's trip, the new run's start (re-export of the models, server start;
+#: its cold start is not re-measured). Measured by benchmarks/cluster_pause.py on the
+#: 2-core development machine, nothing else running, since a paused run writes no report:
+#: 12.6 s (11.7-13.3) for a job that starts its own Triton, 3.5 s for one against a
+#: running server (docs/benchmarks.md, "Cluster pause and resume cost"); a pause must save
+#: more than this.
+PAUSE_COST_S = 13.0
 
 
 class TwoTierPreemptive(TwoTier):
