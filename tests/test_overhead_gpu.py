@@ -29,7 +29,13 @@ def test_cpu_gemm_is_positive_and_below_the_computed_peak(tmp_path: Path) -> Non
         assert m.value > 0
     if math.isnan(peak):
         pytest.skip(f"no peak bound for this CPU: {figures[0].detail['peak_bound']}")
-    assert all(m.value < peak for m in figures)
+    # The computed peak bounds the measurement only with cpufreq's maximum clock. From a
+    # model name's nominal clock or a virtual machine's "cpu MHz" a turbo clock goes above
+    # it (seen in CI: 173.2 GFLOP/s against 156.5 computed at an AMD EPYC VM's 2445 MHz), so
+    # there the slack is the largest turbo-to-base clock ratio of x86 parts, about 2.5 (mobile
+    # ones: 1.8 GHz base, 4.5+ GHz turbo): still a bound on a FLOP count off by an order.
+    slack = 2.5 if "turbo unknown" in figures[0].detail["peak_bound"] else 1.0
+    assert all(m.value < peak * slack for m in figures)
 
 
 def _cpuinfo(cpus: list[tuple[int, int, int]], flags: str, model: str, mhz: float) -> str:
