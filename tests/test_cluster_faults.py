@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 from cluster_checks import CLI, child, free_port, local_scenario, remote_scenario
-from conftest import until, until_async
+from conftest import EXPENSIVE_POLL_S, until, until_async
 
 from servebench.cluster.api_client import LeaderApi
 from servebench.cluster.job import JobState
@@ -51,25 +51,38 @@ async def test_a_follower_killed_mid_job_gives_it_to_the_other(tmp_path: Path, t
             )
             await leader.start()
             try:
-                await until_async(lambda: set(leader.followers) == {"a", "b"}, 60, "two followers")
+                await until_async(
+                    lambda: set(leader.followers) == {"a", "b"},
+                    60,
+                    "two followers",
+                    every_s=EXPENSIVE_POLL_S,
+                )
                 assert {n: dict(f.info.labels) for n, f in leader.followers.items()} == {
                     "a": {"rack": "a"}, "b": {"rack": "b"},
                 }  # fmt: skip
                 job = await leader.submit(local_scenario("victim", duration=3.0), submitter="test")
                 await until_async(
                     lambda: any(p.name() == "tritonserver" for p in job_processes(job.id)), 120,
-                    "the job's own Triton to start on its follower",
+                    "the job's own Triton to start on its follower", every_s=EXPENSIVE_POLL_S
                 )  # fmt: skip
                 first = store.get(job.id).follower
                 doomed = job_processes(job.id)
                 followers[first].kill()  # SIGKILL: no goodbye to the scheduler
                 await until_async(
-                    lambda: store.get(job.id).state is JobState.DONE, 300, "the job's re-run"
+                    lambda: store.get(job.id).state is JobState.DONE,
+                    300,
+                    "the job's re-run",
+                    every_s=EXPENSIVE_POLL_S,
                 )
             finally:
                 await leader.close()
     # The killed follower's run and its Triton went with it (parent-death signals).
-    until(lambda: not any(p.is_running() for p in doomed), 60, "the orphaned run to stop")
+    until(
+        lambda: not any(p.is_running() for p in doomed),
+        60,
+        "the orphaned run to stop",
+        every_s=EXPENSIVE_POLL_S,
+    )
     done = store.get(job.id)
     assert done.follower == ({"a", "b"} - {first}).pop() and done.attempts == 2
     requeues = [t for t in store.history(job.id) if t.from_state is JobState.RUNNING]
@@ -90,7 +103,12 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
           "--port", str(port)]  # fmt: skip
     api = LeaderApi(f"http://127.0.0.1:{port}")
     with child(up, tmp_path / "first.log") as first:
-        until(lambda: _followers(api) == 2, 120, "the first leader and its two followers")
+        until(
+            lambda: _followers(api) == 2,
+            120,
+            "the first leader and its two followers",
+            every_s=EXPENSIVE_POLL_S,
+        )
         # One long job keeps a follower busy while the short ones pass through the other,
         # so "one done, one running, one waiting" lasts seconds, not a race's instant.
         ids = [
@@ -99,12 +117,20 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
             )["id"]
             for i, duration in enumerate((0.5, 8.0, 0.5, 0.5))
         ]
-        until(lambda: _mix(api, ids), 300, "one job done, one running and one waiting")
+        until(
+            lambda: _mix(api, ids),
+            300,
+            "one job done, one running and one waiting",
+            every_s=EXPENSIVE_POLL_S,
+        )
         first.send_signal(signal.SIGKILL)
         first.wait()
         gone = [p for p in psutil.process_iter() if _in_group(p, first.pid)]
         until(
-            lambda: not any(p.is_running() for p in gone), 60, "the first cluster's processes to go"
+            lambda: not any(p.is_running() for p in gone),
+            60,
+            "the first cluster's processes to go",
+            every_s=EXPENSIVE_POLL_S,
         )
     before = _snapshot(state)
     assert sorted(before) == sorted(ids)  # nothing submitted was lost
@@ -112,8 +138,18 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
     running_before = {i for i, (s, _, _) in before.items() if s == JobState.RUNNING}
     assert done_before and running_before and len(done_before | running_before) < len(ids)
     with child(up, tmp_path / "second.log") as second:
-        until(lambda: _followers(api) == 2, 120, "the restarted leader and its followers")
-        until(lambda: _states(api, ids) == {"done"}, 300, "every job to finish after the restart")
+        until(
+            lambda: _followers(api) == 2,
+            120,
+            "the restarted leader and its followers",
+            every_s=EXPENSIVE_POLL_S,
+        )
+        until(
+            lambda: _states(api, ids) == {"done"},
+            300,
+            "every job to finish after the restart",
+            every_s=EXPENSIVE_POLL_S,
+        )
         second.send_signal(signal.SIGINT)
         assert second.wait(timeout=60) == 0
     after = _snapshot(state)

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 import psutil
 import pytest
 from cluster_checks import local_scenario, remote_scenario
-from conftest import until_async
+from conftest import EXPENSIVE_POLL_S, until_async
 from typer.testing import CliRunner
 
 from servebench.analysis.loader import load_run
@@ -76,7 +76,7 @@ async def test_six_jobs_on_two_followers_land_in_results_and_open_with_report(
         ]
         await until_async(
             lambda: all(store.get(j.id).state in TERMINAL for j in jobs),
-            timeout_s=600, what="six jobs to finish",
+            timeout_s=600, what="six jobs to finish", every_s=EXPENSIVE_POLL_S
         )  # fmt: skip
     finished = [store.get(j.id) for j in jobs]
     assert [j.state for j in finished] == [JobState.DONE] * 6, [j.reason for j in finished]
@@ -223,14 +223,29 @@ async def test_cancel_interrupts_a_running_job_keeps_its_records_and_skips_a_wai
         long = await leader.submit(
             remote_scenario("long", triton_dense_model, duration=120), submitter="test"
         )
-        await until_async(lambda: _records_written(long.id), 120, "the long job's trial to run")
+        await until_async(
+            lambda: _records_written(long.id),
+            120,
+            "the long job's trial to run",
+            every_s=EXPENSIVE_POLL_S,
+        )
         waiting = await leader.submit(remote_scenario("waiting", triton_dense_model), submitter="t")
         last = await leader.submit(remote_scenario("last", triton_dense_model), submitter="t")
-        await until_async(lambda: store.get(last.id).state is JobState.PLACED, 30, "placement")
+        await until_async(
+            lambda: store.get(last.id).state is JobState.PLACED,
+            30,
+            "placement",
+            every_s=EXPENSIVE_POLL_S,
+        )
         await leader.cancel(waiting.id, by="ada")
         await leader.cancel(long.id, by="ada")
         assert store.get(long.id).state is JobState.CANCELLED  # at once, before the run ends
-        await until_async(lambda: store.get(last.id).state in TERMINAL, 120, "the last job")
+        await until_async(
+            lambda: store.get(last.id).state in TERMINAL,
+            120,
+            "the last job",
+            every_s=EXPENSIVE_POLL_S,
+        )
     assert store.get(last.id).state is JobState.DONE  # the slot came free
     assert [t.to_state for t in store.history(waiting.id)][-1] is JobState.CANCELLED
     assert JobState.RUNNING not in [t.to_state for t in store.history(waiting.id)]

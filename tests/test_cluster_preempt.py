@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 from cluster_checks import CLI, child, local_scenario, remote_scenario
-from conftest import until_async
+from conftest import EXPENSIVE_POLL_S, until_async
 from typer.testing import CliRunner
 
 from servebench.analysis.loader import load_run
@@ -54,7 +54,12 @@ async def wait_for_new_trial(job_id: str, attempt: int) -> None:
         first[:] = first or [count]
         return count > first[0]
 
-    await until_async(ran_one, 180, f"attempt {attempt} of job {job_id} to finish a trial")
+    await until_async(
+        ran_one,
+        180,
+        f"attempt {attempt} of job {job_id} to finish a trial",
+        every_s=EXPENSIVE_POLL_S,
+    )
 
 
 def assert_exactly_the_plan(result: Path, scenario_text: str) -> None:
@@ -107,10 +112,13 @@ async def test_a_long_job_paused_twice_for_short_ones_ends_with_exactly_its_tria
                 )
                 await until_async(
                     lambda a=attempt: store.get(long.id).preemptions == a, 180,
-                    f"the long job's pause number {attempt}",
+                    f"the long job's pause number {attempt}", every_s=EXPENSIVE_POLL_S
                 )  # fmt: skip
             await until_async(
-                lambda: store.get(long.id).state in TERMINAL, 300, "the long job to end"
+                lambda: store.get(long.id).state in TERMINAL,
+                300,
+                "the long job to end",
+                every_s=EXPENSIVE_POLL_S,
             )
         finally:
             await leader.close()
@@ -156,24 +164,37 @@ async def test_a_job_paused_on_a_follower_that_is_then_killed_resumes_on_another
             leader = Leader(store, preemptive(), client, results, tick_s=0.1)
             await leader.start()
             try:
-                await until_async(lambda: set(leader.followers) == {"a"}, 60, "follower a")
+                await until_async(
+                    lambda: set(leader.followers) == {"a"},
+                    60,
+                    "follower a",
+                    every_s=EXPENSIVE_POLL_S,
+                )
                 long = await leader.submit(long_text, submitter="test")
                 await wait_for_new_trial(long.id, 1)
                 short = await leader.submit(
                     remote_scenario("short", triton_dense_model), submitter="test"
                 )
                 await until_async(
-                    lambda: store.get(long.id).preemptions == 1, 180, "the long job's pause"
+                    lambda: store.get(long.id).preemptions == 1,
+                    180,
+                    "the long job's pause",
+                    every_s=EXPENSIVE_POLL_S,
                 )
                 # Paused: back in the queue, its partial result on the leader; the short
                 # job starts on a, the long one waits behind it. Now a dies.
                 assert store.get(long.id).state in (JobState.QUEUED, JobState.PLACED)
                 first.kill()
-                await until_async(lambda: "a" not in leader.followers, 60, "a to be gone")
+                await until_async(
+                    lambda: "a" not in leader.followers,
+                    60,
+                    "a to be gone",
+                    every_s=EXPENSIVE_POLL_S,
+                )
                 follower("b")
                 await until_async(
                     lambda: all(store.get(j.id).state in TERMINAL for j in (long, short)), 300,
-                    "both jobs to end on b",
+                    "both jobs to end on b", every_s=EXPENSIVE_POLL_S
                 )  # fmt: skip
             finally:
                 await leader.close()
