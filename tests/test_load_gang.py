@@ -246,3 +246,28 @@ def test_ctrl_c_stops_a_scenario_gang_trial_with_its_records(tmp_path, triton_in
     records = pq.read_table(run_dir / "records.parquet").to_pandas()
     assert 0 < len(records) == row.count < 150 * 120
     assert set(records.generator) == {0, 1}
+
+
+def test_a_gang_cluster_serves_its_pages_on_a_free_loopback_port_not_8787():
+    """Without a dashboard Dask's scheduler still serves health pages, by default on 8787:
+    with that port taken (here by this test, in the suite by whatever holds it) every gang
+    warned "Port 8787 is already in use". It must take a free loopback port instead."""
+    import warnings
+
+    from servebench.load.gang import local_cluster
+
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", 8787))
+            taken.listen()
+        except OSError:  # already held by another process: taken all the same
+            pass
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with local_cluster(1) as cluster:
+                address, port = (
+                    cluster.scheduler.http_server.address,
+                    cluster.scheduler.http_server.port,
+                )
+    assert address == "127.0.0.1" and port != 8787
+    assert not [w for w in caught if "8787" in str(w.message)]

@@ -263,6 +263,10 @@ def local_cluster(n: int) -> Any:
         threads_per_worker=1,
         host="127.0.0.1",
         dashboard_address=None,
+        # Without a dashboard the scheduler still serves its health and metrics pages, on
+        # port 8787 unless told otherwise: a second gang (or anything on 8787) then got
+        # "Port 8787 is already in use" warnings. Any free loopback port will do.
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         memory_limit=0,
     )
 
