@@ -58,7 +58,7 @@ from model_zoo.torch_builder import build_torch
 from servebench.cluster.follower import PRELOAD, resources
 from servebench.cluster.job import TERMINAL, FollowerInfo, JobState, new_job
 from servebench.cluster.leader import Leader
-from servebench.cluster.policy import FIFO_REFERENCE, make_policy, options_of
+from servebench.cluster.policy import FIFO_REFERENCE, Policy, make_policy, options_of
 from servebench.cluster.simulate import simulate
 from servebench.cluster.store import JobStore
 from servebench.cluster.trace import TraceJob
@@ -106,12 +106,22 @@ def job_kinds(args: argparse.Namespace) -> list[str]:
     return kinds
 
 
+def mean_gap_s(args: argparse.Namespace, mean_run_s: float) -> float:
+    """The Poisson stream's mean gap: what offers the followers `--load` of their capacity
+    at `mean_run_s` a job."""
+    return mean_run_s / (args.followers * args.load)
+
+
 def poisson_gaps(args: argparse.Namespace, mean_run_s: float) -> list[float]:
-    """The seconds before each job of the Poisson stream: exponential gaps whose mean
-    offers the followers `--load` of their capacity at `mean_run_s` a job."""
-    mean_gap = mean_run_s / (args.followers * args.load)
+    """The seconds before each job of the Poisson stream (exponential, seeded)."""
     rng = random.Random(args.seed + 1)
-    return [0.0] + [rng.expovariate(1 / mean_gap) for _ in range(args.jobs - 1)]
+    return [0.0] + [rng.expovariate(1 / mean_gap_s(args, mean_run_s)) for _ in range(args.jobs - 1)]
+
+
+def policy_of(name: str, args: argparse.Namespace, pause_cost_s: float) -> Policy:
+    """The policy `name` with the options it takes of --max-wait-s and the pause cost."""
+    given = {"max_wait_s": args.max_wait_s, "pause_cost_s": pause_cost_s}
+    return make_policy(name, **{k: v for k, v in given.items() if k in options_of(name)})
 
 
 def job_list(args: argparse.Namespace, url: str) -> list[str]:
@@ -132,9 +142,8 @@ async def run_policy(
 ) -> tuple[list, JobStore]:
     """Submit `texts` with `gaps` seconds before each, under `policy`; wait for all."""
     store = JobStore(root / "jobs.sqlite")
-    given = {"max_wait_s": args.max_wait_s, "pause_cost_s": args.pause_cost_s}
-    options = {k: v for k, v in given.items() if k in options_of(policy)}
-    leader = Leader(store, make_policy(policy, **options), client, root / "results", tick_s=0.1)
+    made = policy_of(policy, args, args.pause_cost_s)
+    leader = Leader(store, made, client, root / "results", tick_s=0.1)
     await leader.start()
     if any(gaps):  # a stream: each job validated and queued when it arrives
         ids = []
@@ -186,17 +195,14 @@ def simulated(args: argparse.Namespace) -> None:
     print(
         f"{args.jobs} jobs ({args.long} of {long_s:g} s in {args.long_trials} trial(s), the "
         f"rest {short_s:g} s), Poisson at {args.load:.0%} of {args.followers} followers "
-        f"(mean gap {args.mean_run_s / (args.followers * args.load):.1f} s), seed {args.seed}\n"
+        f"(mean gap {mean_gap_s(args, args.mean_run_s):.1f} s), seed {args.seed}\n"
     )
     print("| pause cost s | policy | avg JCT s | p95 JCT s | pauses | "
           f"{FIFO_REFERENCE} / policy | fifo-leastloaded / policy |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for cost in sorted({args.pause_cost_s, 0.0}, reverse=True):
         results = {}
         for policy in args.policies.split(","):
-            options = {"max_wait_s": args.max_wait_s, "pause_cost_s": cost}
-            made = make_policy(
-                policy, **{k: v for k, v in options.items() if k in options_of(policy)}
-            )
+            made = policy_of(policy, args, cost)
             results[policy] = simulate(made, trace, followers, pause_cost_s=cost)
         for policy, result in results.items():
             ratios = [
@@ -247,7 +253,7 @@ async def main(args: argparse.Namespace) -> None:
                 rows += await pattern(client, "at once", policies, texts, at_once, work, args)
             mean_run = args.mean_run_s or statistics.fmean(r.mean_run_s for r in rows)
             gaps = poisson_gaps(args, mean_run)
-            name = f"Poisson, mean gap {mean_run / (args.followers * args.load):.1f} s"
+            name = f"Poisson, mean gap {mean_gap_s(args, mean_run):.1f} s"
             rows += await pattern(client, name, policies, texts, gaps, work, args)
     finally:
         server.stop()
