@@ -2,7 +2,7 @@
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/tune.py [--objective max_rate|p99]
      [--space narrow|wide] [--out DIR] [--brute-run RUN_DIR ...] [--budget N]
-     [--starts N --seed S] [--confirm N] [--live]
+     [--starts N --seed S] [--calibrate SHARE] [--confirm N] [--live]
 
 The spaces (`--space`): `narrow`, 24 distinct Triton settings (max_batch_size {1, 8, 32} ×
 dynamic batching {off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2};
@@ -16,6 +16,11 @@ different sizes. Two objectives:
 - `p99`: each setting measured at one fixed Poisson rate per model (`tune.qps`, chosen near
   what the unbatched single instance can take, so the settings differ), the objective the
   p99's upper 95 % bound (lower is better): a continuous landscape, few ties.
+  `--calibrate SHARE` measures that rate on the machine at hand instead of taking MODELS'
+  fixed one: the unbatched single instance's max rate (the SLO search, finer steps) times
+  SHARE. Past saturation a p99 measures whether a queue happened to build, not the
+  setting (one server measured twice differed up to 146x at a fixed rate that saturated
+  one model on one machine and not on another), so the rate has to follow the machine.
 
 1. Brute force: a scenario run of the whole matrix (one run for all three models with
    `max_rate`; one run per model with `p99`, each at its own rate), or `--brute-run`
@@ -116,6 +121,15 @@ WORKLOADS = {
   duration_s: 4
   warmup_s: 1""",
 }
+# The calibration (`--calibrate`): the SLO search over the unbatched single instance,
+# steps finer than `max_rate`'s (whose doubling from 25 req/s leaves no bisection step).
+CALIBRATION_SETTINGS = """      max_batch_size: [1]
+      dynamic_batching: [false]
+      instance_count: [1]"""
+CALIBRATION_WORKLOAD = """  search: max_rate
+  search_settings: {min_rate: 100, max_rate: 6400, precision: 0.05, max_steps: 12}
+  duration_s: 3
+  warmup_s: 1"""
 STARTS = {
     "first values": {},
     "Triton-like default": {"dynamic_batching": True, "max_batch_size": 8},
@@ -130,11 +144,37 @@ def scenario_text(
     space: str,
     tune: str = "",
 ) -> str:
-    listed = "\n".join(f"    - {m}" for m in models)
     workload = WORKLOADS[objective].format(qps=qps)
+    return _scenario(name, models, SPACES[space], workload, tune)
+
+
+def _scenario(name: str, models: list[str], settings: str, workload: str, tune: str = "") -> str:
+    listed = "\n".join(f"    - {m}" for m in models)
     return SCENARIO.format(
-        name=name, models=listed, settings=SPACES[space], workload=workload, tune=tune
+        name=name, models=listed, settings=settings, workload=workload, tune=tune
     )
+
+
+def calibrated_rate(index: int, share: float, out: Path) -> float:
+    """`share` of the max rate the unbatched single instance of MODELS[index] keeps
+    under the SLO, measured now (the SLO search, one Triton start)."""
+    path = out / f"calibrate-{index}.yaml"
+    spec = MODELS[index][0]
+    path.write_text(
+        _scenario(f"tune-calibrate-{index}", [spec], CALIBRATION_SETTINGS, CALIBRATION_WORKLOAD)
+    )
+    run, seconds = run_scenario(path, out / "results")
+    row = read_trials(run / TRIALS_FILE).iloc[0]
+    top = objective_of(row, "max_rate", usd_per_hour=None)
+    if top.value is None:
+        raise SystemExit(f"calibration of {spec} failed ({top.note}): {run}")
+    rate = round(share * top.value)
+    print(
+        f"calibration: {spec}: unbatched single instance {top.value:,.0f} req/s under the "
+        f"SLO; measured at {rate:,} req/s ({share:.0%}); {seconds:,.0f} s ({run})",
+        flush=True,
+    )
+    return float(rate)
 
 
 def run_scenario(path: Path, out: Path) -> tuple[Path, float]:
@@ -147,13 +187,16 @@ class Table:
     """One model's brute-force measurements, each setting valued as the scenario runner
     values it (`objective_of`)."""
 
-    def __init__(self, run: Path, model: str, objective: str, qps: float | None) -> None:
+    def __init__(self, run: Path, model: str, objective: str) -> None:
         self.run, self.model, self.objective = run, model, objective
         self.maximize = MAXIMIZE[objective]
+        # p99: the one rate the run measured at (fixed or calibrated), from the run itself.
+        rates = load_scenario(run / "scenario.yaml").workload.rates
+        self.qps = rates[0] if objective == "p99" else None
         trials = read_trials(run / TRIALS_FILE)
         self.rows = trials[trials.model == model].set_index("setting")
         self.values = {
-            str(setting): objective_of(row, objective, qps=qps, usd_per_hour=None)
+            str(setting): objective_of(row, objective, qps=self.qps, usd_per_hour=None)
             for setting, row in self.rows.iterrows()
         }
 
@@ -266,6 +309,13 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random starts")
     parser.add_argument(
+        "--calibrate",
+        type=float,
+        metavar="SHARE",
+        help="p99: measure each model at SHARE of its unbatched single instance's max rate, "
+        "measured first, instead of MODELS' fixed rate",
+    )
+    parser.add_argument(
         "--confirm",
         type=int,
         default=0,
@@ -283,7 +333,10 @@ def main() -> None:
         groups = (
             [(list(range(len(MODELS))), None)]
             if objective == "max_rate"
-            else [([i], qps) for i, (_, qps) in enumerate(MODELS)]
+            else [
+                ([i], calibrated_rate(i, args.calibrate, args.out) if args.calibrate else qps)
+                for i, (_, qps) in enumerate(MODELS)
+            ]
         )
         runs = []
         for indexes, qps in groups:
@@ -298,9 +351,7 @@ def main() -> None:
     for run in runs:
         ids = _model_ids(run)
         for model in ids:
-            i = len(tables)
-            qps = MODELS[i][1] if objective == "p99" else None
-            tables.append((i, Table(run, model, objective, qps)))
+            tables.append((len(tables), Table(run, model, objective)))
         print(f"brute force run {run}: {len(ids)} model(s), {_wall(run):,.0f} s wall")
     print(
         f"\nquick replayed on the brute-force table ({objective}, {unit}; share of brute's optimum)"
@@ -350,7 +401,7 @@ def main() -> None:
     if args.confirm and objective == "p99":
         print(f"\nthe picks measured {args.confirm} more times each, alternating")
         for i, table in tables:
-            spec, qps = MODELS[i]
+            spec, qps = MODELS[i][0], table.qps
             start = table.space().point(STARTS["Triton-like default"])
             _, _, pick = table.replay_pick(start, budgets[table.model])
             picks = {"brute optimum": table.optimum()[0]}
@@ -360,7 +411,7 @@ def main() -> None:
     if args.live:
         print(f"\nquick live (objective {objective})")
         for i, table in tables:
-            spec, qps = MODELS[i]
+            spec, qps = MODELS[i][0], table.qps
             space = len(table.values)
             qps_field = f", qps: {qps:g}" if objective == "p99" else ""
             tune = (
