@@ -118,7 +118,7 @@ WORKLOADS = {
   duration_s: 2
   warmup_s: 0.5""",
     "p99": """  rates: [{qps:g}]
-  duration_s: 4
+  duration_s: {duration_s:g}
   warmup_s: 1""",
 }
 # The calibration (`--calibrate`): the SLO search over the unbatched single instance,
@@ -143,8 +143,10 @@ def scenario_text(
     qps: float | None,
     space: str,
     tune: str = "",
+    duration_s: float = 4.0,
 ) -> str:
-    workload = WORKLOADS[objective].format(qps=qps)
+    """A scenario of `models` over `space`; `duration_s` is p99's measured seconds."""
+    workload = WORKLOADS[objective].format(qps=qps, duration_s=duration_s)
     return _scenario(name, models, SPACES[space], workload, tune)
 
 
@@ -191,8 +193,9 @@ class Table:
         self.run, self.model, self.objective = run, model, objective
         self.maximize = MAXIMIZE[objective]
         # p99: the one rate the run measured at (fixed or calibrated), from the run itself.
-        rates = load_scenario(run / "scenario.yaml").workload.rates
-        self.qps = rates[0] if objective == "p99" else None
+        workload = load_scenario(run / "scenario.yaml").workload
+        self.qps = workload.rates[0] if objective == "p99" else None
+        self.duration_s = workload.duration_s
         trials = read_trials(run / TRIALS_FILE)
         self.rows = trials[trials.model == model].set_index("setting")
         self.values = {
@@ -316,6 +319,12 @@ def main() -> None:
         "measured first, instead of MODELS' fixed rate",
     )
     parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=4.0,
+        help="p99: seconds each setting is measured (after 1 s of warm-up)",
+    )
+    parser.add_argument(
         "--confirm",
         type=int,
         default=0,
@@ -342,7 +351,11 @@ def main() -> None:
         for indexes, qps in groups:
             path = args.out / f"brute-{objective}-{args.space}-{'-'.join(map(str, indexes))}.yaml"
             models = [MODELS[i][0] for i in indexes]
-            path.write_text(scenario_text("tune-bench", models, objective, qps, args.space))
+            path.write_text(
+                scenario_text(
+                    "tune-bench", models, objective, qps, args.space, duration_s=args.duration_s
+                )
+            )
             run, seconds = run_scenario(path, args.out / "results")
             print(f"brute force: {run} in {seconds:,.0f} s", flush=True)
             runs.append(run)
@@ -421,7 +434,15 @@ def main() -> None:
             path = args.out / f"quick-{objective}-{args.space}-{i}.yaml"
             rate = qps if objective == "p99" else None
             path.write_text(
-                scenario_text(f"tune-quick-{i}", [spec], objective, rate, args.space, tune)
+                scenario_text(
+                    f"tune-quick-{i}",
+                    [spec],
+                    objective,
+                    rate,
+                    args.space,
+                    tune,
+                    duration_s=table.duration_s,
+                )
             )
             run, seconds = run_scenario(path, args.out / "results")
             found = json.loads((run / TUNE_FILE).read_text())["servers"]["triton"]
@@ -458,7 +479,9 @@ def confirm(
                 f"      {k}: [{json.dumps(values[k])}]" for k in space.axes if k in values
             )
             path = out / f"confirm-{table.model}-{label.replace(' ', '-')}.yaml"
-            text = scenario_text(f"tune-confirm-{repeat}", [spec], "p99", qps, "narrow")
+            text = scenario_text(
+                f"tune-confirm-{repeat}", [spec], "p99", qps, "narrow", duration_s=table.duration_s
+            )
             path.write_text(text.replace(SPACES["narrow"], settings))
             run, _ = run_scenario(path, out / "results")
             row = read_trials(run / TRIALS_FILE).iloc[0]
