@@ -2,7 +2,7 @@
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/tune.py [--objective max_rate|p99]
      [--space narrow|wide] [--out DIR] [--brute-run RUN_DIR ...] [--budget N]
-     [--starts N --seed S] [--calibrate SHARE] [--confirm N] [--live]
+     [--starts N --seed S] [--calibrate SHARE] [--duration-s S] [--confirm N] [--live]
 
 The spaces (`--space`): `narrow`, 24 distinct Triton settings (max_batch_size {1, 8, 32} ×
 dynamic batching {off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2};
@@ -21,6 +21,7 @@ different sizes. Two objectives:
   SHARE. Past saturation a p99 measures whether a queue happened to build, not the
   setting (one server measured twice differed up to 146x at a fixed rate that saturated
   one model on one machine and not on another), so the rate has to follow the machine.
+  `--duration-s` sets each setting's measured seconds (default 4).
 
 1. Brute force: a scenario run of the whole matrix (one run for all three models with
    `max_rate`; one run per model with `p99`, each at its own rate), or `--brute-run`
