@@ -131,6 +131,7 @@ CALIBRATION_WORKLOAD = """  search: max_rate
   search_settings: {min_rate: 100, max_rate: 6400, precision: 0.05, max_steps: 12}
   duration_s: 3
   warmup_s: 1"""
+P99_DURATION_S = 4.0  # each setting's measured seconds, unless --duration-s
 STARTS = {
     "first values": {},
     "Triton-like default": {"dynamic_batching": True, "max_batch_size": 8},
@@ -144,7 +145,7 @@ def scenario_text(
     qps: float | None,
     space: str,
     tune: str = "",
-    duration_s: float = 4.0,
+    duration_s: float = P99_DURATION_S,
 ) -> str:
     """A scenario of `models` over `space`; `duration_s` is p99's measured seconds."""
     workload = WORKLOADS[objective].format(qps=qps, duration_s=duration_s)
@@ -322,7 +323,7 @@ def main() -> None:
     parser.add_argument(
         "--duration-s",
         type=float,
-        default=4.0,
+        default=P99_DURATION_S,
         help="p99: seconds each setting is measured (after 1 s of warm-up)",
     )
     parser.add_argument(
@@ -334,6 +335,14 @@ def main() -> None:
         "more times each, alternating",
     )
     args = parser.parse_args()
+    if args.calibrate is not None and not 0 < args.calibrate <= 1:
+        parser.error(f"--calibrate: a share in (0, 1], got {args.calibrate:g}")
+    if args.duration_s <= 0:
+        parser.error(f"--duration-s: must be > 0, got {args.duration_s:g}")
+    if args.objective != "p99" and (
+        args.calibrate is not None or args.duration_s != P99_DURATION_S
+    ):
+        parser.error("--calibrate and --duration-s apply to --objective p99 only")
     args.out.mkdir(parents=True, exist_ok=True)
     objective = args.objective
     unit = "req/s" if objective == "max_rate" else "s"
