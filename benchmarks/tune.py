@@ -194,8 +194,9 @@ class Table:
     def __init__(self, run: Path, model: str, objective: str) -> None:
         self.run, self.model, self.objective = run, model, objective
         self.maximize = MAXIMIZE[objective]
+        self.scenario = load_scenario(run / "scenario.yaml")
         # p99: the one rate the run measured at (fixed or calibrated), from the run itself.
-        workload = load_scenario(run / "scenario.yaml").workload
+        workload = self.scenario.workload
         self.qps = workload.rates[0] if objective == "p99" else None
         self.duration_s = workload.duration_s
         trials = read_trials(run / TRIALS_FILE)
@@ -236,8 +237,7 @@ class Table:
         return [(label, min(v), max(v)) for label, v in groups.items() if len(v) > 1]
 
     def space(self) -> Space:
-        scenario = load_scenario(self.run / "scenario.yaml")
-        return Space.of(expand(scenario, self.run), scenario.servers[0])
+        return Space.of(expand(self.scenario, self.run), self.scenario.servers[0])
 
     def replay(self, start: Point, budget: int | None) -> tuple[float | None, int]:
         """Quick search over this table from `start`: (best value, trials it measured)."""
@@ -323,8 +323,8 @@ def main() -> None:
     parser.add_argument(
         "--duration-s",
         type=float,
-        default=P99_DURATION_S,
-        help="p99: seconds each setting is measured (after 1 s of warm-up)",
+        help=f"p99: seconds each setting is measured (after 1 s of warm-up; default "
+        f"{P99_DURATION_S:g})",
     )
     parser.add_argument(
         "--confirm",
@@ -337,11 +337,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.calibrate is not None and not 0 < args.calibrate <= 1:
         parser.error(f"--calibrate: a share in (0, 1], got {args.calibrate:g}")
-    if args.duration_s <= 0:
+    if args.duration_s is not None and args.duration_s <= 0:
         parser.error(f"--duration-s: must be > 0, got {args.duration_s:g}")
-    if args.objective != "p99" and (
-        args.calibrate is not None or args.duration_s != P99_DURATION_S
-    ):
+    if args.objective != "p99" and (args.calibrate is not None or args.duration_s is not None):
         parser.error("--calibrate and --duration-s apply to --objective p99 only")
     args.out.mkdir(parents=True, exist_ok=True)
     objective = args.objective
@@ -363,7 +361,12 @@ def main() -> None:
             models = [MODELS[i][0] for i in indexes]
             path.write_text(
                 scenario_text(
-                    "tune-bench", models, objective, qps, args.space, duration_s=args.duration_s
+                    "tune-bench",
+                    models,
+                    objective,
+                    qps,
+                    args.space,
+                    duration_s=args.duration_s or P99_DURATION_S,
                 )
             )
             run, seconds = run_scenario(path, args.out / "results")

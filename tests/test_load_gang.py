@@ -15,12 +15,14 @@ import signal
 import socket
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
 from servebench.load import LoadSettings, constant, poisson, read_records, run
+from servebench.load.gang import local_cluster
 
 # Seconds: rounding of epoch float64 times (2.4e-7 s) through a few sums.
 EPS = 1e-5
@@ -252,10 +254,6 @@ def test_a_gang_cluster_serves_its_pages_on_a_free_loopback_port_not_8787():
     """Without a dashboard Dask's scheduler still serves health pages, by default on 8787:
     with that port taken (here by this test, in the suite by whatever holds it) every gang
     warned "Port 8787 is already in use". It must take a free loopback port instead."""
-    import warnings
-
-    from servebench.load.gang import local_cluster
-
     with socket.socket() as taken:
         try:
             taken.bind(("127.0.0.1", 8787))
