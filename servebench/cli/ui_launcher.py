@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,7 +51,7 @@ from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, resolve_link
 from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
-from servebench.servers.ports import LOOPBACK, bind_error, free_ports
+from servebench.servers.ports import LOOPBACK, bind_error, free_ports, port_accepts
 
 if TYPE_CHECKING:
     from model_zoo.imports import ServedModel
@@ -389,7 +388,7 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
     """True once 127.0.0.1:port accepts; False if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.5):
+        if port_accepts(port):
             return True
         time.sleep(0.1)
     return False

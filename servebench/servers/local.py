@@ -32,7 +32,7 @@ from servebench.servers.base import (
     ServerModelError,
     ServerStartError,
 )
-from servebench.servers.ports import LOOPBACK, free_ports, port_is_free
+from servebench.servers.ports import LOOPBACK, free_ports, port_accepts, port_is_free
 from servebench.servers.process import spawn_server, stop_process_group
 from servebench.servers.triton_install import TritonInstall
 
@@ -124,7 +124,7 @@ class LocalTritonServer(Server):
             self._proc = spawn_server(self._argv(install, backends, ports), env, self.log_path)
             self._endpoints = _loopback_endpoints(*ports)
             try:
-                self._wait_ready(started)
+                self._wait_ready(started, ports)
             except ServerStartError:
                 self._failed = True
                 port_clash = _PORT_IN_USE.search(self.log_tail(40))
@@ -230,8 +230,12 @@ class LocalTritonServer(Server):
         argv += [f"--load-model={name}" for name in self.load_models]
         return argv + list(self.extra_args)
 
-    def _wait_ready(self, started: float) -> None:
-        """Poll readiness, but stop at once when the process exits or the log shows a hang."""
+    def _wait_ready(self, started: float, ports: Ports) -> None:
+        """Poll readiness, but stop at once when the process exits or the log shows a hang.
+
+        Ready means every advertised port listens, not just HTTP's ready answer: Triton
+        opens its metrics port after HTTP, so a sampler started at once could find nothing.
+        """
         assert self._proc is not None
         deadline = started + self.startup_timeout_s
         while True:
@@ -241,7 +245,7 @@ class LocalTritonServer(Server):
                     f"{self.kind}: tritonserver exited with code {code} before it was ready; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if self.is_ready():
+            if self.is_ready() and all(port_accepts(port) for port in ports):
                 return
             if hang := self._hang_in_log():
                 raise ServerStartError(

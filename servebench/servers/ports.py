@@ -29,6 +29,15 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return bind_error(port, host) is None
 
 
+def port_accepts(port: int, host: str = LOOPBACK, timeout_s: float = 0.5) -> bool:
+    """Whether something listens on `host:port` now (a connection is accepted)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def bind_error(port: int, host: str = LOOPBACK) -> OSError | None:
     """Why `port` cannot be bound on `host` now (in use, or privileged), or None if it can."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
