@@ -2,7 +2,8 @@
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/tune.py [--objective max_rate|p99]
      [--space narrow|wide] [--out DIR] [--brute-run RUN_DIR ...] [--budget N]
-     [--starts N --seed S] [--calibrate SHARE] [--duration-s S] [--confirm N] [--live]
+     [--starts N --seed S] [--calibrate SHARE] [--duration-s S] [--holdout] [--confirm N]
+     [--live]
 
 The spaces (`--space`): `narrow`, 24 distinct Triton settings (max_batch_size {1, 8, 32} ×
 dynamic batching {off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2};
@@ -34,10 +35,15 @@ different sizes. Two objectives:
    the space): the share of brute's optimum it reaches and the share of the trials it
    measured. Each table also shows one setting measured several times (with batching off,
    max_batch_size changes nothing for batch-1 requests): the measurement noise.
-3. `--confirm N` (p99): brute's optimum and quick's pick measured N more times each,
+3. `--holdout` (p99): each model's brute force run twice at the same rate; quick and brute
+   force choose on one run and their picks are valued on the other, both ways. A table's
+   optimum is the luckiest of its draws, which no search that measures fewer settings
+   matches even where it picks as good a server; valued on a run that did not choose,
+   the two picks compare as servers. The runs' agreement on each setting is printed too.
+4. `--confirm N` (p99): brute's optimum and quick's pick measured N more times each,
    alternating, their medians compared — the brute optimum is the luckiest of many noisy
    draws, so its table value flatters it.
-4. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
+5. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
    that model alone), its wall time and what it reached against the brute optimum (two
    measurements, minutes apart, on a shared machine: noise included).
 
@@ -57,6 +63,7 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -276,14 +283,109 @@ class Table:
                 break
         return list(starts.values())
 
-    def random_share(self, k: int) -> float:
+    def random_share(self, k: int, worth: Callable[[str], float] | None = None) -> float:
         """The expected share of the optimum that the best of `k` settings drawn at random
-        (distinct, uniformly) reaches: the baseline a search must beat. With the shares
-        sorted, the i-th smallest is the best of the draw with probability
-        C(i, k-1) / C(N, k)."""
-        shares = sorted(self.share(m.value) for m in self.values.values())
-        n = len(shares)
-        return sum(s * math.comb(i, k - 1) for i, s in enumerate(shares)) / math.comb(n, k)
+        (distinct, uniformly) reaches: the baseline a search must beat. With the settings
+        ranked by this table, worst first, the i-th is the best of the draw with
+        probability C(i, k-1) / C(N, k). `worth` values the pick otherwise (a held-out
+        measurement of it); by default its share here."""
+        ranked = sorted(self.values, key=lambda s: self.share(self.values[s].value))
+        worth = worth or (lambda setting: self.share(self.values[setting].value))
+        n = len(ranked)
+        return sum(worth(s) * math.comb(i, k - 1) for i, s in enumerate(ranked)) / math.comb(n, k)
+
+    def value(self, setting: str | None) -> float | None:
+        """`setting`'s value in this table (None: not measured, or nothing usable)."""
+        measured = self.values.get(setting) if setting is not None else None
+        return measured.value if measured is not None else None
+
+    def ratio(self, value: float | None, reference: float | None) -> float:
+        """`value` as a share of `reference` (above 1.0: better than it)."""
+        if value is None:
+            return 0.0
+        if reference is None:
+            return math.inf
+        return value / reference if self.maximize else reference / value
+
+
+def starts_of(table: Table, count: int, seed: int) -> dict[str, Point]:
+    """The fixed start points and `count` random ones (seeded), by label."""
+    starts = {label: table.space().point(values) for label, values in STARTS.items()}
+    for n, point in enumerate(table.random_starts(count, seed)):
+        starts[f"random {n + 1} {''.join(map(str, point))}"] = point
+    return starts
+
+
+def held_out(select: Table, judge: Table, budget: int, count: int, seed: int) -> None:
+    """Choose on one brute-force run, value the choice on another of the same model and rate.
+
+    A table's optimum is the luckiest of its many noisy draws (the winner's curse), so a
+    search that measures fewer settings is judged against a value no measurement of the
+    same server repeats. Measured again, independently of the choice, brute force's pick
+    and quick's pick are compared as servers: quick's share is its pick's value on `judge`
+    against brute force's pick's value there (above 100 %: quick's pick measured better)."""
+    brute_pick = select.optimum()[0]
+    reference = judge.value(brute_pick)
+    print(
+        f"{select.model:22} brute pick on run A {brute_pick}: {select.value(brute_pick):,.6g} "
+        f"there, {_shown(reference)} on run B, whose own optimum is {judge.optimum()[1]:,.6g} "
+        f"({judge.optimum()[0]}): brute force's pick reaches {judge.share(reference):.1%} "
+        f"of run B's optimum"
+    )
+    shares = []
+    for label, start in starts_of(select, count, seed).items():
+        _, spent, pick = select.replay_pick(start, budget)
+        share = judge.ratio(judge.value(pick), reference)
+        if label.startswith("random"):
+            shares.append(share)
+        print(
+            f"{'':22} quick from {label:20} budget {budget}: pick {pick}, "
+            f"{_shown(select.value(pick))} on A, {_shown(judge.value(pick))} on B: "
+            f"{share:.1%} of brute's pick on B ({spent} trials)"
+        )
+    baseline = select.random_share(budget, lambda s: judge.ratio(judge.value(s), reference))
+    if shares:
+        print(
+            f"{'':22} {len(shares)} random starts, budget {budget}, held out: mean "
+            f"{statistics.mean(shares):.1%}, median {statistics.median(shares):.1%}, min "
+            f"{min(shares):.1%}, at >= 95 % {sum(v >= 0.95 for v in shares)}/{len(shares)}; "
+            f"the best of {budget} random settings on A, held out: {baseline:.1%}"
+        )
+    both = [
+        (a.value, judge.value(setting))
+        for setting, a in select.values.items()
+        if a.value is not None and judge.value(setting) is not None
+    ]
+    logs = [abs(math.log(b / a)) for a, b in both]  # type: ignore[operator]
+    print(
+        f"{'':22} one setting on A and on B, over {len(both)} settings: median ratio "
+        f"{math.exp(statistics.median(logs)):.2f}x, 90th percentile "
+        f"{math.exp(statistics.quantiles(logs, n=10)[-1]):.2f}x; rank correlation "
+        f"{_rank_correlation(both):.2f}"
+    )
+
+
+def _pairs(tables: list[Table]) -> list[tuple[Table, Table]]:
+    """Consecutive brute-force runs of one model at one rate and duration, paired."""
+    groups: dict[tuple[str, float | None, float | None], list[Table]] = {}
+    for table in tables:
+        groups.setdefault((table.model, table.qps, table.duration_s), []).append(table)
+    return [(runs[i], runs[i + 1]) for runs in groups.values() for i in range(0, len(runs) - 1, 2)]
+
+
+def _rank_correlation(pairs: list[tuple[float, float]]) -> float:
+    """Spearman's rho of the pairs (no ties expected among continuous p99s)."""
+    n = len(pairs)
+    ranks = [
+        {i: r for r, i in enumerate(sorted(range(n), key=lambda i: pairs[i][side]))}
+        for side in (0, 1)
+    ]
+    d2 = sum((ranks[0][i] - ranks[1][i]) ** 2 for i in range(n))
+    return 1 - 6 * d2 / (n * (n * n - 1))
+
+
+def _shown(value: float | None) -> str:
+    return "none" if value is None else f"{value:,.6g}"
 
 
 def _wall(run: Path) -> float:
@@ -327,6 +429,12 @@ def main() -> None:
         f"{P99_DURATION_S:g})",
     )
     parser.add_argument(
+        "--holdout",
+        action="store_true",
+        help="p99: run each model's brute force twice at the same rate, choose on one run "
+        "and value the choice on the other, both ways",
+    )
+    parser.add_argument(
         "--confirm",
         type=int,
         default=0,
@@ -339,8 +447,12 @@ def main() -> None:
         parser.error(f"--calibrate: a share in (0, 1], got {args.calibrate:g}")
     if args.duration_s is not None and args.duration_s <= 0:
         parser.error(f"--duration-s: must be > 0, got {args.duration_s:g}")
-    if args.objective != "p99" and (args.calibrate is not None or args.duration_s is not None):
-        parser.error("--calibrate and --duration-s apply to --objective p99 only")
+    if args.objective != "p99" and (
+        args.calibrate is not None or args.duration_s is not None or args.holdout
+    ):
+        parser.error("--calibrate, --duration-s and --holdout apply to --objective p99 only")
+    if args.holdout and args.brute_run:
+        parser.error("--holdout runs brute force; with --brute-run, give both runs of a model")
     args.out.mkdir(parents=True, exist_ok=True)
     objective = args.objective
     unit = "req/s" if objective == "max_rate" else "s"
@@ -356,7 +468,7 @@ def main() -> None:
             ]
         )
         runs = []
-        for indexes, qps in groups:
+        for indexes, qps in groups * (2 if args.holdout else 1):
             path = args.out / f"brute-{objective}-{args.space}-{'-'.join(map(str, indexes))}.yaml"
             models = [MODELS[i][0] for i in indexes]
             path.write_text(
@@ -391,9 +503,7 @@ def main() -> None:
         setting, top = table.optimum()
         space = len(table.values)
         budget_q = budgets[table.model] = args.budget or space // 4
-        starts = {label: table.space().point(values) for label, values in STARTS.items()}
-        for n, point in enumerate(table.random_starts(args.starts, args.seed)):
-            starts[f"random {n + 1} {''.join(map(str, point))}"] = point
+        starts = starts_of(table, args.starts, args.seed)
         reached: dict[int | None, list[tuple[float, int]]] = {None: [], budget_q: []}
         for label, start in starts.items():
             for budget in (None, budget_q):
@@ -424,6 +534,12 @@ def main() -> None:
             f"{'':22} brute optimum: {setting}; settings at it: {table.ties()}, within 5 %: "
             f"{table.ties(0.05)}, within 10 %: {table.ties(0.10)} of {space}"
         )
+    pairs = _pairs([table for _, table in tables])
+    if pairs:
+        print("\nheld out: chosen on run A, valued on run B (the same model and rate)")
+    for a, b in pairs:
+        for select, judge in ((a, b), (b, a)):
+            held_out(select, judge, budgets[select.model], args.starts, args.seed)
     if args.confirm and objective == "p99":
         print(f"\nthe picks measured {args.confirm} more times each, alternating")
         for i, table in tables:
@@ -465,7 +581,7 @@ def main() -> None:
                 f"{table.model:22} quick {best['value'] or 0:10,.6g} {unit} ({best['setting']}), "
                 f"{found['trials_spent']}/{space} trials, {seconds:,.0f} s wall; brute "
                 f"optimum {top:,.6g} ({table.share(best['value']):.0%}; that setting's brute "
-                f"value {_brute_value(table, best['setting'])}); {found['stop_reason']}",
+                f"value {_shown(table.value(best['setting']))}); {found['stop_reason']}",
                 flush=True,
             )
     print(f"\nload average after: {os.getloadavg()}")
@@ -506,16 +622,11 @@ def confirm(
         shown = ", ".join(f"{v:,.4g}" for v in values)
         print(
             f"{table.model:22} {label:28} {picks[label]}: measured again {shown}; median "
-            f"{medians.get(label, float('nan')):,.4g} (table: {_brute_value(table, picks[label])})"
+            f"{medians.get(label, float('nan')):,.4g} (table: {_shown(table.value(picks[label]))})"
         )
     if len(medians) == len(picks) == 2:
         (brute, b), (quick, q) = medians.items()
         print(f"{'':22} {quick} / {brute}, re-measured medians: share {b / q:.1%}")
-
-
-def _brute_value(table: Table, setting: str) -> str:
-    measured = table.values.get(setting)
-    return "none" if measured is None or measured.value is None else f"{measured.value:,.6g}"
 
 
 if __name__ == "__main__":
