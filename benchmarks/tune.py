@@ -2,8 +2,8 @@
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/tune.py [--objective max_rate|p99]
      [--space narrow|wide] [--out DIR] [--brute-run RUN_DIR ...] [--budget N]
-     [--starts N --seed S] [--calibrate SHARE] [--duration-s S] [--holdout] [--confirm N]
-     [--live]
+     [--starts N --seed S] [--calibrate SHARE] [--duration-s S] [--holdout] [--noise N]
+     [--confirm N] [--live]
 
 The spaces (`--space`): `narrow`, 24 distinct Triton settings (max_batch_size {1, 8, 32} ×
 dynamic batching {off, on} × queue delay {0, 500, 2000} µs × instance_count {1, 2};
@@ -40,10 +40,13 @@ different sizes. Two objectives:
    optimum is the luckiest of its draws, which no search that measures fewer settings
    matches even where it picks as good a server; valued on a run that did not choose,
    the two picks compare as servers. The runs' agreement on each setting is printed too.
-4. `--confirm N` (p99): brute's optimum and quick's pick measured N more times each,
+4. `--noise N` (p99): one server per model measured N times under each measurement rule,
+   a fixed window and perf_analyzer's stability rule (windows until three agree): the
+   spread of one setting's value, the noise every comparison above lives in.
+5. `--confirm N` (p99): brute's optimum and quick's pick measured N more times each,
    alternating, their medians compared — the brute optimum is the luckiest of many noisy
    draws, so its table value flatters it.
-5. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
+6. `--live`: quick run for real once per model (`tune: {method: quick}` in a scenario of
    that model alone), its wall time and what it reached against the brute optimum (two
    measurements, minutes apart, on a shared machine: noise included).
 
@@ -138,6 +141,17 @@ CALIBRATION_WORKLOAD = """  search: max_rate
   search_settings: {min_rate: 100, max_rate: 6400, precision: 0.05, max_steps: 12}
   duration_s: 3
   warmup_s: 1"""
+# `--noise`: one server (batching off, max_batch_size 1, two instances) measured again
+# and again under each rule: a fixed window, and perf_analyzer's stability rule (2 s
+# windows until three agree within the tolerance; the p99 of those three).
+NOISE_SETTINGS = """      max_batch_size: [1]
+      dynamic_batching: [false]
+      instance_count: [2]"""
+NOISE_RULES = {
+    "fixed window": "  duration_s: {duration_s:g}",
+    "stability, 10 %": "  stability: {{window_s: 2, tolerance: 0.1, max_windows: 8}}",
+    "stability, 20 %": "  stability: {{window_s: 2, tolerance: 0.2, max_windows: 8}}",
+}
 P99_DURATION_S = 4.0  # each setting's measured seconds, unless --duration-s
 STARTS = {
     "first values": {},
@@ -435,6 +449,14 @@ def main() -> None:
         "and value the choice on the other, both ways",
     )
     parser.add_argument(
+        "--noise",
+        type=int,
+        default=0,
+        metavar="N",
+        help="p99: measure one server of each model N times under each measurement rule "
+        "(fixed window, stability windows), alternating",
+    )
+    parser.add_argument(
         "--confirm",
         type=int,
         default=0,
@@ -448,9 +470,11 @@ def main() -> None:
     if args.duration_s is not None and args.duration_s <= 0:
         parser.error(f"--duration-s: must be > 0, got {args.duration_s:g}")
     if args.objective != "p99" and (
-        args.calibrate is not None or args.duration_s is not None or args.holdout
+        args.calibrate is not None or args.duration_s is not None or args.holdout or args.noise
     ):
-        parser.error("--calibrate, --duration-s and --holdout apply to --objective p99 only")
+        parser.error(
+            "--calibrate, --duration-s, --holdout and --noise apply to --objective p99 only"
+        )
     if args.holdout and args.brute_run:
         parser.error("--holdout runs brute force; with --brute-run, give both runs of a model")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +513,8 @@ def main() -> None:
     for run in runs:
         ids = _model_ids(run)
         for model in ids:
-            tables.append((len(tables), Table(run, model, objective)))
+            # MODELS' index: with --holdout the runs cycle through MODELS twice.
+            tables.append((len(tables) % len(MODELS), Table(run, model, objective)))
         print(f"brute force run {run}: {len(ids)} model(s), {_wall(run):,.0f} s wall")
     print(
         f"\nquick replayed on the brute-force table ({objective}, {unit}; share of brute's optimum)"
@@ -540,6 +565,10 @@ def main() -> None:
     for a, b in pairs:
         for select, judge in ((a, b), (b, a)):
             held_out(select, judge, budgets[select.model], args.starts, args.seed)
+    if args.noise and objective == "p99":
+        print(f"\none server measured {args.noise} times under each rule, alternating")
+        for i, table in dict(tables).items():  # one table per model
+            measurement_noise(table, MODELS[i][0], args.out, args.noise)
     if args.confirm and objective == "p99":
         print(f"\nthe picks measured {args.confirm} more times each, alternating")
         for i, table in tables:
@@ -585,6 +614,37 @@ def main() -> None:
                 flush=True,
             )
     print(f"\nload average after: {os.getloadavg()}")
+
+
+def measurement_noise(table: Table, spec: str, out: Path, repeats: int) -> None:
+    """One server measured `repeats` times under each of NOISE_RULES, alternating: how far
+    apart two measurements of one setting fall, and whether perf_analyzer's stability
+    rule (measure until windows agree) brings them closer than a fixed window does."""
+    measured: dict[str, list[float]] = {rule: [] for rule in NOISE_RULES}
+    for repeat in range(repeats):
+        for rule, text in NOISE_RULES.items():
+            workload = f"  rates: [{table.qps:g}]\n{text.format(duration_s=table.duration_s)}"
+            path = out / f"noise-{table.model}.yaml"
+            path.write_text(
+                _scenario(
+                    f"tune-noise-{repeat}", [spec], NOISE_SETTINGS, f"{workload}\n  warmup_s: 1"
+                )
+            )
+            run, _ = run_scenario(path, out / "results")
+            row = read_trials(run / TRIALS_FILE).iloc[0]
+            value = objective_of(row, "p99", qps=table.qps, usd_per_hour=None).value
+            if value is not None:
+                measured[rule].append(value)
+    for rule, values in measured.items():
+        if len(values) < 2:
+            print(f"{table.model:22} {rule:16} fewer than two usable measurements: {values}")
+            continue
+        print(
+            f"{table.model:22} {rule:16} at {table.qps:g} req/s: "
+            f"{', '.join(f'{v:,.4g}' for v in values)}; spread {max(values) / min(values):.2f}x, "
+            f"median {statistics.median(values):,.4g}, "
+            f"coefficient of variation {statistics.stdev(values) / statistics.mean(values):.0%}"
+        )
 
 
 def confirm(
