@@ -467,6 +467,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.calibrate is not None and not 0 < args.calibrate <= 1:
         parser.error(f"--calibrate: a share in (0, 1], got {args.calibrate:g}")
+    for name in ("noise", "confirm"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name}: a count >= 0, got {getattr(args, name)}")
     if args.duration_s is not None and args.duration_s <= 0:
         parser.error(f"--duration-s: must be > 0, got {args.duration_s:g}")
     if args.objective != "p99" and (
