@@ -70,6 +70,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
+
 from servebench.analysis.loader import read_trials
 from servebench.results import RUN_FILE, TRIALS_FILE, TUNE_FILE
 from servebench.scenario.export_cache import EXPORT_CACHE_ENV
@@ -236,10 +238,7 @@ class Table:
     def share(self, value: float | None) -> float:
         """How close `value` is to the optimum: 1.0 is the optimum (value/optimum where
         higher is better, optimum/value where lower is)."""
-        if value is None:
-            return 0.0
-        top = self.optimum()[1]
-        return value / top if self.maximize else top / value
+        return self.ratio(value, self.optimum()[1])
 
     def ties(self, within: float = 0.0) -> int:
         """Settings within `within` (a share) of the optimum."""
@@ -375,7 +374,7 @@ def held_out(select: Table, judge: Table, budget: int, count: int, seed: int) ->
         f"{'':22} one setting on A and on B, over {len(both)} settings: median ratio "
         f"{math.exp(statistics.median(logs)):.2f}x, 90th percentile "
         f"{math.exp(statistics.quantiles(logs, n=10)[-1]):.2f}x; rank correlation "
-        f"{_rank_correlation(both):.2f}"
+        f"{pd.DataFrame(both).corr(method='spearman').iloc[0, 1]:.2f}"
     )
 
 
@@ -385,17 +384,6 @@ def _pairs(tables: list[Table]) -> list[tuple[Table, Table]]:
     for table in tables:
         groups.setdefault((table.model, table.qps, table.duration_s), []).append(table)
     return [(runs[i], runs[i + 1]) for runs in groups.values() for i in range(0, len(runs) - 1, 2)]
-
-
-def _rank_correlation(pairs: list[tuple[float, float]]) -> float:
-    """Spearman's rho of the pairs (no ties expected among continuous p99s)."""
-    n = len(pairs)
-    ranks = [
-        {i: r for r, i in enumerate(sorted(range(n), key=lambda i: pairs[i][side]))}
-        for side in (0, 1)
-    ]
-    d2 = sum((ranks[0][i] - ranks[1][i]) ** 2 for i in range(n))
-    return 1 - 6 * d2 / (n * (n * n - 1))
 
 
 def _shown(value: float | None) -> str:
