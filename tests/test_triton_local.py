@@ -249,6 +249,16 @@ def test_failed_startup_load_reports_the_log(local_triton, tmp_path: Path) -> No
         local_triton(tmp_path, load_models=["boom"])
 
 
+def test_a_port_that_never_listens_is_named(local_triton, tmp_path: Path) -> None:
+    """Ready means every advertised port listens: with metrics switched off, HTTP answers
+    ready but the metrics port stays closed, and the start says which address. 15 s: time
+    for Triton to answer ready on a busy CI machine, or the message has no port to name."""
+    with pytest.raises(
+        ServerStartError, match=r"answers ready, but nothing listens on 127\.0\.0\.1:\d+\); log "
+    ):
+        local_triton(tmp_path, extra_args=["--allow-metrics=false"], startup_timeout_s=15)
+
+
 def test_model_without_model_py_fails_fast(local_triton, tmp_path: Path) -> None:
     """Triton itself hangs on this one; the launcher reads it from the log instead."""
     _python_model(tmp_path, "boom", BOOM)

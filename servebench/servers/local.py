@@ -245,16 +245,20 @@ class LocalTritonServer(Server):
                     f"{self.kind}: tritonserver exited with code {code} before it was ready; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if self.is_ready() and all(port_accepts(port) for port in ports):
+            ready = self.is_ready()
+            silent = [port for port in ports if not port_accepts(port)] if ready else []
+            if ready and not silent:
                 return
             if hang := self._hang_in_log():
                 raise ServerStartError(
                     f"{self.kind}: tritonserver will never be ready: {hang}; log {self.log_path}"
                 )
             if time.perf_counter() > deadline:
+                closed = ", ".join(f"{LOOPBACK}:{port}" for port in silent)
+                why = f" (it answers ready, but nothing listens on {closed})" if silent else ""
                 raise ServerStartError(
-                    f"{self.kind}: tritonserver not ready within {self.startup_timeout_s:g} s; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
+                    f"{self.kind}: tritonserver not ready within {self.startup_timeout_s:g} s"
+                    f"{why}; log {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(_POLL_INTERVAL_S)
 
