@@ -31,7 +31,18 @@ late_sends           warning  open loop: more than `late_limit` of sends left la
 slo_decided          warning  early stop: the load ended once its SLO question was decided
                               at the stated confidence (a note, not a fault: the run is
                               VALID unless another check says otherwise)
+single_replicate     setting  settings.csv: one replicate, so no between-run interval: its
+                              decision is the request-level one, which a re-run can contradict
+low_coverage         setting  too few replicates for the median's interval to reach the
+                              confidence level (R < 6 at 95 %): its coverage is stated
+unstable_replicates  setting  the replicates' coefficient of variation is over 20 %
+replicates_missing   setting  fewer replicates counted than planned (failed, INVALID, or the
+                              run stopped)
+remeasured           setting  a replicate was measured again because something disturbed it
 ==================== ======== ===========================================================
+
+Codes of kind "setting" are written in settings.csv's `warning_codes`: they qualify a
+setting's figures over its replicates, not one load.
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ class VerdictCode(StrEnum):
     START_SKEW = "start_skew"
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
+    SINGLE_REPLICATE = "single_replicate"
+    LOW_COVERAGE = "low_coverage"
+    UNSTABLE_REPLICATES = "unstable_replicates"
+    REPLICATES_MISSING = "replicates_missing"
+    REMEASURED = "remeasured"
 
 
 # A step of an SLO search with one of these reasons is not a rate the server sustains (its

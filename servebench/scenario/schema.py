@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, StrictInt, field_validator
 
 from model_zoo.imports import ImportedModel, read_model
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
@@ -39,6 +39,7 @@ from servebench.common.limits import (
     MAX_MIX_WEIGHT,
     MAX_OUTPUTS,
     MAX_RATE,
+    MAX_REPEATS,
     MAX_REQUESTS,
     MAX_SAMPLE_ELEMENTS,
     MAX_SEARCH_STEPS,
@@ -96,6 +97,7 @@ class Limits(Strict):
     max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = MAX_TRIAL_S
     max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = 256.0
     max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = 4096.0
+    max_repeats: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 50
     warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     warn_hours: Annotated[float, Field(gt=0, le=10_000)] = 12.0
 
@@ -488,6 +490,11 @@ class Workload(Strict):
     requests: PositiveInt | None = None
     warmup_s: Annotated[float, Field(ge=0)] = 1.0
     timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 10.0
+    repeats: Annotated[StrictInt, Field(gt=0)] = Field(
+        default=1,
+        description="replicates of every setting, one per round, rounds in a seeded random "
+        "order (docs/scenarios.md); 1 measures each once",
+    )
     # How generator lateness is judged (see servebench.load.summary): a send this late is
     # late; more late sends than late_limit is a warning; sending rate_tolerance short of
     # the schedule, or a lag p99 over lag_ratio of latency p99, makes a trial INVALID.
@@ -582,6 +589,8 @@ class Workload(Strict):
         for name in ("duration_s", "warmup_s"):
             if known(self, name) and (getattr(self, name) or 0) > limits.max_trial_s:
                 yield (name,), over_limit("max_trial_s", limits)
+        if known(self, "repeats") and self.repeats > limits.max_repeats:
+            yield ("repeats",), over_limit("max_repeats", limits)
 
     @field_validator("rates", "concurrency", "batch_sizes")
     @classmethod

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from model_zoo.counting import count
@@ -77,6 +77,12 @@ class TrialContext:
     price: InstancePrice | None
     on_engine: Callable[[Stoppable | None], None]  # a load's engine, or a gang's stop
     stop_requested: Callable[[], bool]
+    # Model id -> the name the server serves it under for this trial's setting (settings
+    # served side by side have names of their own: `deploy.ServerGroup`); absent: its id.
+    model_names: Mapping[str, str] = field(default_factory=dict)
+
+    def served(self, model: str) -> str:
+        return self.model_names.get(model, model)
 
 
 @dataclass
@@ -174,11 +180,13 @@ class TrialSink:
         return WireBytes(self.rows, self.request_bytes, self.response_bytes)
 
 
-async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
-    """Measure one trial; exceptions propagate (the runner marks the trial failed)."""
+async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None) -> TrialOutcome:
+    """Measure one trial (as the replicate `trial_id`: its records' and row's id, the
+    trial's own by default); exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
     profile = trial.link
-    records_path = ctx.records_path(trial.id)
+    trial_id = trial_id or trial.id
+    records_path = ctx.records_path(trial_id)
     generators = scenario.workload.generators
     async with AsyncExitStack() as stack:
         factory: ClientFactory | None = None  # a gang's: each generator makes its own client
@@ -190,7 +198,7 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
             client, payload = await _connect(trial, ctx, stack)
         sink = TrialSink(records_path)
         stack.callback(sink.close)
-        recorder = server_recorder(ctx.server, trial.id).start()
+        recorder = server_recorder(ctx.server, trial_id).start()
         stack.callback(recorder.stop)
 
         loop = asyncio.get_running_loop()
@@ -242,14 +250,14 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
 
         search = None
         if trial.level.kind == "search":
-            summary, search = await _search(trial, ctx, measure)
+            summary, search = await _search(trial, trial_id, ctx, measure)
         else:
-            summary = await measure(None, trial.id)
+            summary = await measure(None, trial_id)
         recorder.stop()
         sink.close()
         telemetry = recorder.snapshot()
         # A mix's server counters are those of every model (only its models are sent to).
-        model = None if isinstance(trial.model, ModelMix) else trial.model.id
+        model = None if isinstance(trial.model, ModelMix) else ctx.served(trial.model.id)
         row = trial_row(trial, ctx, profile, summary, recorder.summary(model), sink, search)
         return TrialOutcome(row, telemetry)
 
@@ -257,7 +265,9 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
 def _recipe(trial: Trial, ctx: TrialContext, model: str) -> ClientRecipe:
     """How the trial's client for `model` is made: the protocol its server speaks."""
     return ClientRecipe(
-        trial.setting.server.client_protocol.name, model, ctx.scenario.workload.timeout_s
+        trial.setting.server.client_protocol.name,
+        ctx.served(model),
+        ctx.scenario.workload.timeout_s,
     )
 
 
@@ -324,7 +334,7 @@ def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
     )
 
 
-async def _search(trial, ctx, measure) -> tuple[LoadSummary, Search]:
+async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
     slo = ctx.scenario.slo
     assert slo is not None  # validation requires an SLO for search
     bound = slo.latency_ms / 1e3
@@ -333,7 +343,7 @@ async def _search(trial, ctx, measure) -> tuple[LoadSummary, Search]:
 
     async def one(rate: float):
         nonlocal steps
-        step_id = f"{trial.id}.s{steps}"
+        step_id = f"{trial_id}.s{steps}"
         steps += 1
         summary = await measure(rate, step_id)
         if gone := _server_gone(summary):
