@@ -124,7 +124,7 @@ class RoundRunner:
         group = self.group_of[trial.setting.id]
         server = await self.pool.serve(group)
         if server is None or trial.setting.id in self.pool.dead:
-            return self._failed(replicate, self.pool.dead[trial.setting.id])
+            return failed_replicate_row(replicate, self.pool.dead[trial.setting.id])
         self.progress.reset(
             self.current,
             total=trial.estimated_s,
@@ -164,7 +164,7 @@ class RoundRunner:
             reason = f"{type(err).__name__}: {err}"
             if server.owns_process and not await asyncio.to_thread(alive, server):
                 reason += log_tail_note(server)
-            return self._failed(replicate, reason)
+            return failed_replicate_row(replicate, reason)
         await asyncio.to_thread(
             directory.write_trial_telemetry, replicate.id, rows_to_table(outcome.telemetry)
         )
@@ -182,13 +182,14 @@ class RoundRunner:
             )
         return row
 
-    def _failed(self, replicate: Replicate, reason: str) -> TrialRow:
-        """A replicate that measured nothing usable: which one, and why. (Its model is not
-        counted here: a trial may have failed on that very model.)"""
-        trial = replicate.trial
-        row = failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))
-        row.update(**_replicate_columns(replicate))
-        return row
+
+def failed_replicate_row(replicate: Replicate, reason: str) -> TrialRow:
+    """A replicate that measured nothing usable: which one, and why. (Its model is not
+    counted here: a trial may have failed on that very model.)"""
+    trial = replicate.trial
+    row = failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))
+    row.update(**_replicate_columns(replicate))
+    return row
 
 
 def _replicate_columns(replicate: Replicate) -> dict[str, object]:
