@@ -35,6 +35,8 @@ from servebench.results import (
     RECORDS_FILE,
     RUN_FILE,
     SCENARIO_FILE,
+    SETTING_COLUMNS,
+    SETTINGS_FILE,
     SLO_DECISIONS,
     TELEMETRY_DIR,
     TELEMETRY_FILE,
@@ -44,6 +46,7 @@ from servebench.results import (
     ResultDirError,
     conform_records,
     read_run_json,
+    read_setting_rows,
     read_tune_json,
     slo_decision,
 )
@@ -120,6 +123,15 @@ class RunData:
     telemetry: pd.DataFrame | None
     scenario_text: str | None
     tune: dict[str, Any] | None = None  # the configuration search's path (tune.json)
+    # settings.csv: one row per setting over its replicates (None: a run from before them).
+    settings: pd.DataFrame | None = None
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the run measured its settings more than once (workload.repeats > 1)."""
+        if self.settings is None or self.settings.empty:
+            return False
+        return bool((self.settings["replicates_planned"].fillna(1) > 1).any())
 
     @property
     def run_id(self) -> str:
@@ -153,6 +165,7 @@ def load_run(path: str | Path, *, records: bool = True, trials: bool = False) ->
         telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
         scenario_text=_read_text(path / SCENARIO_FILE),
         tune=read_tune_json(path / TUNE_FILE),
+        settings=read_settings(path),
     )
     if trials and data.trials.empty:
         why = f": {data.run['reason']}" if data.run.get("reason") else ""
@@ -169,6 +182,17 @@ def _read_text(path: Path) -> str | None:
         raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
         raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
+
+
+def read_settings(run_dir: Path) -> pd.DataFrame | None:
+    """settings.csv as a frame with every `SETTING_SCHEMA` column (None: no such file)."""
+    if not (run_dir / SETTINGS_FILE).is_file():
+        return None
+    try:
+        rows = read_setting_rows(run_dir)
+    except OSError as err:
+        raise ResultDirError(f"{run_dir / SETTINGS_FILE}: cannot read it ({err.strerror})") from None
+    return pd.DataFrame(rows, columns=list(SETTING_COLUMNS))
 
 
 def read_trials(path: Path) -> pd.DataFrame:
