@@ -10,6 +10,7 @@ queue delay (at one client in flight the batcher never waits) are the same setti
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -65,7 +66,7 @@ def test_every_round_measures_every_trial_once_in_a_seeded_order(tmp_path: Path)
         # A group's trials run together (one server start), its members in a random order.
         servers = [r.trial.setting.server.name for r in one]
         assert servers == sorted(servers, key=servers.index)
-    for before, after in zip(rounds, rounds[1:], strict=False):
+    for before, after in itertools.pairwise(rounds):
         assert before[-1].trial is not after[0].trial  # never the same setting back to back
     orders = {tuple(r.trial.id for r in one) for one in rounds}
     assert len(orders) > 1, "every round in the same order: nothing was drawn"
@@ -119,6 +120,7 @@ def test_the_median_interval_is_the_issues_order_statistics() -> None:
 # -- drift: interleaved rounds against one setting after the other ------------------------------
 
 DRIFT_MODEL = '''
+import itertools
 import json
 import time
 

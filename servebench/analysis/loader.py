@@ -191,7 +191,9 @@ def read_settings(run_dir: Path) -> pd.DataFrame | None:
     try:
         rows = read_setting_rows(run_dir)
     except OSError as err:
-        raise ResultDirError(f"{run_dir / SETTINGS_FILE}: cannot read it ({err.strerror})") from None
+        raise ResultDirError(
+            f"{run_dir / SETTINGS_FILE}: cannot read it ({err.strerror})"
+        ) from None
     return pd.DataFrame(rows, columns=list(SETTING_COLUMNS))
 
 

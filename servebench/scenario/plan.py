@@ -188,7 +188,9 @@ class Plan:
             for kind in kinds:
                 if kind.launch.starts:
                     # Shared: each setting's models loaded on one server; else a start a round.
-                    setup += loads if kind.shares_server else (kind.launch.start_s + loads) * repeats
+                    setup += (
+                        loads if kind.shares_server else (kind.launch.start_s + loads) * repeats
+                    )
             shared = {s.server.name: s.server.server_kind for s in self.settings}
             setup += sum(
                 k.launch.start_s for k in shared.values() if k.shares_server and k.launch.starts
