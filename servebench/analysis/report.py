@@ -186,6 +186,16 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
 
     return [
         _summary_section(data),
+        _plot_section(
+            report,
+            "replicates",
+            "Replicates",
+            lambda: figures.replicates_figure(trials, data.settings),
+            "Each setting's replicates (one per round; hollow red: failed, INVALID or "
+            "measured again), the median over them (black tick) and the median's interval "
+            "from their order statistics (blue bar; settings.csv's _low/_high); dashed: the "
+            "SLO's bound. A setting is judged on its interval, not on any one replicate.",
+        ),
         *_mix_sections(trials),
         *_search_sections(report, trials),
         *_tune_sections(data),
