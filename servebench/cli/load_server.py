@@ -19,15 +19,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from servebench.clients.base import ErrorKind, InferenceClient, InferenceError
+from servebench.cli.values import LIMITS_DOC
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceClient,
+    InferenceError,
+    ModelSignature,
+    request_bytes,
+)
 from servebench.clients.endpoints import grpc_target, http_base
 from servebench.clients.registry import PROTOCOLS
 from servebench.clients.sniff import guess_protocol
+from servebench.common.limits import MAX_REQUEST_MB
 
 if TYPE_CHECKING:
     from servebench.clients.input_data import InputData
 
 _REACH_TIMEOUT_S = 5.0
+_MIB = 2**20
 # A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
 _MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
 
@@ -43,14 +52,15 @@ async def preflight(
     """Connect, check the payloads and close; raises InferenceError or ValueError.
 
     Model clients read the model's metadata on connect, which checks address, model,
-    version and protocol at once; then the batch and `input_data` are checked against the
-    signature, before any inference is sent, without encoding a file's cycle of requests
-    (the run encodes it, once). The raw `http` client connects lazily, so for it the
-    address is tried with a TCP connect.
+    version and protocol at once; then the request's size (`check_request_size`), the
+    batch and `input_data` are checked against the signature, before any inference is
+    sent, without encoding a file's cycle of requests (the run encodes it, once). The raw
+    `http` client connects lazily, so for it the address is tried with a TCP connect.
     """
     client = factory()
     try:
         await client.connect()
+        check_request_size(await client.signature(), batch_size)
         if input_data is None:
             client.make_payload(batch_size, seed)
         else:
@@ -59,6 +69,22 @@ async def preflight(
             await _reachable(url)
     finally:
         await client.close()
+
+
+def check_request_size(signature: ModelSignature, batch_size: int) -> None:
+    """Refuse, before any payload is built, a request over a scenario's default
+    `limits.max_request_mb` for the signature the server reports: `scenario validate`'s
+    bound on the models it knows (`base.request_bytes`), here on what a server serves
+    (a model whose input declares 1e9 elements would be allocated, 7.45 GiB of it)."""
+    size = request_bytes(signature.inputs, batch_size)
+    if size <= MAX_REQUEST_MB * _MIB:
+        return
+    largest = max(signature.inputs, key=lambda t: request_bytes((t,), 1))
+    raise ValueError(
+        f"model {signature.name!r}: a request of batch {batch_size} is {size / _MIB:,.0f} MiB "
+        f"(input {largest.name!r} is {list(largest.shape)} {largest.dtype} per sample); must be "
+        f"<= {MAX_REQUEST_MB:,g} MiB, as a scenario's limits.max_request_mb ({LIMITS_DOC})"
+    )
 
 
 async def checked_connect(

@@ -1,0 +1,100 @@
+"""`servebench load` refuses before it sends (issue 33): what it cannot run is one line,
+exit 2, and no request reaches the server; what it can run without being told (a named
+model's protocol, a served model's metrics page) it finds and says.
+
+Against the real local Triton, whose own counters (`nv_inference_request_success` and
+`_failure`, per model) say whether a request reached it, and a stand-in HTTP server that
+counts the POSTs it is sent. The model whose input declares 1e9 float32 elements (3.7 GiB a
+request) is a python-backend model that is loaded but never has to run.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cli_checks import assert_one_line_error
+from typer.testing import CliRunner
+
+from servebench.cli import app
+from servebench.telemetry.prometheus import TRITON_PREFIXES, parse_metrics
+
+ECHO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", x)]) for x in inputs]
+"""
+ECHO_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }
+"""
+HUGE_MODEL = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise RuntimeError("never asked: servebench load refuses the request before it")
+"""
+# 1e9 float32 elements per sample: 3,815 MiB a request, over the 256 MiB default limit.
+HUGE_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [ 1000000000 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }
+"""
+
+
+def _repository(root: Path) -> Path:
+    for name, code, config in (
+        ("echo", ECHO_MODEL, ECHO_CONFIG),
+        ("huge", HUGE_MODEL, HUGE_CONFIG),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(code)
+        (root / name / "config.pbtxt").write_text(config)
+    return root
+
+
+@pytest.fixture(scope="module")
+def triton(local_triton_module, tmp_path_factory):
+    repository = _repository(tmp_path_factory.mktemp("refusal-models"))
+    return local_triton_module(repository, load_models=["echo", "huge"]).endpoints
+
+
+def requests_reached(metrics_url: str, model: str) -> int:
+    """Requests the server has counted for `model`, answered or failed."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
+        page = answer.read().decode()
+    return int(
+        sum(
+            r.value
+            for r in parse_metrics(page, TRITON_PREFIXES)
+            if r.metric in ("nv_inference_request_success", "nv_inference_request_failure")
+            and r.labels.get("model") == model
+        )
+    )
+
+
+def load(*args: str):
+    return CliRunner().invoke(app, ["load", "--count", "10", "--concurrency", "1", *args])
+
+
+@pytest.mark.parametrize("protocol", ["triton-http", "triton-grpc"])
+def test_a_request_over_the_size_limit_is_refused_before_sending(triton, protocol):
+    """The served input's 1e9 elements are over limits.max_request_mb: one line naming the
+    model, its input and the limit, before a payload is built (it was a 7.45 GiB
+    allocation) and so before a request is sent."""
+    url = triton.grpc_address if protocol == "triton-grpc" else triton.http_url
+    result = load("--url", url, "--model", "huge", "--protocol", protocol)
+    assert_one_line_error(
+        result,
+        "model 'huge': a request of batch 1 is 3,815 MiB",
+        "input 'x' is [1000000000] float32 per sample",
+        "must be <= 256 MiB, as a scenario's limits.max_request_mb",
+    )
+    assert requests_reached(triton.metrics_url, "huge") == 0
