@@ -10,11 +10,13 @@ request) is a python-backend model that is loaded but never has to run.
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from pathlib import Path
 
 import pytest
 from cli_checks import assert_one_line_error
+from server_checks import StubHandler, http_stub
 from typer.testing import CliRunner
 
 from servebench.cli import app
@@ -84,13 +86,29 @@ def load(*args: str):
     return CliRunner().invoke(app, ["load", "--count", "10", "--concurrency", "1", *args])
 
 
-@pytest.mark.parametrize("protocol", ["triton-http", "triton-grpc"])
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_named_model_is_sent_the_protocol_its_address_answers(triton, transport, tmp_path):
+    """No --protocol: the address is asked once, the protocol said, and every request is
+    the model's (before, plain http sent each to the bare URL and failed every one)."""
+    url = triton.http_url if transport == "http" else triton.grpc_address
+    before = requests_reached(triton.metrics_url, "echo")
+    out = tmp_path / "summary.json"
+    result = load("--url", url, "--model", "echo", "--json", str(out))
+    assert result.exit_code in (0, 3), result.output  # 3: this loaded machine may lag
+    assert f"protocol: triton-{transport} (what {url} answers" in result.output
+    summary = json.loads(out.read_text())
+    assert summary["count"] == summary["ok"] == 10
+    assert requests_reached(triton.metrics_url, "echo") - before == 10
+
+
+@pytest.mark.parametrize("protocol", [None, "triton-http", "triton-grpc"])
 def test_a_request_over_the_size_limit_is_refused_before_sending(triton, protocol):
     """The served input's 1e9 elements are over limits.max_request_mb: one line naming the
     model, its input and the limit, before a payload is built (it was a 7.45 GiB
     allocation) and so before a request is sent."""
     url = triton.grpc_address if protocol == "triton-grpc" else triton.http_url
-    result = load("--url", url, "--model", "huge", "--protocol", protocol)
+    chosen = ["--protocol", protocol] if protocol else []
+    result = load("--url", url, "--model", "huge", *chosen)
     assert_one_line_error(
         result,
         "model 'huge': a request of batch 1 is 3,815 MiB",
@@ -98,3 +116,37 @@ def test_a_request_over_the_size_limit_is_refused_before_sending(triton, protoco
         "must be <= 256 MiB, as a scenario's limits.max_request_mb",
     )
     assert requests_reached(triton.metrics_url, "huge") == 0
+
+
+class _Counting(StubHandler):
+    """Answers GETs with a page no model server gives, and counts the POSTs (the load's
+    requests) it is sent."""
+
+    protocol_version = "HTTP/1.1"
+    posts = 0
+
+    def do_GET(self) -> None:
+        self.reply(200, b"<html>not a model server</html>", "text/html")
+
+    def do_POST(self) -> None:
+        self.read_body()
+        type(self).posts += 1
+        self.reply(200, b"{}", "application/json")
+
+
+@pytest.fixture
+def counting_server():
+    _Counting.posts = 0
+    with http_stub(_Counting) as url:
+        yield url
+
+
+def test_an_address_no_model_protocol_answers_is_refused_before_sending(counting_server):
+    result = load("--url", counting_server, "--model", "m")
+    assert_one_line_error(
+        result,
+        f"--protocol: {counting_server} answers none of the model protocols' questions",
+        "triton-http, triton-grpc, tfs-rest, tfs-grpc",
+        "Give --protocol",
+    )
+    assert _Counting.posts == 0

@@ -4,7 +4,8 @@
   protocol is one sentence naming it (exit 2) instead of a traceback or a run of failures
   (`checked_connect`: the same, as a ValueError; `servebench ui` checks its target so);
 - `explain`: that sentence, with the protocol the address seems to speak when it is not
-  the one asked for (`servebench.clients.sniff`);
+  the one asked for (`servebench.clients.sniff`); `probed_protocol`: that protocol, for a
+  load that names a model and no protocol;
 - `ServerMetrics`: the server's own queue and compute time per request over the measured
   part of the load, from its Prometheus page (as perf_analyzer prints them), read with
   the same parser and counter rules as the scenario runner's telemetry.
@@ -28,7 +29,7 @@ from servebench.clients.base import (
     request_bytes,
 )
 from servebench.clients.endpoints import grpc_target, http_base
-from servebench.clients.registry import PROTOCOLS
+from servebench.clients.registry import PROTOCOLS, model_protocols
 from servebench.clients.sniff import guess_protocol
 from servebench.common.limits import MAX_REQUEST_MB
 
@@ -145,6 +146,20 @@ async def protocol_hint(url: str, protocol: str, model: str) -> str | None:
     options = f"--protocol {guess} --url {base.origin()}"
     options += f" --model {unquote(found.group(1))}" if found else " --model MODEL"
     return f"every request got an HTTP error status, and {url} answers like {guess}: try {options}"
+
+
+async def probed_protocol(url: str, model: str) -> str:
+    """The model protocol `url` answers (`sniff.guess_protocol`: one harmless question per
+    protocol, no inference); a ValueError naming `--protocol` when the answers fit none,
+    before anything is sent."""
+    found = await guess_protocol(url, model)
+    if found is None:
+        raise ValueError(
+            f"--protocol: {url} answers none of the model protocols' questions "
+            f"({', '.join(model_protocols())}): is the server running there? "
+            "Give --protocol (http for any other endpoint)"
+        )
+    return found
 
 
 def _port_kind(protocol: str) -> str:
