@@ -150,3 +150,20 @@ def test_an_address_no_model_protocol_answers_is_refused_before_sending(counting
         "Give --protocol",
     )
     assert _Counting.posts == 0
+
+
+def test_a_local_gang_beyond_the_cores_is_refused_before_sending(counting_server):
+    """One generator more than this machine's cores (Dask's count) is one line; with a
+    --scheduler the cluster's workers are the bound, checked when it is reached."""
+    from dask.system import CPU_COUNT
+
+    n = CPU_COUNT + 1
+    result = load("--url", f"{counting_server}/work", "--generators", str(n))
+    assert_one_line_error(
+        result,
+        f"--generators {n}: a local gang runs a process per generator",
+        f"this machine has {CPU_COUNT} core",
+        f"give at most {CPU_COUNT}",
+        "--scheduler tcp://HOST:PORT",
+    )
+    assert _Counting.posts == 0

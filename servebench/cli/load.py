@@ -5,10 +5,10 @@ Open loop with `--rate` (constant or `--poisson`), `--request-intervals FILE`
 `--concurrency`. Times on the command line are seconds; the table shows milliseconds.
 Without `--protocol`, a named model gets the model protocol its address answers (asked
 once). Exit status: 0 when the verdict is VALID, 3 when it is INVALID, 2 (one line, nothing
-sent) when the address, model, version, protocol or an output path is wrong, or the
-model's request is over the request-size limit. Ctrl-C (or SIGTERM) stops the load and
-keeps what it measured: the summary says it stopped early (INVALID). With `--generators N`
-a terminal shows the gang's live figures.
+sent) when the address, model, version, protocol or an output path is wrong, the model's
+request is over the request-size limit, or a local gang has more generators than cores.
+Ctrl-C (or SIGTERM) stops the load and keeps what it measured: the summary says it
+stopped early (INVALID). With `--generators N` a terminal shows the gang's live figures.
 """
 
 from __future__ import annotations
@@ -421,8 +421,11 @@ def load(
     from servebench.clients.factory import create_client
     from servebench.clients.input_data import read_input_data
     from servebench.load import EarlyStopSettings, LoadSettings, StabilitySettings, run
+    from servebench.load.gang import check_local_gang
 
     try:
+        if generators > 1 and scheduler is None:
+            check_local_gang(generators, "--generators")
         arrivals = _arrivals(
             rate,
             poisson,
