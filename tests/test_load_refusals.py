@@ -11,6 +11,12 @@ request) is a python-backend model that is loaded but never has to run.
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -167,3 +173,52 @@ def test_a_local_gang_beyond_the_cores_is_refused_before_sending(counting_server
         "--scheduler tcp://HOST:PORT",
     )
     assert _Counting.posts == 0
+
+
+def test_models_serve_prints_a_load_line_with_its_metrics_page(tmp_path):
+    """`models serve` picks free ports, so its line names the metrics page (load would
+    try :8002): run as printed, the summary has the server's side of each request."""
+    repository = _repository(tmp_path / "repo")
+    (repository / "huge").rename(tmp_path / "huge")  # one model: its line is the one
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "servebench.cli", "models", "serve", str(repository)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        shown: list[str] = []
+        line = _line_starting(serve, "load ", shown, timeout_s=120)
+        command = shlex.split(line.removeprefix("load").strip())
+        assert command[:2] == ["servebench", "load"], line
+        assert "--protocol" in command and "--metrics-url" in command, line
+        assert command[command.index("--model") + 1] == "echo"
+        command[command.index("--duration") : command.index("--duration") + 2] = ["--count", "40"]
+        result = CliRunner().invoke(app, command[1:])
+        assert result.exit_code in (0, 3), result.output
+        assert (
+            "server request (ms)" in result.output and "server metrics: none" not in result.output
+        )
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        serve.wait(timeout=60)
+
+
+def _line_starting(proc: subprocess.Popen, prefix: str, shown: list[str], timeout_s: float) -> str:
+    """The first line `proc` prints that starts with `prefix` (a reader thread, so a
+    silent process fails the test after `timeout_s` instead of hanging it)."""
+    found: list[str] = []
+
+    def read() -> None:
+        for text in proc.stdout:
+            shown.append(text)
+            if text.startswith(prefix):
+                found.append(text.strip())
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    assert found, f"no line starting {prefix!r} after {timeout_s} s:\n{''.join(shown)}"
+    return found[0]
