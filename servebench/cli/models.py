@@ -38,6 +38,7 @@ from servebench.common.limits import (
 )
 
 if TYPE_CHECKING:
+    from servebench.servers.base import Endpoints
     from servebench.servers.local import LocalTritonServer
 
 app = typer.Typer(
@@ -517,6 +518,8 @@ def serve(
             console.print(
                 f"HTTP    {ep.http_url}\ngRPC    {ep.grpc_address}\nmetrics {ep.metrics_url}"
             )
+            if names:
+                console.print(f"load    {_load_command(ep, names[0])}", soft_wrap=True)
             if not once:
                 console.print("serving; press Ctrl-C to stop")
                 if not _wait_for_interrupt(server):
@@ -531,6 +534,25 @@ def serve(
         console.print(f"[red]error:[/red] {escape(died)}", highlight=False)
         raise typer.Exit(code=1)
     console.print("stopped")
+
+
+def _load_command(endpoints: Endpoints, model: str) -> str:
+    """A `servebench load` line for `model` on this server, ready to paste: the server's
+    ports are picked free, so its metrics page is named (`load` would try Triton's default
+    :8002, another server's or none), and so is the protocol."""
+    import shlex
+
+    from servebench.clients.registry import for_server
+
+    metrics = ["--metrics-url", endpoints.metrics_url] if endpoints.metrics_url else []
+    return shlex.join(
+        [
+            *("servebench", "load", "--url", endpoints.http_url),
+            *("--protocol", for_server(endpoints.api, "http").name, "--model", model),
+            *metrics,
+            *("--concurrency", "4", "--duration", "10"),
+        ]
+    )
 
 
 def _wait_for_interrupt(server: LocalTritonServer) -> bool:

@@ -39,6 +39,7 @@ from servebench.common.limits import (
     MAX_MIX_WEIGHT,
     MAX_OUTPUTS,
     MAX_RATE,
+    MAX_REQUEST_MB,
     MAX_REQUESTS,
     MAX_SAMPLE_ELEMENTS,
     MAX_SEARCH_STEPS,
@@ -94,7 +95,7 @@ class Limits(Strict):
     max_concurrency: Annotated[int, Field(gt=0, le=1_000_000)] = MAX_CONCURRENCY
     max_requests: Annotated[int, Field(gt=0, le=10_000_000_000)] = MAX_REQUESTS
     max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = MAX_TRIAL_S
-    max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = 256.0
+    max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = MAX_REQUEST_MB
     max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = 4096.0
     warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     warn_hours: Annotated[float, Field(gt=0, le=10_000)] = 12.0
