@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from model_zoo.imports.signature import Signature, Unconvertible
+
+if TYPE_CHECKING:
+    from model_zoo.export.triton import ServedFile
 
 NO_ONNX_TO_TF = (
     "no ONNX -> TensorFlow converter here (onnx-tf, the ONNX project's, is unmaintained "
@@ -31,6 +34,9 @@ class ModelSource:
     # Whether `write_savedmodel` can succeed (TF Serving can serve it): known before any
     # conversion, so a scenario pairing the model with a TF Serving server is refused early.
     to_savedmodel: ClassVar[bool] = False
+    # The file Triton serves without ONNX (`write_as_is`), used where `write_onnx` fails;
+    # None: the model reaches Triton through ONNX only.
+    served_as_is: ClassVar[ServedFile | None] = None
 
     def __init__(self, path: Path, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
         self.path = Path(path)
@@ -50,6 +56,10 @@ class ModelSource:
         """Write the model as one ONNX file at `target`; True when that was a conversion
         (to be checked for parity), False when the file was copied as it is."""
         raise Unconvertible(f"{self.label or self.format} -> ONNX: not supported")
+
+    def write_as_is(self, target: Path) -> None:
+        """Write the model as its `served_as_is` file at `target` (sources that have one)."""
+        raise NotImplementedError
 
     def write_savedmodel(self, target: Path) -> bool:
         """Write the model as a SavedModel folder `target`; True when converted."""

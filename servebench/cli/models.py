@@ -346,6 +346,8 @@ def import_(
     )
     for fmt, folders in result.written.items():
         console.print(f"  {fmt}: {', '.join(folders)}", highlight=False)
+    for fmt, how in result.served.items():
+        console.print(f"  {fmt} serves: {how}", highlight=False, soft_wrap=True)
     for fmt, why in result.skipped.items():
         console.print(f"  {fmt}: not written: {why}", highlight=False, soft_wrap=True)
     if result.parity is not None:
@@ -415,17 +417,23 @@ def _local_repository(path: Path) -> Path:
     """The python-backend repository the bundled tritonserver can run.
 
     An export folder is accepted as well as the repository itself; a standard repository
-    (onnxruntime platform) is refused with the path of its runnable twin, since the binary
-    shipped in the nvidia-pytriton wheel has only the python backend.
+    (the onnxruntime or libtorch platform) is refused with the path of its runnable twin,
+    since the binary shipped in the nvidia-pytriton wheel has only the python backend.
     """
-    from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY
+    from model_zoo.export.triton import (
+        ONNX_FILE,
+        PYTHON_REPOSITORY,
+        STANDARD_REPOSITORY,
+        TORCHSCRIPT_FILE,
+    )
 
     if (path / PYTHON_REPOSITORY).is_dir():
         return path / PYTHON_REPOSITORY
     configs = sorted(path.glob("*/config.pbtxt"))
     if not configs:
         raise fail(f"{path}: no model folders with config.pbtxt (not a Triton repository)")
-    if path.name == STANDARD_REPOSITORY and "onnxruntime_onnx" in configs[0].read_text():
+    platforms = (ONNX_FILE.platform, TORCHSCRIPT_FILE.platform)
+    if path.name == STANDARD_REPOSITORY and any(p in configs[0].read_text() for p in platforms):
         raise fail(
             f"{path}: the local tritonserver has only the python backend; "
             f"serve {path.parent / PYTHON_REPOSITORY} instead"
