@@ -9,8 +9,10 @@ dynamo exporter cannot trace it), the dynamo one for an exported program.
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,22 @@ from model_zoo.imports.source import ModelSource, Unconvertible
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
 
 
+@contextmanager
+def quiet_torch() -> Iterator[None]:
+    """Keep torch's own log lines and warnings from the user's terminal while it reads or
+    converts their file: a file torch cannot read is one line (`refused_as`), not that line
+    after a dozen of torch's (a zero-byte `.pt2` logged its zip reader's traceback)."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _output_names(count: int) -> list[str]:
     return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
 
@@ -49,7 +67,7 @@ class _TorchFile(ModelSource):
 
     def _to_onnx(self, target: Path, model: Any, example: tuple, **options: Any) -> bool:
         try:
-            with torch.no_grad(), quiet_exporter():
+            with torch.no_grad(), quiet_exporter(), quiet_torch():
                 torch.onnx.export(model, example, str(target), **options)
         except Exception as err:  # the exporters raise many classes; each is one line here
             raise Unconvertible(f"{self.label} -> ONNX: torch's exporter failed: {err}") from None
@@ -62,7 +80,8 @@ class TorchScriptSource(_TorchFile):
 
     @cached_property
     def module(self) -> torch.jit.ScriptModule:
-        with refused_as(self.path, "a TorchScript file"):  # RuntimeError: zip reader, unpickler
+        # RuntimeError: zip reader, unpickler
+        with refused_as(self.path, "a TorchScript file"), quiet_torch():
             return torch.jit.load(str(self.path), map_location="cpu").eval()
 
     @cached_property
@@ -132,8 +151,7 @@ class TorchExportSource(_TorchFile):
 
     @cached_property
     def program(self) -> torch.export.ExportedProgram:
-        with refused_as(self.path, "a torch.export program"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with refused_as(self.path, "a torch.export program"), quiet_torch():
             return torch.export.load(str(self.path))
 
     def _placeholders(self) -> list[tuple[str, torch.Tensor]]:

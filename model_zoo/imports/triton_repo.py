@@ -17,10 +17,17 @@ import numpy as np
 
 from model_zoo.export.triton import CONFIG_FILENAME, ONNX_FILENAME, TritonConfigError, parse_config
 from model_zoo.imports.onnx_file import OnnxSource
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor
+from model_zoo.imports.signature import (
+    DYNAMIC,
+    ModelImportError,
+    Signature,
+    Tensor,
+    user_file_refused,
+)
 from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_onnx_feeds
 from servebench.common.textfile import read_text
+from servebench.common.userfile import copy_folder
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 PYTHON_MODEL_FILE = "model.py"
@@ -76,7 +83,7 @@ class TritonModelSource(ModelSource):
         )
         default = PYTHON_MODEL_FILE if self.is_python else ONNX_FILENAME
         filename = self.config.default_model_filename or default
-        if not versions or not (versions[-1] / filename).exists():
+        if not versions or not (versions[-1] / filename).is_file():
             raise ModelImportError(f"{self.folder}: no <version>/{filename} beside its config")
         return versions[-1] / filename
 
@@ -97,7 +104,8 @@ class TritonModelSource(ModelSource):
         )
         model_file = self.model_file  # a folder without its model is refused here
         if self.is_onnx:
-            self._check_against(OnnxSource(model_file, {}).signature(), signature, model_file)
+            graph = OnnxSource(model_file, {}, self.limit).signature()
+            self._check_against(graph, signature, model_file)
         return signature
 
     def _check_against(self, graph: Signature, config: Signature, model_file: Path) -> None:
@@ -128,5 +136,8 @@ class TritonModelSource(ModelSource):
         return False
 
     def copy_folder(self, target: Path) -> None:
-        """The user's model folder, every version and file, into `target`."""
-        shutil.copytree(self.folder, target)
+        """The user's model folder, every version and file, into `target`: its files and
+        folders only (`servebench.common.userfile.copy_folder` refuses a link or device
+        found there, and holds the copy to the model limit)."""
+        with user_file_refused():
+            copy_folder(self.folder, target, self.limit)
