@@ -1,11 +1,12 @@
 """An ONNX file: the signature from its graph, used as it is for Triton.
 
 The graph is read without its external data (`load_external_data=False`): the tensors'
-bytes are not needed for the signature or the counts, and an ONNX model past protobuf's
-2 GiB cannot be held in memory as one message anyway (onnx then crashes rather than
-refuses). The external data is checked instead, before anything loads it: every file it
-names lies inside the model's folder (no link, no `..`), holds what its tensors declare,
-and the graph and its data together are within the model limit.
+bytes are not needed for the signature or the counts, and a model past protobuf's 2 GiB
+cannot be one message in memory (3.6 GB of external weights ended in a segmentation
+fault). The external data is checked instead, before anything loads it: every file it
+names lies inside the model's folder (no link, no `..`), each tensor's bytes lie within
+its file, and the graph and its data together are within the model limit. The import
+writes such a model as one file with its data inside, up to protobuf's 2 GiB.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+import onnx
+
+# `_get_all_tensors` is onnx's own walk over initializers, attributes and subgraphs (what
+# onnx.load reads external data for): private, but unchanged since onnx 1.5, and a second
+# walk written here could miss a place onnx reads from.
+from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 
 from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, refused_as
 from model_zoo.imports.source import ModelSource
 from model_zoo.parity import run_onnx_feeds
 from servebench.common.userfile import ByteLimit, check_file, within
+
+# The most bytes one protobuf message (an ONNX file with its data inside) may hold.
+_PROTOBUF_MAX = 2**31 - 1
 
 
 class OnnxSource(ModelSource):
@@ -43,7 +53,20 @@ class OnnxSource(ModelSource):
         return run_onnx_feeds(self.path, feeds)
 
     def write_onnx(self, target: Path) -> bool:
-        shutil.copyfile(self.path, target)
+        """The file as it is; a model with external data as one file, its data inside
+        (the repositories hold one `model.onnx` per version). Nothing is converted, so
+        there is nothing to check for parity (False)."""
+        if not any(uses_external_data(t) for t in _get_all_tensors(self.graph)):
+            shutil.copyfile(self.path, target)
+            return False
+        size = self.path.stat().st_size + external_data_bytes(self.graph, self.path)
+        if size > _PROTOBUF_MAX:
+            raise ModelImportError(
+                f"{self.path}: {size / 2**30:.1f} GiB with its external data; a model with "
+                "external data is imported as one file, at most 2 GiB (protobuf's limit)"
+            )
+        with refused_as(self.path, "a readable ONNX model"):
+            onnx.save(onnx.load(str(self.path)), str(target))
         return False
 
 
@@ -67,11 +90,6 @@ def external_data_bytes(model, path: Path) -> int:
     """The bytes `model`'s external tensors take from their files (beside `path`), each
     checked: the file inside the model's folder and regular, the tensor's bytes within
     it."""
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-
-    # `_get_all_tensors` is onnx's own walk over initializers, attributes and subgraphs
-    # (what onnx.load reads external data for); private, but unchanged since onnx 1.5, and
-    # a second walk written here could miss a place onnx reads from.
     total = 0
     for tensor in _get_all_tensors(model):
         if not uses_external_data(tensor):
@@ -93,8 +111,6 @@ def external_data_bytes(model, path: Path) -> int:
 
 def tensor(value) -> Tensor:
     """A graph input or output as a `Tensor`: named and unnamed symbolic dims are dynamic."""
-    import onnx
-
     kind = value.type.tensor_type
     dims = tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in kind.shape.dim)
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(kind.elem_type)).name

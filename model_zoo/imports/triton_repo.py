@@ -8,7 +8,6 @@ local tritonserver has; a python-backend model runs on both as it is.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -132,8 +131,7 @@ class TritonModelSource(ModelSource):
                 f"{self.folder}: platform {self.config.platform or self.config.backend!r} is "
                 "copied as it is; only ONNX models get the local python-backend twin"
             )
-        shutil.copyfile(self.model_file, target)
-        return False
+        return OnnxSource(self.model_file, {}, self.limit).write_onnx(target)
 
     def copy_folder(self, target: Path) -> None:
         """The user's model folder, every version and file, into `target`: its files and
