@@ -126,7 +126,25 @@ def check_file(path: str | Path, limit: ByteLimit, what: str) -> int:
     ONNX model"); refused when it is missing, a dangling link, a device or other
     non-regular file, empty, or larger than `limit`."""
     path = Path(path)
-    info = _named(path)
+    return _regular(path, _named(path), limit, what)
+
+
+def open_file(path: str | Path, limit: ByteLimit, what: str) -> BinaryIO:
+    """The regular file `path` names, open for reading, after `check_file`'s checks, made
+    on the open file itself (opening a fifo does not wait for a writer)."""
+    path = Path(path)
+    check_file(path, limit, what)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        _regular(path, os.fstat(descriptor), limit, what)  # what was opened, not its name
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _regular(path: Path, info: os.stat_result, limit: ByteLimit, what: str) -> int:
     if not stat.S_ISREG(info.st_mode):
         raise UserFileError(f"{path}: {_kind(info.st_mode)}, not {what}")
     if info.st_size == 0:
@@ -254,10 +272,7 @@ def copy_folder(path: str | Path, target: str | Path, limit: ByteLimit) -> None:
             continue
         copied = _copy_file(entry.relative.name, folder_fd, destination, left + 1)
         if copied > left:
-            raise UserFileError(
-                f"{path}: grew while it was copied; the most is {show_bytes(limit.bytes)} "
-                f"({limit.name})"
-            )
+            raise UserFileError(f"{path}: holds more than {show_bytes(limit.bytes)} ({limit.name})")
         left -= copied
 
 
@@ -339,8 +354,7 @@ class NpzFile:
 
     def __init__(self, path: str | Path, limit: ByteLimit) -> None:
         self.path = Path(path)
-        check_file(self.path, limit, "an .npz file")
-        self._file: BinaryIO = open(self.path, "rb")  # noqa: SIM115 (closed by close())
+        self._file = open_file(self.path, limit, "an .npz file")
         try:
             self._zip = zipfile.ZipFile(self._file)
             self.headers = self._read_headers(limit)
