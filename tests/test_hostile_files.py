@@ -172,7 +172,7 @@ class Files:
             "a version folder elsewhere": ("2", str(elsewhere / "1")),
             "a link loop": ("1/loop", "loop"),
             "a dangling link": ("1/gone.bin", str(root / "no-such-file")),
-            "model file to /dev/zero": ("1/model.py", "/dev/zero"),
+            "model file to /dev/zero": ("1/model.onnx", "/dev/zero"),
         }
         self.folders: dict[str, tuple[Path, str]] = {}
         for i, (label, (inside, target)) in enumerate(links.items()):

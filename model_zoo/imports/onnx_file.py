@@ -25,9 +25,9 @@ import onnx
 from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 
 from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor, refused_as
-from model_zoo.imports.source import ModelSource
+from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_onnx_feeds
-from servebench.common.userfile import ByteLimit, check_file, within
+from servebench.common.userfile import ByteLimit, check_file, show_bytes, within
 
 # The most bytes one protobuf message (an ONNX file with its data inside) may hold.
 _PROTOBUF_MAX = 2**31 - 1
@@ -61,9 +61,9 @@ class OnnxSource(ModelSource):
             return False
         size = self.path.stat().st_size + external_data_bytes(self.graph, self.path)
         if size > _PROTOBUF_MAX:
-            raise ModelImportError(
-                f"{self.path}: {size / 2**30:.1f} GiB with its external data; a model with "
-                "external data is imported as one file, at most 2 GiB (protobuf's limit)"
+            raise Unconvertible(
+                f"onnx -> Triton: {show_bytes(size)} with its external data, which servebench "
+                "writes as one file, of at most 2 GiB (protobuf's limit)"
             )
         with refused_as(self.path, "a readable ONNX model"):
             onnx.save(onnx.load(str(self.path)), str(target))
@@ -73,8 +73,8 @@ class OnnxSource(ModelSource):
 def read_graph(path: Path, limit: ByteLimit):
     """The ONNX model at `path` without its external data, checked by onnx's checker;
     `ModelImportError` naming the file where it is no readable model, where its external
-    data is not a regular file inside its folder, declares more than its file holds, or
-    where the graph and its data exceed `limit`."""
+    data is not a regular file inside its folder or declares more than its file holds,
+    or where the graph and its data exceed `limit`."""
     import onnx
 
     with refused_as(path, "a readable ONNX model"):  # DecodeError, ValidationError
