@@ -360,6 +360,18 @@ def test_a_huge_input_shape_is_refused(source: str, shape: str, files: Files, wo
     assert "elements per sample" in line
 
 
+def test_a_huge_input_shape_in_a_scenario_is_refused(files: Files, tmp_path: Path) -> None:
+    """The scenario's schema bounds each dimension; their product is bounded before the
+    TorchScript module runs on it."""
+    models = (
+        f"models:\n  files:\n    - path: {files.scripted}\n"
+        "      input_shapes: {input: [100000, 100000]}\n"
+    )
+    argv = ["scenario", "validate", str(_scenario(tmp_path, models))]
+    line = assert_refused(argv, tmp_path, "models.files[0].input_shapes")
+    assert "10,000,000,000 elements per sample" in line
+
+
 def test_a_long_name_is_refused(files: Files, work: Path) -> None:
     line = assert_refused(_import(files.dynamic_onnx, work, "--name", "a" * 300), work, "name")
     assert "300 characters" in line
