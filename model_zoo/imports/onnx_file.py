@@ -75,8 +75,6 @@ def read_graph(path: Path, limit: ByteLimit):
     `ModelImportError` naming the file where it is no readable model, where its external
     data is not a regular file inside its folder or declares more than its file holds,
     or where the graph and its data exceed `limit`."""
-    import onnx
-
     with refused_as(path, "a readable ONNX model"):  # DecodeError, ValidationError
         size = check_file(path, limit, "an ONNX model")
         model = onnx.load(str(path), load_external_data=False)
