@@ -65,17 +65,3 @@ def output_to(log: Path) -> Iterator[None]:
     finally:
         os.close(saved[0])
         os.close(saved[1])
-
-
-@contextmanager
-def torch_logging_quiet() -> Iterator[None]:
-    """torch's loggers below ERROR off for the block: reading a damaged `.pt2` logs the
-    loader's whole traceback as a warning before raising, which the reader then reports
-    in one line (every torch logger without its own level takes the "torch" one's)."""
-    logger = logging.getLogger("torch")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

@@ -32,6 +32,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_zoo.errors import ModelZooError
 from model_zoo.export.onnx import ExportExistsError, export_onnx
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+from servebench.common.limits import MAX_NAME_CHARS
 
 if TYPE_CHECKING:
     from torch import nn  # annotations only: reading configs must not import torch
@@ -399,7 +400,13 @@ def _claim_model_dirs(model_dirs: list[Path], *, force: bool) -> None:
 
 
 def check_name(name: str) -> str:
-    """`name` if Triton (and a URL path) takes it as a model name; ValueError otherwise."""
+    """`name` if Triton (and a URL path) takes it as a model name, and a folder can be named
+    after it (`MAX_NAME_CHARS`); ValueError otherwise."""
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(
+            f"name: {name[:20]!r}... has {len(name)} characters; a model name has at most "
+            f"{MAX_NAME_CHARS}"
+        )
     if not _NAME_PATTERN.match(name):
         raise ValueError(
             f"name: {name!r} is not a usable Triton model name (letters, digits, '_', '.', '-')"

@@ -40,6 +40,7 @@ from model_zoo.imports.signature import (
     ModelImportError,
     Signature,
     Unconvertible,
+    check_sample_shapes,
     random_feeds,
     resolve_shapes,
 )
@@ -52,7 +53,9 @@ from model_zoo.parity import (
     run_savedmodel_feeds,
     run_torchscript_feeds,
 )
+from servebench.common.staging import remove_staged, sigterm_stops
 from servebench.common.tfs_config import savedmodel_names
+from servebench.common.userfile import ByteLimit
 
 IMPORT_FILE = "import.json"
 # What converters printed while importing a model, kept off the terminal: <name>-onnx.log.
@@ -74,6 +77,7 @@ class ImportResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+@sigterm_stops()  # a stop removes the staging folder (`finally` below), SIGTERM's too
 def import_model(
     path: Path,
     out: Path,
@@ -84,22 +88,26 @@ def import_model(
     settings: TritonSettings | None = None,
     signature: Signature | None = None,
     force: bool = False,
+    limit: ByteLimit | None = None,
 ) -> ImportResult:
     """Read `path`, write each of `formats` it converts to under `out`, check parity.
 
     `signature`: the file's, where the caller read it already (a scenario's validation),
     so it is not read again. `force`: replace the model's folders of those formats that
     `out` holds already; they are removed only once the new import has been written and
-    checked, so a failed import leaves the old one as it was."""
+    checked, so a failed import leaves the old one as it was. `limit`: the bytes the file
+    or folder may hold (default: `limits.max_model_mb`'s), checked before it is read."""
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ModelImportError(f"formats: expected some of {', '.join(FORMATS)}, got {unknown}")
     started = time.perf_counter()
-    source = open_source(path, input_shapes or {})
+    given = check_sample_shapes(input_shapes or {})
+    name = check_name(name) if name else None
+    source = open_source(path, given, limit)
     signature = signature or source.signature()
-    shapes = resolve_shapes(signature, input_shapes or {}, str(path))
-    name = check_name(name or clean_name(source.default_name()))
+    shapes = resolve_shapes(signature, given, str(path))
+    name = name or check_name(clean_name(source.default_name()))
     out = Path(out)
     targets = _targets(name, formats)
     taken = [str(out / t) for t in targets.values() if (out / t).exists()]
@@ -154,7 +162,7 @@ def import_model(
         moved = _move_into(staging, out)
     finally:
         if not moved:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_staged(staging)
     return result
 
 

@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from model_zoo.imports.signature import Signature, Unconvertible
+from servebench.common.limits import MAX_MODEL_MB
+from servebench.common.userfile import ByteLimit, mib_limit
+
+
+def model_limit(mib: float = MAX_MODEL_MB) -> ByteLimit:
+    """The most bytes a user's model file or folder may hold (a scenario's
+    `limits.max_model_mb`; the command line's default)."""
+    return mib_limit(mib, "limits.max_model_mb, docs/scenario-limits.md")
+
 
 if TYPE_CHECKING:
     from model_zoo.export.triton import ServedFile
@@ -38,9 +47,17 @@ class ModelSource:
     # None: the model reaches Triton through ONNX only.
     served_as_is: ClassVar[ServedFile | None] = None
 
-    def __init__(self, path: Path, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        input_shapes: Mapping[str, tuple[int, ...]],
+        limit: ByteLimit | None = None,
+    ) -> None:
         self.path = Path(path)
         self.input_shapes = dict(input_shapes)
+        # What the file (or folder) may hold, checked by `formats.open_source` before this
+        # source reads it, and again by each reader that reads more (external data, copies).
+        self.limit = limit or model_limit()
 
     def default_name(self) -> str:
         return self.path.stem if self.path.is_file() else self.path.name

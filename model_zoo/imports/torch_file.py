@@ -11,8 +11,10 @@ goes to a log (`export.library_output`), never to the terminal.
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from model_zoo.export.library_output import log_beside, output_to, torch_logging_quiet
+from model_zoo.export.library_output import log_beside, output_to
 from model_zoo.export.onnx import quiet_exporter
 from model_zoo.export.triton import TORCHSCRIPT_FILE
 from model_zoo.imports.signature import (
@@ -36,6 +38,22 @@ from model_zoo.imports.signature import (
 from model_zoo.imports.source import ModelSource, Unconvertible
 
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
+
+
+@contextmanager
+def quiet_torch() -> Iterator[None]:
+    """Keep torch's own log lines and warnings from the user's terminal while it reads or
+    converts their file: a file torch cannot read is one line (`refused_as`), not that line
+    after a dozen of torch's (a zero-byte `.pt2` logged its zip reader's traceback)."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _output_names(count: int) -> list[str]:
@@ -56,7 +74,7 @@ class _TorchFile(ModelSource):
         """Export with torch's printing and the error's full text kept in a log beside
         `target` (`library_output`): the user gets the error's first sentence."""
         try:
-            with torch.no_grad(), quiet_exporter(), output_to(log_beside(target)):
+            with torch.no_grad(), quiet_exporter(), quiet_torch(), output_to(log_beside(target)):
                 torch.onnx.export(model, example, str(target), **options)
         except Exception as err:  # the exporters raise many classes; each is one line here
             why = first_line(err)
@@ -71,7 +89,8 @@ class TorchScriptSource(_TorchFile):
 
     @cached_property
     def module(self) -> torch.jit.ScriptModule:
-        with refused_as(self.path, "a TorchScript file"):  # RuntimeError: zip reader, unpickler
+        # RuntimeError: zip reader, unpickler
+        with refused_as(self.path, "a TorchScript file"), quiet_torch():
             return torch.jit.load(str(self.path), map_location="cpu").eval()
 
     @cached_property
@@ -146,12 +165,7 @@ class TorchExportSource(_TorchFile):
 
     @cached_property
     def program(self) -> torch.export.ExportedProgram:
-        with (
-            refused_as(self.path, "a torch.export program"),
-            torch_logging_quiet(),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
+        with refused_as(self.path, "a torch.export program"), quiet_torch():
             return torch.export.load(str(self.path))
 
     def _placeholders(self) -> list[tuple[str, torch.Tensor]]:

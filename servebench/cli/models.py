@@ -322,6 +322,8 @@ def import_(
 ) -> None:
     """Import your own model into a `models export` folder: Triton (ONNX + python twin)
     and/or TF Serving, each conversion checked for parity on random inputs."""
+    import signal
+
     from model_zoo.export.family import FORMATS
     from model_zoo.imports import import_model, parse_input_shapes
     from model_zoo.parity import ParityError
@@ -339,6 +341,11 @@ def import_(
         raise fail(str(err)) from None
     except OSError as err:
         raise cannot_write(err, out) from None
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM (common.staging): staging removed
+        name = str(stop) or "SIGINT"
+        raise fail(
+            f"stopped by {name}; nothing was imported", code=128 + signal.Signals[name]
+        ) from None
     shown = ", ".join(f"{n}={'x'.join(map(str, dims))}" for n, dims in result.input_shapes.items())
     console.print(
         f"imported {path} ({result.source_format}) as {result.name!r}: inputs {shown}",
