@@ -15,7 +15,6 @@ log for the block (as `servebench.common.tf_runtime` does for TensorFlow's start
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import sys
 import traceback
