@@ -308,7 +308,10 @@ _COST = (
     _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
     _column("max_rate", _FLOAT, "req/s", "SLO search: highest rate meeting the SLO"),
     _column(
-        "search_steps", _TEXT, "", "SLO search: JSON [rate, latency s, met, why invalid, codes]"
+        "search_steps",
+        _TEXT,
+        "",
+        "SLO search: JSON [rate, latency s, met, why invalid, codes, slo verdict, low s, high s]",
     ),
 )
 
