@@ -354,6 +354,13 @@ _CONFIDENCE = (
     _column("slo_latency_low", _FLOAT, "s", "low bound of slo_latency_s"),
     _column("slo_latency_high", _FLOAT, "s", "high bound of slo_latency_s"),
     _column(
+        "slo_confidence_level",
+        _FLOAT,
+        "share",
+        "two-sided confidence of slo_latency_low/_high and slo_met: confidence_level, or "
+        "with early stop the level of the look that decided (the end's: what earlier looks left)",
+    ),
+    _column(
         "slo_requests_to_decide",
         _INT,
         "requests",

@@ -229,8 +229,8 @@ def _seconds(value: float) -> float | None:
 
 def slo_judgement(summary: LoadSummary, slo: Slo) -> Judgement:
     """The SLO decision on a load's successful requests: its percentile's interval at the
-    load's confidence."""
-    level = summary.confidence_level
+    level the load decides its SLO at (its early stop's, else its confidence)."""
+    level = summary.slo_confidence_level or summary.confidence_level
     latencies = summary.latencies if summary.latencies is not None else ()
     return judge_latencies(latencies, percentile=slo.percentile, bound_s=slo.bound_s, level=level)
 
@@ -243,6 +243,7 @@ def _slo_columns(summary: LoadSummary, slo: Slo) -> dict[str, Any]:
         "slo_latency_s": summary.latency_at(slo.percentile),
         "slo_latency_low": judged.low,
         "slo_latency_high": judged.high,
+        "slo_confidence_level": judged.level,
         "slo_met": judged.verdict,
         "slo_requests_to_decide": judged.requests_to_decide,
     }
