@@ -31,6 +31,8 @@ late_sends           warning  open loop: more than `late_limit` of sends left la
 slo_decided          warning  early stop: the load ended once its SLO question was decided
                               at the stated confidence (a note, not a fault: the run is
                               VALID unless another check says otherwise)
+single_run           warning  an SLO decision rests on one run's requests (R = 1): its
+                              interval says nothing about a re-run (`common.slo_judge`)
 ==================== ======== ===========================================================
 """
 
@@ -51,6 +53,7 @@ class VerdictCode(StrEnum):
     START_SKEW = "start_skew"
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
+    SINGLE_RUN = "single_run"
 
 
 # A step of an SLO search with one of these reasons is not a rate the server sustains (its
