@@ -1,4 +1,5 @@
-"""Parity: torch, the ONNX file (onnxruntime) and the SavedModel (TensorFlow) must agree.
+"""Parity: torch, the ONNX file (onnxruntime) and the SavedModel (TensorFlow) must agree
+(and a TorchScript file served as it is, run as its python-backend model runs it).
 
 A benchmark that compares TF Serving with Triton is only fair if both serve the same
 function, so every export is checked with the same seeded input before anyone measures it.
@@ -6,7 +7,7 @@ function, so every export is checked with the same seeded input before anyone me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +71,22 @@ def run_onnx_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+
+def run_torchscript_feeds(
+    path: Path, feeds: Mapping[str, np.ndarray], inputs: Sequence[str], outputs: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """The outputs named `outputs` (in the module's return order) of the TorchScript file at
+    `path` for `feeds`, passed in the order of `inputs`: run by the very functions the
+    python-backend model serving it calls."""
+    from model_zoo.export.triton_torchscript_model import load_module, run_module
+
+    results = run_module(load_module(str(path)), [feeds[name] for name in inputs])
+    if len(results) != len(outputs):
+        raise ParityError(
+            f"{path}: returns {len(results)} outputs, the config lists {len(outputs)}"
+        )
+    return dict(zip(outputs, results, strict=True))
 
 
 def run_savedmodel_feeds(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from servebench.common.errors import ServebenchError
+from servebench.common.quantiles import MET
+from servebench.common.slo_judge import VERDICTS
 
 PRICES_FILE = Path(__file__).with_name("prices.csv")
 SECONDS_PER_HOUR = 3600.0
@@ -171,31 +173,34 @@ def cost_at_qps(qps: float, max_rate: float, usd_per_hour: float, batch_size: in
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """One measured load level: throughput (inferences/s) and its tail latency (s)."""
+    """One measured load level: throughput (inferences/s) and whether it met the SLO, as
+    the one judge decided it (`common.slo_judge`: met / missed / undecided on the
+    interval of the SLO's own percentile; None where no SLO was judged)."""
 
     throughput: float
-    latency_s: float
+    slo_met: str | None = None
 
 
-def _points(points: Iterable[OperatingPoint | tuple[float, float]]) -> list[OperatingPoint]:
+def _points(points: Iterable[OperatingPoint | tuple[float, str | None]]) -> list[OperatingPoint]:
     parsed = []
     for i, point in enumerate(points):
         p = point if isinstance(point, OperatingPoint) else OperatingPoint(*point)
         if not (math.isfinite(p.throughput) and p.throughput >= 0):
             raise ValueError(f"points[{i}].throughput: must be >= 0, got {p.throughput!r}")
-        if not p.latency_s >= 0:
-            raise ValueError(f"points[{i}].latency_s: must be >= 0, got {p.latency_s!r}")
+        if p.slo_met not in (*VERDICTS, None):
+            raise ValueError(
+                f"points[{i}].slo_met: must be one of {', '.join(VERDICTS)}, got {p.slo_met!r}"
+            )
         parsed.append(p)
     return parsed
 
 
 def best_under_slo(
-    points: Iterable[OperatingPoint | tuple[float, float]], slo_s: float
+    points: Iterable[OperatingPoint | tuple[float, str | None]],
 ) -> OperatingPoint | None:
-    """The highest-throughput point whose latency is within `slo_s`, or None if none is."""
-    if not slo_s > 0:
-        raise ValueError(f"slo_s: must be > 0, got {slo_s!r}")
-    meeting = [p for p in _points(points) if p.latency_s <= slo_s and p.throughput > 0]
+    """The highest-throughput point the judge said met the SLO, or None if none did (an
+    undecided point is not one shown to meet it)."""
+    meeting = [p for p in _points(points) if p.slo_met == MET and p.throughput > 0]
     return max(meeting, key=lambda p: p.throughput, default=None)
 
 
@@ -213,16 +218,19 @@ class CostEstimate:
 
 
 def estimate_cost(
-    points: Iterable[OperatingPoint | tuple[float, float]],
+    points: Iterable[OperatingPoint | tuple[float, str | None]],
     price: InstancePrice,
     slo_s: float | None = None,
 ) -> CostEstimate:
-    """Cost at the highest measured throughput and at the highest one meeting `slo_s`."""
+    """Cost at the highest measured throughput and, with an SLO (`slo_s`, its bound), at
+    the highest one the judge said met it."""
     parsed = _points(points)
     top = max((p.throughput for p in parsed), default=0.0)
     if top <= 0:
         raise ValueError("points: need at least one point with throughput > 0")
-    best = best_under_slo(parsed, slo_s) if slo_s is not None else None
+    if slo_s is not None and not slo_s > 0:
+        raise ValueError(f"slo_s: must be > 0, got {slo_s!r}")
+    best = best_under_slo(parsed) if slo_s is not None else None
     return CostEstimate(
         instance_type=price.instance_type,
         usd_per_hour=price.usd_per_hour,

@@ -310,7 +310,10 @@ _COST = (
     _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
     _column("max_rate", _FLOAT, "req/s", "SLO search: highest rate meeting the SLO"),
     _column(
-        "search_steps", _TEXT, "", "SLO search: JSON [rate, latency s, met, why invalid, codes]"
+        "search_steps",
+        _TEXT,
+        "",
+        "SLO search: JSON [rate, latency s, met, why invalid, codes, slo verdict, low s, high s]",
     ),
 )
 
@@ -352,6 +355,13 @@ _CONFIDENCE = (
     ),
     _column("slo_latency_low", _FLOAT, "s", "low bound of slo_latency_s"),
     _column("slo_latency_high", _FLOAT, "s", "high bound of slo_latency_s"),
+    _column(
+        "slo_confidence_level",
+        _FLOAT,
+        "share",
+        "two-sided confidence of slo_latency_low/_high and slo_met: confidence_level, or "
+        "with early stop the level of the look that decided (the end's: what earlier looks left)",
+    ),
     _column(
         "slo_requests_to_decide",
         _INT,
@@ -462,7 +472,7 @@ SETTING_SCHEMA = pa.schema(
             _TEXT,
             "",
             "met | missed | undecided, judged on slo_latency_s's interval over replicates "
-            "(R = 1: the one replicate's request-level interval, warning single_replicate)",
+            "(R = 1: the one replicate's request-level interval, warning single_run)",
         ),
         _column("warning_codes", _TEXT, "", "what to read with care, ';'-separated codes"),
         _column("replicate_ids", _TEXT, "", "the counted replicates' trial_ids, ';'-separated"),

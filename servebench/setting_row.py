@@ -7,7 +7,7 @@ from the replicates' order statistics, the re-run range and the between-replicat
 coefficient of variation (`common.replicates`). Its SLO decision rests on the interval
 over replicates, so what moves a p99 from one trial to the next is in it; with R = 1 there
 is no such interval, the decision is the one replicate's (its request-level interval)
-and the row says so with a warning code.
+and the row says so with the judge's warning code (`single_run`).
 
 Which replicates count: those that ran to the end (`ok`), were VALID, and were not
 measured again because something disturbed them (their re-measurement counts instead).
@@ -21,15 +21,9 @@ from typing import Any
 
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.replicates import cv_band, summarize
+from servebench.common.slo_judge import Judgement, judge_slo
 from servebench.common.verdict_codes import VerdictCode, join_codes
-from servebench.results import (
-    SETTING_COLUMNS,
-    SETTING_FIGURES,
-    SLO_MET,
-    SLO_MISSED,
-    SLO_UNDECIDED,
-    TrialRow,
-)
+from servebench.results import SETTING_COLUMNS, SETTING_FIGURES, TrialRow
 
 # A setting row's coordinates, copied from its replicates (they share them).
 _COPIED = (
@@ -103,36 +97,40 @@ def build_setting_row(
         warnings.append(VerdictCode.REPLICATES_MISSING)
     else:
         row["status"] = "ok"
-    if len(kept) == 1:
-        warnings.append(VerdictCode.SINGLE_REPLICATE)
-    elif len(kept) > 1 and main.coverage < level:
+    if len(kept) > 1 and main.coverage < level:
         warnings.append(VerdictCode.LOW_COVERAGE)
     if cv_band(main.cv) == "unstable":
         warnings.append(VerdictCode.UNSTABLE_REPLICATES)
     if row["replicates_remeasured"]:
         warnings.append(VerdictCode.REMEASURED)
+    judgement = _slo_judgement(kept, row)
+    if judgement is not None:
+        row["slo_met"] = judgement.verdict
+        warnings += [code for code in judgement.codes if code not in warnings]
+    elif len(kept) == 1:
+        warnings.append(VerdictCode.SINGLE_RUN)
     row["warning_codes"] = join_codes(warnings)
-    row["slo_met"] = _slo_decision(kept, row)
     unknown = set(row) - set(SETTING_COLUMNS)
     assert not unknown, unknown  # the schema and this builder are written together
     return row
 
 
-def _slo_decision(kept: Sequence[TrialRow], row: dict[str, Any]) -> str | None:
-    """met | missed | undecided on the SLO percentile's interval over replicates; one
-    replicate's own (request-level) decision with R = 1; None without an SLO or a
-    counted replicate (nothing valid was measured)."""
-    bound = row.get("slo_bound_s")
-    if bound is None or not kept or row.get("load_kind") == "search":
+def _slo_judgement(kept: Sequence[TrialRow], row: dict[str, Any]) -> Judgement | None:
+    """The setting's SLO judgement (`common.slo_judge`), on the SLO percentile's interval
+    over replicates — or, with one replicate, on that replicate's request-level interval
+    (its trial row's), which says nothing about a re-run (`single_run`). None without an
+    SLO, without a counted replicate (nothing valid was measured) or for an SLO search
+    (its decision is its max rate's)."""
+    bound, percentile = row.get("slo_bound_s"), row.get("slo_percentile")
+    if bound is None or percentile is None or not kept or row.get("load_kind") == "search":
         return None
     if len(kept) == 1:
-        return kept[0].slo_met
-    low, high = row.get("slo_latency_s_low"), row.get("slo_latency_s_high")
-    if high is not None and high <= bound:
-        return SLO_MET
-    if low is not None and low > bound:
-        return SLO_MISSED
-    return SLO_UNDECIDED
+        low, high = kept[0].slo_latency_low, kept[0].slo_latency_high
+    else:
+        low, high = row.get("slo_latency_s_low"), row.get("slo_latency_s_high")
+    return judge_slo(
+        _number(low), _number(high), percentile=percentile, bound_s=bound, replicates=len(kept)
+    )
 
 
 def _number(value: Any) -> float:

@@ -11,9 +11,10 @@ the report, `recommend` and `report compare` read both the same way.
 The SLO verdict comes from the same requests and the same percentile function as the row's
 `latency_p*` columns (`LoadSummary.latency_at`): with a p99 SLO, `slo_latency_s` is
 `latency_p99`, and its interval (`slo_latency_low`/`_high`) is `latency_p99_low`/`_high`.
-`slo_met` is decided on that interval, not on the point: `met` when its high bound is
-within the bound, `missed` when its low bound is over it, `undecided` when it straddles it
-(`common.quantiles.decides`), with the request count that would decide it.
+`slo_met` is decided on that interval, not on the point, by the one judge
+(`common.slo_judge`): `met` when its high bound is within the bound, `missed` when its low
+bound is over it, `undecided` when it straddles it, with the request count that would
+decide it. A search row's SLO columns are its chosen step's, judged the same way.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
-from servebench.common.quantiles import decides, requests_to_decide
+from servebench.common.slo_judge import Judgement, judge_latencies
 from servebench.common.verdict_codes import join_codes
 from servebench.load.summary import LoadSummary
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
-from servebench.results import SLO_MISSED, SLO_UNDECIDED, TrialRow
+from servebench.results import TrialRow
 from servebench.telemetry import client_minus_server_s
 
 DIRECT = "direct"
@@ -106,6 +107,8 @@ class SearchStep(Protocol):
     rate: float
     latency: float  # the SLO percentile of the step's latencies, s
     met: bool
+    verdict: str  # met / missed / undecided (an unusable step missed)
+    slo: Judgement  # the step's SLO percentile interval, judged
     result: LoadSummary
 
 
@@ -181,8 +184,7 @@ def build_row(
         )
     if slo is not None:
         values.update(slo_percentile=slo.percentile, slo_bound_s=slo.bound_s)
-        if search is None:
-            values.update(_slo_columns(summary, slo))
+        values.update(_slo_columns(summary, slo))
     if search is not None:
         values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
     return TrialRow.from_record(values)
@@ -202,40 +204,49 @@ def failed_row(where: TrialCoordinates, reason: str, model: ModelColumns | None 
 
 def search_steps_json(steps: Sequence[SearchStep]) -> str:
     """The `search_steps` column: per step [rate, SLO-percentile latency (s), met, why the
-    step's run was INVALID, the codes of those reasons] (`analysis.search` reads it)."""
+    step's run was INVALID, the codes of those reasons, the SLO verdict (met / missed /
+    undecided), the percentile's interval low and high (s)] (`analysis.search` reads it)."""
     return json.dumps(
         [
             [
                 s.rate,
-                None if math.isnan(s.latency) else s.latency,
+                _seconds(s.latency),
                 s.met,
                 "; ".join(s.result.reasons),
                 list(s.result.reason_codes),
+                s.verdict,
+                _seconds(s.slo.low),
+                _seconds(s.slo.high),
             ]
             for s in steps
         ]
     )
 
 
+def _seconds(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def slo_judgement(summary: LoadSummary, slo: Slo) -> Judgement:
+    """The SLO decision on a load's successful requests: its percentile's interval at the
+    level the load decides its SLO at (its early stop's, else its confidence)."""
+    level = summary.slo_confidence_level or summary.confidence_level
+    latencies = summary.latencies if summary.latencies is not None else ()
+    return judge_latencies(latencies, percentile=slo.percentile, bound_s=slo.bound_s, level=level)
+
+
 def _slo_columns(summary: LoadSummary, slo: Slo) -> dict[str, Any]:
     """The SLO percentile, its interval, the decision on it and the count that decides it.
     No successful request misses the SLO (there is no latency to meet it with)."""
-    low, high = summary.latency_bounds_at(slo.percentile)
-    columns: dict[str, Any] = {
+    judged = slo_judgement(summary, slo)
+    return {
         "slo_latency_s": summary.latency_at(slo.percentile),
-        "slo_latency_low": low,
-        "slo_latency_high": high,
+        "slo_latency_low": judged.low,
+        "slo_latency_high": judged.high,
+        "slo_confidence_level": judged.level,
+        "slo_met": judged.verdict,
+        "slo_requests_to_decide": judged.requests_to_decide,
     }
-    latencies = summary.latencies
-    n = 0 if latencies is None else int(latencies.size)
-    if n == 0:
-        return {**columns, "slo_met": SLO_MISSED}
-    over = int((latencies > slo.bound_s).sum())
-    level = summary.confidence_level
-    decision = decides(n, n - over, slo.percentile, level)
-    columns["slo_met"] = decision or SLO_UNDECIDED
-    columns["slo_requests_to_decide"] = requests_to_decide(n, over, slo.percentile, level)
-    return columns
 
 
 def _wire_columns(wire: WireBytes, link: LinkProfile | None) -> dict[str, float]:

@@ -28,6 +28,7 @@ from servebench.analysis.loader import load_run
 from servebench.analysis.report import write_report
 from servebench.analysis.search import search_steps, trial_records
 from servebench.common.quantiles import percentile
+from servebench.common.slo_judge import judge_latencies
 from servebench.scenario.search import search_max_rate
 
 SLO_S = 0.030
@@ -58,10 +59,11 @@ def make_search_run(root: Path, *, seed: int = 3) -> Path:
             )
             sims.append(sim)
             latency = sim["completion"] - sim["intended"]
-            return percentile(latency, 99), True, sim
+            judged = judge_latencies(latency, percentile=99.0, bound_s=SLO_S, level=0.95)
+            return percentile(latency, 99), judged, True, sim
 
         result = asyncio.run(
-            search_max_rate(measure, SLO_S, min_rate=20, max_rate=400, precision=0.1, max_steps=10)
+            search_max_rate(measure, min_rate=20, max_rate=400, precision=0.1, max_steps=10)
         )
         for step, sim in enumerate(sims):
             table = _records(f"{trial_id}.s{step}", sim, 1, t0, closed=False)

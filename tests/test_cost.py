@@ -49,10 +49,11 @@ def test_cost_rejects_bad_numbers(throughput: float, price: float, field: str) -
 
 
 def test_cost_at_measured_and_at_slo() -> None:
-    points = [(100.0, 0.010), (400.0, 0.030), (800.0, 0.120), (600.0, 0.050)]
-    assert best_under_slo(points, 0.05) == OperatingPoint(600.0, 0.050)  # bound inclusive
-    assert best_under_slo(points, 0.04) == OperatingPoint(400.0, 0.030)
-    assert best_under_slo(points, 0.005) is None
+    """The SLO point is the highest throughput the judge said met: an undecided point (its
+    interval straddles the bound) is not one, whatever its throughput."""
+    points = [(100.0, "met"), (400.0, "met"), (800.0, "missed"), (600.0, "undecided")]
+    assert best_under_slo(points) == OperatingPoint(400.0, "met")
+    assert best_under_slo([(100.0, "missed"), (900.0, "undecided")]) is None
     g5 = InstancePrice("g5.xlarge", 1.006)
     estimate = estimate_cost(points, g5, slo_s=0.04)
     # measured: 800/s -> 1250 s * 1.006/3600 = 0.349306; SLO: 400/s -> 2500 s -> 0.698611
@@ -60,13 +61,13 @@ def test_cost_at_measured_and_at_slo() -> None:
     assert estimate.cost_at_measured == pytest.approx(0.3493056, rel=1e-6)
     assert estimate.slo_throughput == 400.0
     assert estimate.cost_at_slo == pytest.approx(0.6986111, rel=1e-6)
-    unmet = estimate_cost(points, g5, slo_s=0.001)
+    unmet = estimate_cost([(p[0], "missed") for p in points], g5, slo_s=0.04)
     assert unmet.slo_throughput is None and unmet.cost_at_slo is None
     assert estimate_cost(points, g5).cost_at_slo is None
     with pytest.raises(ValueError, match="throughput > 0"):
-        estimate_cost([(0.0, 0.01)], g5)
-    with pytest.raises(ValueError, match=r"points\[1\].latency_s"):
-        best_under_slo([(1.0, 0.1), (2.0, -1.0)], 0.5)
+        estimate_cost([(0.0, "met")], g5)
+    with pytest.raises(ValueError, match=r"points\[1\].slo_met: must be one of met"):
+        best_under_slo([(1.0, "met"), (2.0, "True")])
 
 
 def test_shipped_table_covers_the_reference_instances() -> None:

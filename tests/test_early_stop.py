@@ -1,6 +1,7 @@
 """Early stop (issue 23): a load ends once its SLO question is decided at the stated
 confidence, never before its minimum duration and request count, and never while the
-interval still straddles the bound.
+interval still straddles the bound. Its looks spend one error budget (issue 34,
+tests/test_error_spending.py), and the row decides at the level the deciding look had.
 
 The server is the in-process HTTP stand-in (tests/server_checks.py) because the close
 case needs a known service time: every 100th request it answers 150 ms late, the rest at
@@ -66,19 +67,24 @@ def _load(url: str, rule: EarlyStopSettings, duration: float):
 def test_a_trial_far_from_its_slo_stops_after_the_minimums(bound_s: float, decision: str) -> None:
     rule = EarlyStopSettings(99.0, bound_s, min_duration=0.5, min_requests=400, every=0.1)
     with http_stub(_Fast) as url:
-        summary = _load(url, rule, duration=120.0)
+        summary = _load(url, rule, duration=30.0)
     assert summary.verdict == VALID, summary.reasons
     assert summary.warning_codes == [VerdictCode.SLO_DECIDED]
     assert summary.stop_reason is not None and summary.stop_reason.startswith(f"SLO {decision}")
-    # Not before the minimums (the first check waits for both), long before the 120 s end.
+    # Not before the minimums (the first check waits for both), long before the 30 s end:
+    # the error spending lets the looks of the first tenth or so of a load spend almost
+    # nothing, then a load this far from its bound is decided at once.
     assert summary.ok >= 400 and summary.duration >= 0.5
-    assert summary.duration < 120.0
+    assert summary.duration < 15.0
+    # Decided at the level its look could spend, stricter than the load's 95 %.
+    assert summary.slo_confidence_level is not None and summary.slo_confidence_level > 0.999
     # The row decides the same way, from the same requests and the one in flight at the stop.
     where = TrialCoordinates(
         "t", 1, "stub", "http", "stub", "m", 1, "direct", "concurrency", 1.0, "local", "http"
     )
     row = build_row(where, summary, slo=Slo(99.0, bound_s))
     assert row.slo_met == decision and row.stop_reason == summary.stop_reason
+    assert row.slo_confidence_level == summary.slo_confidence_level
 
 
 def test_a_trial_at_its_slo_is_never_stopped() -> None:
@@ -92,6 +98,9 @@ def test_a_trial_at_its_slo_is_never_stopped() -> None:
     assert summary.ok >= 300  # the checks ran with enough requests to decide, had it been
     over = int((summary.latencies > 0.050).sum())
     assert decides(summary.ok, summary.ok - over, 99.0) is None
+    # The end is the final look: it decides at what the earlier looks left, close to 95 %.
+    assert summary.slo_confidence_level is not None
+    assert 0.95 <= summary.slo_confidence_level < 0.97
     where = TrialCoordinates(
         "t", 1, "stub", "http", "stub", "m", 1, "direct", "concurrency", 1.0, "local", "http"
     )

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,9 +69,15 @@ def test_closed_loop_splits_concurrency_and_count_and_skew_is_judged(server):  #
     assert s.gang["start_skew_s"] >= max(g["clock_uncertainty_s"] for g in s.gang["generators"])
 
 
-def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(server, tmp_path):  # noqa: F811
+def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(
+    server,  # noqa: F811
+    tmp_path,
+    caplog,
+):
     """One generator's worker process is killed mid-run: the other's records are all there,
-    the run is partial, INVALID with generator_lost naming the killed worker."""
+    the run is partial, INVALID with generator_lost naming the killed worker. Dask's own
+    warning about it (its nanny restarts the worker) is in the gang's log file, which a
+    warning names, not on the terminal."""
     from distributed import Client
 
     from servebench.load.gang import local_cluster
@@ -113,6 +120,14 @@ def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(server,
     assert table.num_rows == s.count == kept["count"] == 300
     assert set(table["generator"].to_pylist()) == {kept["index"]}
     assert sorted(table["seq"].to_pylist()) == list(range(kept["index"], 600, 2))
+    (named,) = [r.args[0] for r in caplog.records if r.msg.startswith("Dask's own warnings")]
+    dask_log = Path(named)
+    try:
+        assert "distributed.nanny WARNING: Restarting worker" in dask_log.read_text()
+    finally:
+        dask_log.unlink()
+    # Not passed on to the root logger's handlers either (here pytest's, a terminal's else).
+    assert not [r for r in caplog.records if "Restarting worker" in r.getMessage()]
 
 
 def _start_at(client, deadline: float) -> float:

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 import tritonclient.http as triton_http
@@ -426,6 +427,35 @@ def test_dynamic_dims_must_be_given(tmp_path: Path) -> None:
     assert_one_line_error(result, str(path), "input 'signal' dim 1", "--input-shape signal=DIMS")
     result = _import(str(path), "--out", str(tmp_path / "out"), "--input-shape", "signal=2x16")
     assert result.exit_code == 0, result.output
+
+
+def test_external_data_is_imported_inside_the_file(tmp_path: Path) -> None:
+    """An ONNX model with its weights in a file beside it is served from one file with the
+    weights inside (a copy of the graph alone would leave the server without them)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = RNG.standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(weights, "w")],
+    )  # fmt: skip
+    source = tmp_path / "model" / "m.onnx"
+    source.parent.mkdir()
+    onnx.save_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(source),
+        save_as_external_data=True, location="w.bin", size_threshold=0,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert _import(str(source), "--out", str(out), "--to", "triton").exit_code == 0
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    for repository in ("triton", "triton-python"):
+        served = out / repository / "m" / "1" / "model.onnx"
+        assert not any(t.data_location for t in onnx.load(str(served)).graph.initializer)
+        session = ort.InferenceSession(str(served))
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weights, rtol=1e-6)
 
 
 def test_out_is_a_file_or_taken(sources: dict, tmp_path: Path) -> None:

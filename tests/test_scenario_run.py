@@ -168,18 +168,26 @@ def resume(path: Path, results: Path, run: Path, timeout_s: float):
 
 
 def test_slo_search_records_every_step_and_the_rate_found(tmp_path: Path):
-    search = {"min_rate": 10, "max_rate": 40, "precision": 0.5, "max_steps": 3}
+    search = {"min_rate": 20, "max_rate": 80, "precision": 0.5, "max_steps": 3}
     workload = {"search": "max_rate", "search_settings": search, "batch_sizes": [1]}
     workload |= {"duration_s": 1.0, "warmup_s": 0.2, "timeout_s": 2}
-    text = tiny_scenario("tiny", workload=workload, links=["direct"], **SLO_AND_COST)
+    # A p50 SLO: a step is judged on its percentile's interval, and a 1 s step at 20 req/s
+    # has enough requests to bound a p50 (6), not a p99 (368).
+    slo_and_cost = {**SLO_AND_COST, "slo": {"percentile": 50, "latency_ms": 500}}
+    text = tiny_scenario("tiny", workload=workload, links=["direct"], **slo_and_cost)
     path = tmp_path / "search.yaml"
     path.write_text(text)
     outcome = ScenarioRunner(path, output=tmp_path / "results").run()
     trials = pd.read_csv(outcome.directory.path / "trials.csv")
     (row,) = trials.to_dict("records")
     steps = json.loads(row["search_steps"])
-    assert [s[0] for s in steps] == [10, 20, 40]  # bracketing doubles up to the ceiling
-    # a tiny dense model answers in milliseconds: every step meets a 500 ms p99
-    assert all(s[2] for s in steps) and row["max_rate"] == 40
+    assert [s[0] for s in steps] == [20, 40, 80]  # bracketing doubles up to the ceiling
+    # a tiny dense model answers in milliseconds: every step meets a 500 ms p50, its
+    # interval's high end within the bound
+    assert all(s[2] and s[5] == "met" and s[7] <= 0.5 for s in steps), steps
+    assert row["max_rate"] == 80
+    # The row's SLO columns are its chosen step's, judged the same way, and price it.
+    assert row["slo_met"] == "met" and row["slo_latency_high"] <= 0.5
+    assert row["cost_per_million_at_slo"] > 0
     records = pq.read_table(outcome.directory.path / "records.parquet").to_pandas()
     assert sorted(records.trial_id.unique()) == [f"{row['trial_id']}.s{i}" for i in range(3)]

@@ -31,7 +31,9 @@ SCENARIO = tiny_scenario(
     "search-kill",
     workload={**WORKLOAD, "duration_s": 1, "warmup_s": 0.2, "timeout_s": 2},
     links=["direct"],
-    slo={"percentile": 99, "latency_ms": 500},
+    # A p50: a step is judged on its percentile's interval, and a 1 s step at 10 req/s has
+    # enough requests to bound a p50 (6), not a p99 (368).
+    slo={"percentile": 50, "latency_ms": 500},
     cost={"instance": "c6i.xlarge"},
 )
 

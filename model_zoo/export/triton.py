@@ -11,6 +11,10 @@ Two repositories come from one export, differing only in how the model is execut
 - `<out>/triton-python/<model>/`: `backend: "python"` plus a `model.py` that runs the same
   `model.onnx` with onnxruntime, for the pip-installed `tritonserver` that only has the
   python backend.
+
+What a version folder holds is a `ServedFile`: ONNX for everything servebench converts, or a
+user's TorchScript file as it is (`pytorch_libtorch` in the official image, a `model.py`
+running it with torch on the local server) where torch's ONNX exporter cannot convert it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_zoo.errors import ModelZooError
 from model_zoo.export.onnx import ExportExistsError, export_onnx
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+from servebench.common.limits import MAX_NAME_CHARS
 
 if TYPE_CHECKING:
     from torch import nn  # annotations only: reading configs must not import torch
@@ -37,6 +42,8 @@ PYTHON_REPOSITORY = "triton-python"
 ONNX_FILENAME = "model.onnx"
 CONFIG_FILENAME = "config.pbtxt"
 PYTHON_MODEL_SOURCE = Path(__file__).with_name("triton_python_model.py")
+TORCHSCRIPT_FILENAME = "model.pt"  # the name Triton's pytorch_libtorch backend loads
+TORCHSCRIPT_MODEL_SOURCE = Path(__file__).with_name("triton_torchscript_model.py")
 
 Form = Literal["onnx", "python"]
 InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
@@ -103,6 +110,27 @@ class TritonSettings:
 
 
 @dataclass(frozen=True)
+class ServedFile:
+    """What a model's version folder holds and what runs it in each repository form.
+
+    `platform`: the standard repository's (`triton/`), whose backend ships in the official
+    Triton image; `python_model`: the `model.py` that runs the same file on the python
+    backend (`triton-python/`), the only backend of the local tritonserver.
+    """
+
+    label: str  # as users name it, in messages
+    filename: str  # in <model>/<version>/
+    platform: str
+    python_model: Path
+
+
+ONNX_FILE = ServedFile("ONNX", ONNX_FILENAME, "onnxruntime_onnx", PYTHON_MODEL_SOURCE)
+TORCHSCRIPT_FILE = ServedFile(
+    "TorchScript", TORCHSCRIPT_FILENAME, "pytorch_libtorch", TORCHSCRIPT_MODEL_SOURCE
+)
+
+
+@dataclass(frozen=True)
 class TritonExport:
     """Where one model's two forms were written."""
 
@@ -147,11 +175,13 @@ def build_config(
     settings: TritonSettings,
     *,
     form: Form = "onnx",
+    served: ServedFile = ONNX_FILE,
 ) -> mc.ModelConfig:
-    """The `ModelConfig` of any ONNX model (a spec's or an imported one) with `settings`."""
+    """The `ModelConfig` of a model (a spec's or an imported one) with `settings`: in the
+    standard form on the platform that runs `served`, else on the python backend."""
     config = mc.ModelConfig(name=check_name(name), max_batch_size=settings.max_batch_size)
     if form == "onnx":
-        config.platform = "onnxruntime_onnx"
+        config.platform = served.platform
     elif form == "python":
         config.backend = "python"
     else:
@@ -324,34 +354,36 @@ def write_triton_model(
 
 
 def write_model_folder(
-    onnx_path: Path,
+    model_path: Path,
     config: mc.ModelConfig,
     repository: Path,
     *,
     version: int = 1,
     force: bool = False,
+    served: ServedFile = ONNX_FILE,
 ) -> Path:
-    """Write `<repository>/<config.name>/` serving `onnx_path` as `config` says.
+    """Write `<repository>/<config.name>/` serving `model_path` (a `served` file) as
+    `config` says.
 
-    A python-backend config gets the onnxruntime `model.py` beside the ONNX file.
+    A python-backend config gets the `model.py` that runs that file beside it.
     """
     if version < 1:
         raise ValueError(f"version: must be >= 1, got {version}")
     model_dir = Path(repository) / check_name(config.name)
     version_dir = model_dir / str(version)
-    target = version_dir / ONNX_FILENAME
-    onnx_path = Path(onnx_path)
-    if not onnx_path.is_file():
-        raise FileNotFoundError(f"{onnx_path}: no ONNX file to put into the repository")
-    if model_dir.resolve() in onnx_path.resolve().parents and not target.exists():
-        raise ValueError(f"{onnx_path}: lies inside {model_dir}, which this write would replace")
-    if not (target.exists() and target.samefile(onnx_path)):
-        # An ONNX file already in place is this model's (export_triton writes it there).
+    target = version_dir / served.filename
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise FileNotFoundError(f"{model_path}: no {served.label} file to put into the repository")
+    if model_dir.resolve() in model_path.resolve().parents and not target.exists():
+        raise ValueError(f"{model_path}: lies inside {model_dir}, which this write would replace")
+    if not (target.exists() and target.samefile(model_path)):
+        # A model file already in place is this model's (export_triton writes it there).
         _claim_model_dirs([model_dir], force=force)
         version_dir.mkdir(parents=True)
-        shutil.copyfile(onnx_path, target)
+        shutil.copyfile(model_path, target)
     if config.backend == "python":
-        shutil.copyfile(PYTHON_MODEL_SOURCE, version_dir / "model.py")
+        shutil.copyfile(served.python_model, version_dir / "model.py")
     text = render_config(config)
     parse_config(text, where=str(model_dir / CONFIG_FILENAME))  # by construction, but cheap
     (model_dir / CONFIG_FILENAME).write_text(text)
@@ -372,7 +404,13 @@ def _claim_model_dirs(model_dirs: list[Path], *, force: bool) -> None:
 
 
 def check_name(name: str) -> str:
-    """`name` if Triton (and a URL path) takes it as a model name; ValueError otherwise."""
+    """`name` if Triton (and a URL path) takes it as a model name, and a folder can be named
+    after it (`MAX_NAME_CHARS`); ValueError otherwise."""
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(
+            f"name: {name[:20]!r}... has {len(name)} characters; a model name has at most "
+            f"{MAX_NAME_CHARS}"
+        )
     if not _NAME_PATTERN.match(name):
         raise ValueError(
             f"name: {name!r} is not a usable Triton model name (letters, digits, '_', '.', '-')"

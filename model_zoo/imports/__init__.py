@@ -9,6 +9,7 @@ from model_zoo.imports.signature import (
     Unconvertible,
     parse_input_shapes,
 )
+from model_zoo.imports.source import model_limit
 
 __all__ = [
     "IMPORT_FILE",
@@ -19,6 +20,7 @@ __all__ = [
     "ShapeError",
     "Unconvertible",
     "import_model",
+    "model_limit",
     "parse_input_shapes",
     "read_model",
 ]

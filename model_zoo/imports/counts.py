@@ -21,6 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from model_zoo.imports.onnx_file import read_graph
+from model_zoo.imports.source import model_limit
+from servebench.common.userfile import ByteLimit
+
 COUNTED_OPS = ("MatMul", "Gemm", "Conv")
 # Ops that multiply weights too but whose cost is not counted here: a graph holding one
 # has unknown FLOPs (an LSTM node counted as zero put a recurrent model ~200x low on the
@@ -42,28 +46,34 @@ class GraphCounts:
 
 
 def count_onnx(
-    path: Path, input_shapes: Mapping[str, tuple[int, ...]], batched: bool
+    path: Path,
+    input_shapes: Mapping[str, tuple[int, ...]],
+    batched: bool,
+    limit: ByteLimit | None = None,
 ) -> GraphCounts:
-    """Count the ONNX file at `path`, its inputs fixed to `input_shapes` (per sample)."""
-    import onnx
-    from onnx import numpy_helper, shape_inference
+    """Count the ONNX file at `path` (within `limit`, as `onnx_file.read_graph` checks),
+    its inputs fixed to `input_shapes` (per sample)."""
+    from onnx import shape_inference
 
-    model = onnx.load(str(path))
+    model = read_graph(path, limit or model_limit())
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
     # Floating-point initializers are the weights; integer ones are shapes and indices
-    # (a Reshape's target, a Gather's positions) the exporter wrote as constants.
-    arrays = [numpy_helper.to_array(init) for init in graph.initializer]
-    arrays += [  # a Constant node's tensor is a weight the exporter did not make an initializer
-        numpy_helper.to_array(attribute.t)
+    # (a Reshape's target, a Gather's positions) the exporter wrote as constants. Counted
+    # from their dims and types: their bytes may be external data, which is never loaded.
+    tensors = [*graph.initializer]
+    tensors += [  # a Constant node's tensor is a weight the exporter did not make an initializer
+        attribute.t
         for node in graph.node
         if node.op_type == "Constant"
         for attribute in node.attribute
         if attribute.name == "value"
     ]
-    floats = [array for array in arrays if array.dtype.kind == "f"]
-    params = sum(array.size for array in floats)
-    weight_bytes = sum(array.nbytes for array in floats)
+    floats = [
+        (math.prod(t.dims), dtype) for t in tensors if (dtype := _dtype(t.data_type)).kind == "f"
+    ]
+    params = sum(elements for elements, _ in floats)
+    weight_bytes = sum(elements * dtype.itemsize for elements, dtype in floats)
     for value in graph.input:
         if value.name in weights or value.name not in input_shapes:
             continue
@@ -130,10 +140,15 @@ def _dims(value) -> tuple[int, ...] | None:
 
 
 def _itemsize(value) -> int:
+    dtype = _dtype(value.type.tensor_type.elem_type)
+    return dtype.itemsize if dtype.kind != "V" else 4
+
+
+def _dtype(element: int) -> np.dtype:
+    """numpy's dtype for an ONNX element type; void for one numpy has no name for."""
     from onnx import helper
 
-    element = value.type.tensor_type.elem_type
     try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(element)).itemsize
+        return np.dtype(helper.tensor_dtype_to_np_dtype(element))
     except (KeyError, TypeError):
-        return 4
+        return np.dtype("V1")

@@ -18,12 +18,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model_zoo.export.family import FORMATS, TFS_DIR, TFS_FORMAT, TRITON_FORMAT
+from model_zoo.export.library_output import log_beside
 from model_zoo.export.tfs import write_server_files
 from model_zoo.export.triton import (
     CONFIG_FILENAME,
+    ONNX_FILE,
     ONNX_FILENAME,
     PYTHON_REPOSITORY,
     STANDARD_REPOSITORY,
+    ServedFile,
     TensorConfig,
     TritonSettings,
     build_config,
@@ -37,15 +40,26 @@ from model_zoo.imports.signature import (
     ModelImportError,
     Signature,
     Unconvertible,
+    check_sample_shapes,
     random_feeds,
     resolve_shapes,
 )
 from model_zoo.imports.source import ModelSource
 from model_zoo.imports.triton_repo import TritonModelSource
-from model_zoo.parity import ParityReport, compare_outputs, run_onnx_feeds, run_savedmodel_feeds
+from model_zoo.parity import (
+    ParityReport,
+    compare_outputs,
+    run_onnx_feeds,
+    run_savedmodel_feeds,
+    run_torchscript_feeds,
+)
+from servebench.common.staging import remove_staged, sigterm_stops
 from servebench.common.tfs_config import savedmodel_names
+from servebench.common.userfile import ByteLimit
 
 IMPORT_FILE = "import.json"
+# What converters printed while importing a model, kept off the terminal: <name>-onnx.log.
+LOG_DIR = "logs"
 VERSION = 1
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -58,10 +72,12 @@ class ImportResult:
     input_shapes: dict[str, tuple[int, ...]]
     written: dict[str, list[str]] = field(default_factory=dict)  # format -> folders under out
     skipped: dict[str, str] = field(default_factory=dict)  # format -> why not
+    served: dict[str, str] = field(default_factory=dict)  # format -> what its folders run, why
     parity: ParityReport | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+@sigterm_stops()  # a stop removes the staging folder (`finally` below), SIGTERM's too
 def import_model(
     path: Path,
     out: Path,
@@ -72,22 +88,26 @@ def import_model(
     settings: TritonSettings | None = None,
     signature: Signature | None = None,
     force: bool = False,
+    limit: ByteLimit | None = None,
 ) -> ImportResult:
     """Read `path`, write each of `formats` it converts to under `out`, check parity.
 
     `signature`: the file's, where the caller read it already (a scenario's validation),
     so it is not read again. `force`: replace the model's folders of those formats that
     `out` holds already; they are removed only once the new import has been written and
-    checked, so a failed import leaves the old one as it was."""
+    checked, so a failed import leaves the old one as it was. `limit`: the bytes the file
+    or folder may hold (default: `limits.max_model_mb`'s), checked before it is read."""
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown or not formats:
         raise ModelImportError(f"formats: expected some of {', '.join(FORMATS)}, got {unknown}")
     started = time.perf_counter()
-    source = open_source(path, input_shapes or {})
+    given = check_sample_shapes(input_shapes or {})
+    name = check_name(name) if name else None
+    source = open_source(path, given, limit)
     signature = signature or source.signature()
-    shapes = resolve_shapes(signature, input_shapes or {}, str(path))
-    name = check_name(name or clean_name(source.default_name()))
+    shapes = resolve_shapes(signature, given, str(path))
+    name = name or check_name(clean_name(source.default_name()))
     out = Path(out)
     targets = _targets(name, formats)
     taken = [str(out / t) for t in targets.values() if (out / t).exists()]
@@ -142,7 +162,7 @@ def import_model(
         moved = _move_into(staging, out)
     finally:
         if not moved:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_staged(staging)
     return result
 
 
@@ -164,13 +184,16 @@ def _write_triton(
     settings: TritonSettings,
     result: ImportResult,
 ) -> dict:
-    """Both Triton repositories; the runtimes to check for parity (a converted ONNX file)."""
+    """Both Triton repositories; the runtimes to check for parity (a converted ONNX file,
+    or a TorchScript file served as it is)."""
     standard = staging / STANDARD_REPOSITORY
     python = staging / PYTHON_REPOSITORY
     if isinstance(source, TritonModelSource):
         return _write_user_repository(source, staging, name, result)
-    onnx_file = staging / ONNX_FILENAME
-    converted = source.write_onnx(onnx_file)
+    try:
+        served, model_file, converted = _served_file(source, staging, result)
+    finally:
+        _keep_log(log_beside(staging / ONNX_FILENAME), staging, name, result)
     if not signature.batched:
         settings = TritonSettings(
             max_batch_size=0,
@@ -180,12 +203,53 @@ def _write_triton(
         )
     inputs, outputs = _tensor_configs(signature)
     for form, repository in (("onnx", standard), ("python", python)):
-        config = build_config(name, inputs, outputs, settings, form=form)
-        write_model_folder(onnx_file, config, repository, version=VERSION)
-    onnx_file.unlink()
+        config = build_config(name, inputs, outputs, settings, form=form, served=served)
+        write_model_folder(model_file, config, repository, version=VERSION, served=served)
+    model_file.unlink()
     result.written[TRITON_FORMAT] = [f"{STANDARD_REPOSITORY}/{name}", f"{PYTHON_REPOSITORY}/{name}"]
-    served = standard / name / str(VERSION) / ONNX_FILENAME
-    return {"onnxruntime": lambda feeds: run_onnx_feeds(served, feeds)} if converted else {}
+    path = python / name / str(VERSION) / served.filename
+    if served is not ONNX_FILE:  # a TorchScript file: run as its python-backend model runs it
+        names = [t.name for t in signature.inputs], [t.name for t in signature.outputs]
+        return {"torchscript": lambda feeds: run_torchscript_feeds(path, feeds, *names)}
+    return {"onnxruntime": lambda feeds: run_onnx_feeds(path, feeds)} if converted else {}
+
+
+def _served_file(
+    source: ModelSource, staging: Path, result: ImportResult
+) -> tuple[ServedFile, Path, bool]:
+    """The file Triton's two folders serve, written into `staging`, and whether it is a
+    conversion: ONNX where the source is or converts to it (today's path, kept), else the
+    source's own file as it is where Triton serves that format natively (a TorchScript
+    module torch's ONNX exporter fails on, e.g. a traced GRU with attention)."""
+    onnx_file = staging / ONNX_FILENAME
+    try:
+        converted = source.write_onnx(onnx_file)
+    except Unconvertible as why:
+        served = source.served_as_is
+        if served is None:
+            raise
+        onnx_file.unlink(missing_ok=True)  # whatever the failed export left
+        source.write_as_is(staging / served.filename)
+        result.served[TRITON_FORMAT] = f"{served.label} as it is, without ONNX: {why}"
+        return served, staging / served.filename, False
+    how = f"converted from {source.label or source.format}" if converted else "as it is"
+    result.served[TRITON_FORMAT] = f"ONNX {how}"
+    return ONNX_FILE, onnx_file, converted
+
+
+def _keep_log(log: Path, staging: Path, name: str, result: ImportResult) -> None:
+    """A converter's output (`library_output`) kept as `logs/<name>-onnx.log` and named in
+    the line saying what Triton serves; an empty one removed."""
+    if not log.is_file():
+        return
+    if not log.stat().st_size:
+        log.unlink()
+        return
+    kept = Path(LOG_DIR) / f"{name}-onnx.log"
+    (staging / LOG_DIR).mkdir(exist_ok=True)
+    os.replace(log, staging / kept)
+    if TRITON_FORMAT in result.served:
+        result.served[TRITON_FORMAT] += f" (the exporter's output: {kept})"
 
 
 def _write_user_repository(
@@ -242,6 +306,7 @@ def _record(staging: Path, result: ImportResult, path: Path) -> None:
         "input_shapes": {k: list(v) for k, v in result.input_shapes.items()},
         "written": result.written,
         "skipped": result.skipped,
+        "served": result.served,
         "parity": asdict(result.parity) if result.parity else None,
         "seconds": result.seconds,
     }
@@ -266,6 +331,9 @@ def _move_into(staging: Path, out: Path) -> bool:
                 os.replace(folder, out / repository / folder.name)
     if (staging / TFS_DIR).is_dir():
         write_server_files(out / TFS_DIR, savedmodel_names(out / TFS_DIR))
+    for log in sorted((staging / LOG_DIR).glob("*")):
+        (out / LOG_DIR).mkdir(exist_ok=True)
+        os.replace(log, out / LOG_DIR / log.name)
     record = out / IMPORT_FILE
     merged = json.loads(record.read_text()) if record.is_file() else {}
     merged.update(json.loads((staging / IMPORT_FILE).read_text()))

@@ -18,9 +18,11 @@ from model_zoo.imports.counts import GraphCounts, count_onnx
 from model_zoo.imports.formats import open_source
 from model_zoo.imports.importer import clean_name
 from model_zoo.imports.onnx_file import OnnxSource
-from model_zoo.imports.signature import Signature, resolve_shapes
+from model_zoo.imports.signature import Signature, check_sample_shapes, resolve_shapes
+from model_zoo.imports.source import model_limit
 from model_zoo.imports.triton_repo import TritonModelSource
 from model_zoo.spec import ModelSpec
+from servebench.common.userfile import ByteLimit
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +42,9 @@ class ImportedModel:
     input_shapes: Mapping[str, tuple[int, ...]]
     counts: GraphCounts = field(default_factory=GraphCounts)
     to_savedmodel: bool = False
+    # The bytes its file may hold (the scenario's limits.max_model_mb), which the run's
+    # import of it holds it to again.
+    limit: ByteLimit = field(default_factory=model_limit)
 
     @property
     def layer_type(self) -> str:
@@ -62,22 +67,26 @@ def read_model(
     name: str | None = None,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     option: str = "--input-shape",
+    limit: ByteLimit | None = None,
 ) -> ImportedModel:
-    """Read `path` (any format `models import` reads) without converting it.
+    """Read `path` (any format `models import` reads) without converting it, within
+    `limit` (the bytes its file or folder may hold; default: `limits.max_model_mb`'s).
 
     Raises `ModelImportError` (a `ShapeError` for shapes, naming `option`, where the user
     gives them) or `ValueError` for a name Triton would not take.
     """
-    given = dict(input_shapes or {})
-    source = open_source(path, given)
+    given = check_sample_shapes(input_shapes or {}, option)
+    model_name = check_name(name) if name else None
+    limit = limit or model_limit()
+    source = open_source(path, given, limit)
     signature = source.signature()
     shapes = resolve_shapes(signature, given, str(path), option)
-    model_name = check_name(name or clean_name(source.default_name()))
+    model_name = model_name or check_name(clean_name(source.default_name()))
     counted = GraphCounts()
     if isinstance(source, OnnxSource):
-        counted = count_onnx(source.path, shapes, signature.batched)
+        counted = count_onnx(source.path, shapes, signature.batched, limit)
     elif isinstance(source, TritonModelSource) and source.is_onnx:
-        counted = count_onnx(source.model_file, shapes, signature.batched)
+        counted = count_onnx(source.model_file, shapes, signature.batched, limit)
     return ImportedModel(
         id=model_name,
         path=Path(path).resolve(),
@@ -86,4 +95,5 @@ def read_model(
         input_shapes=shapes,
         counts=counted,
         to_savedmodel=source.to_savedmodel,
+        limit=limit,
     )

@@ -9,6 +9,7 @@ user gives them (`--input-shape NAME=DIMS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from model_zoo.errors import ModelZooError
+from servebench.common.limits import MAX_SAMPLE_ELEMENTS
+from servebench.common.userfile import UserFileError
 
 DYNAMIC = -1  # a dimension the file leaves open (ONNX dim_param, TF None, Triton -1)
 
@@ -76,8 +79,31 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
             )
         if name in shapes:
             raise ModelImportError(f"--input-shape: {name!r} is given twice")
-        shapes[name] = dims
+        shapes[name] = check_sample_shape(f"--input-shape {name}", dims)
     return shapes
+
+
+def check_sample_shape(where: str, dims: Sequence[int]) -> tuple[int, ...]:
+    """`dims` (one sample of an input) if its elements are within `MAX_SAMPLE_ELEMENTS`,
+    the bound every served input has; a `ShapeError` naming `where` otherwise. Checked
+    before any shape reaches a library: torch and numpy turn 10^20 elements into a C++
+    stack or a failed allocation, not a sentence."""
+    elements = math.prod(dims)
+    if elements > MAX_SAMPLE_ELEMENTS:
+        shown = "x".join(str(d) for d in dims)
+        raise ShapeError(
+            f"{where}: {shown} is {elements:,} elements per sample; the most is "
+            f"{MAX_SAMPLE_ELEMENTS:,} (2^26, docs/scenario-limits.md)"
+        )
+    return tuple(dims)
+
+
+def check_sample_shapes(
+    given: Mapping[str, Sequence[int]], option: str = "--input-shape"
+) -> dict[str, tuple[int, ...]]:
+    """Every shape a user gives (`option`: the command's flag or a scenario's field)
+    within `check_sample_shape`'s bound."""
+    return {name: check_sample_shape(f"{option} {name}", dims) for name, dims in given.items()}
 
 
 class ShapeError(ModelImportError):
@@ -116,7 +142,7 @@ def resolve_shapes(
                         f"{option}: {source} input {tensor.name!r} dim {index} is "
                         f"{have} in the file, got {new}"
                     )
-            shapes[tensor.name] = want
+            shapes[tensor.name] = check_sample_shape(f"{option} {tensor.name}", want)
             continue
         for index, have in enumerate(dims):
             if have == DYNAMIC:
@@ -124,7 +150,7 @@ def resolve_shapes(
                     f"{source}: input {tensor.name!r} dim {index} of {_show(dims)} is dynamic; "
                     f"give it with {ask_for_shape(option, tensor.name)}"
                 )
-        shapes[tensor.name] = dims
+        shapes[tensor.name] = check_sample_shape(f"{source}: input {tensor.name!r}", dims)
     return shapes
 
 
@@ -170,8 +196,20 @@ def refused_as(path: Path, what: str) -> Iterator[None]:
         yield
     except ModelImportError:
         raise
+    except UserFileError as err:  # the user-file checks' own line, already naming the file
+        raise ModelImportError(str(err)) from None
     except Exception as err:
         raise ModelImportError(f"{path}: not {what} ({first_line(err)})") from None
+
+
+@contextmanager
+def user_file_refused() -> Iterator[None]:
+    """A user-file check's refusal (`servebench.common.userfile`) as a ModelImportError,
+    its line unchanged; anything else (a full disk) passes as it is."""
+    try:
+        yield
+    except UserFileError as err:
+        raise ModelImportError(str(err)) from None
 
 
 def _show(dims: Sequence[int]) -> str:

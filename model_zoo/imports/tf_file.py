@@ -24,10 +24,12 @@ from model_zoo.imports.signature import (
     Tensor,
     first_line,
     refused_as,
+    user_file_refused,
 )
 from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_savedmodel_feeds
 from servebench.common.tf_runtime import import_keras, import_tensorflow
+from servebench.common.userfile import copy_folder
 
 SIGNATURE = "serving_default"
 ONNX_OPSET = 17
@@ -72,7 +74,8 @@ class SavedModelSource(ModelSource):
         return run_savedmodel_feeds(self.savedmodel_dir, feeds)
 
     def write_savedmodel(self, target: Path) -> bool:
-        shutil.copytree(self.savedmodel_dir, target)
+        with user_file_refused():
+            copy_folder(self.savedmodel_dir, target, self.limit)  # no link, no device
         return False
 
     def write_onnx(self, target: Path) -> bool:

@@ -4,13 +4,17 @@ A TorchScript file names its inputs but carries no shapes, so each input's sampl
 comes from `--input-shape` (float32; the batch axis is the first); a `.pt2` file carries
 names, dtypes and shapes, symbolic where the program was exported with dynamic ones.
 Both go to ONNX with torch's own exporters: the TorchScript one for a ScriptModule (the
-dynamo exporter cannot trace it), the dynamo one for an exported program.
+dynamo exporter cannot trace it), the dynamo one for an exported program. A TorchScript
+module the exporter fails on is served as it is (`served_as_is`); what the exporters print
+goes to a log (`export.library_output`), never to the terminal.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from model_zoo.export.library_output import log_beside, output_to
 from model_zoo.export.onnx import quiet_exporter
+from model_zoo.export.triton import TORCHSCRIPT_FILE
 from model_zoo.imports.signature import (
     DYNAMIC,
     ModelImportError,
@@ -26,11 +32,28 @@ from model_zoo.imports.signature import (
     Signature,
     Tensor,
     ask_for_shape,
+    first_line,
     refused_as,
 )
 from model_zoo.imports.source import ModelSource, Unconvertible
 
 _EXAMPLE_BATCH = 2  # >= 2: a batch-1 example would let the exporter freeze the axis
+
+
+@contextmanager
+def quiet_torch() -> Iterator[None]:
+    """Keep torch's own log lines and warnings from the user's terminal while it reads or
+    converts their file: a file torch cannot read is one line (`refused_as`), not that line
+    after a dozen of torch's (a zero-byte `.pt2` logged its zip reader's traceback)."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _output_names(count: int) -> list[str]:
@@ -48,21 +71,26 @@ class _TorchFile(ModelSource):
     framework = "torch"
 
     def _to_onnx(self, target: Path, model: Any, example: tuple, **options: Any) -> bool:
+        """Export with torch's printing and the error's full text kept in a log beside
+        `target` (`library_output`): the user gets the error's first sentence."""
         try:
-            with torch.no_grad(), quiet_exporter():
+            with torch.no_grad(), quiet_exporter(), quiet_torch(), output_to(log_beside(target)):
                 torch.onnx.export(model, example, str(target), **options)
         except Exception as err:  # the exporters raise many classes; each is one line here
-            raise Unconvertible(f"{self.label} -> ONNX: torch's exporter failed: {err}") from None
+            why = first_line(err)
+            raise Unconvertible(f"{self.label} -> ONNX: torch's exporter failed: {why}") from None
         return True
 
 
 class TorchScriptSource(_TorchFile):
     format = "torchscript"
     label = "TorchScript"
+    served_as_is = TORCHSCRIPT_FILE
 
     @cached_property
     def module(self) -> torch.jit.ScriptModule:
-        with refused_as(self.path, "a TorchScript file"):  # RuntimeError: zip reader, unpickler
+        # RuntimeError: zip reader, unpickler
+        with refused_as(self.path, "a TorchScript file"), quiet_torch():
             return torch.jit.load(str(self.path), map_location="cpu").eval()
 
     @cached_property
@@ -117,6 +145,11 @@ class TorchScriptSource(_TorchFile):
             result = _as_tuple(self.module(*(torch.from_numpy(feeds[n]) for n in self.input_names)))
         return dict(zip(_output_names(len(result)), (y.numpy() for y in result), strict=True))
 
+    def write_as_is(self, target: Path) -> None:
+        """The module as torch loaded it (in eval mode), saved again: the file parity and
+        the server then use is the one read here, not the user's path read twice."""
+        self.module.save(str(target))
+
     def write_onnx(self, target: Path) -> bool:
         outputs = [t.name for t in self.signature().outputs]
         axes = {name: {0: "batch"} for name in [*self.input_names, *outputs]}
@@ -132,8 +165,7 @@ class TorchExportSource(_TorchFile):
 
     @cached_property
     def program(self) -> torch.export.ExportedProgram:
-        with refused_as(self.path, "a torch.export program"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with refused_as(self.path, "a torch.export program"), quiet_torch():
             return torch.export.load(str(self.path))
 
     def _placeholders(self) -> list[tuple[str, torch.Tensor]]:

@@ -8,7 +8,6 @@ local tritonserver has; a python-backend model runs on both as it is.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -17,10 +16,17 @@ import numpy as np
 
 from model_zoo.export.triton import CONFIG_FILENAME, ONNX_FILENAME, TritonConfigError, parse_config
 from model_zoo.imports.onnx_file import OnnxSource
-from model_zoo.imports.signature import DYNAMIC, ModelImportError, Signature, Tensor
+from model_zoo.imports.signature import (
+    DYNAMIC,
+    ModelImportError,
+    Signature,
+    Tensor,
+    user_file_refused,
+)
 from model_zoo.imports.source import ModelSource, Unconvertible
 from model_zoo.parity import run_onnx_feeds
 from servebench.common.textfile import read_text
+from servebench.common.userfile import copy_folder
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 PYTHON_MODEL_FILE = "model.py"
@@ -76,7 +82,7 @@ class TritonModelSource(ModelSource):
         )
         default = PYTHON_MODEL_FILE if self.is_python else ONNX_FILENAME
         filename = self.config.default_model_filename or default
-        if not versions or not (versions[-1] / filename).exists():
+        if not versions or not (versions[-1] / filename).is_file():
             raise ModelImportError(f"{self.folder}: no <version>/{filename} beside its config")
         return versions[-1] / filename
 
@@ -97,7 +103,8 @@ class TritonModelSource(ModelSource):
         )
         model_file = self.model_file  # a folder without its model is refused here
         if self.is_onnx:
-            self._check_against(OnnxSource(model_file, {}).signature(), signature, model_file)
+            graph = OnnxSource(model_file, {}, self.limit).signature()
+            self._check_against(graph, signature, model_file)
         return signature
 
     def _check_against(self, graph: Signature, config: Signature, model_file: Path) -> None:
@@ -124,9 +131,11 @@ class TritonModelSource(ModelSource):
                 f"{self.folder}: platform {self.config.platform or self.config.backend!r} is "
                 "copied as it is; only ONNX models get the local python-backend twin"
             )
-        shutil.copyfile(self.model_file, target)
-        return False
+        return OnnxSource(self.model_file, {}, self.limit).write_onnx(target)
 
     def copy_folder(self, target: Path) -> None:
-        """The user's model folder, every version and file, into `target`."""
-        shutil.copytree(self.folder, target)
+        """The user's model folder, every version and file, into `target`: its files and
+        folders only (`servebench.common.userfile.copy_folder` refuses a link or device
+        found there, and holds the copy to the model limit)."""
+        with user_file_refused():
+            copy_folder(self.folder, target, self.limit)

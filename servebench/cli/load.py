@@ -3,10 +3,12 @@
 Open loop with `--rate` (constant or `--poisson`), `--request-intervals FILE`
 (perf_analyzer's format) or `--load-schedule step|line` (ghz's names); closed loop with
 `--concurrency`. Times on the command line are seconds; the table shows milliseconds.
-Exit status: 0 when the verdict is VALID, 3 when it is INVALID, 2 (one line, no run)
-when the address, model, version, protocol or an output path is wrong. Ctrl-C (or SIGTERM)
-stops the load and keeps what it measured: the summary says it stopped early (INVALID).
-With `--generators N` a terminal shows the gang's live figures while it runs.
+Without `--protocol`, a named model gets the model protocol its address answers (asked
+once). Exit status: 0 when the verdict is VALID, 3 when it is INVALID, 2 (one line, nothing
+sent) when the address, model, version, protocol or an output path is wrong, the model's
+request is over the request-size limit, or a local gang has more generators than cores.
+Ctrl-C (or SIGTERM) stops the load and keeps what it measured: the summary says it
+stopped early (INVALID). With `--generators N` a terminal shows the gang's live figures.
 """
 
 from __future__ import annotations
@@ -89,8 +91,12 @@ def load(
     ],
     model: Annotated[str, typer.Option(help="Model name.")] = "",
     protocol: Annotated[
-        str, typer.Option(help=f"Client protocol: {', '.join(protocol_names())}.")
-    ] = "http",
+        str | None,
+        typer.Option(
+            help=f"Client protocol: {', '.join(protocol_names())} (default: with --model, "
+            "the model protocol the address answers, asked once; without, http)."
+        ),
+    ] = None,
     model_version: Annotated[str | None, typer.Option(help="Model version.")] = None,
     rate: Annotated[
         float | None,
@@ -415,8 +421,11 @@ def load(
     from servebench.clients.factory import create_client
     from servebench.clients.input_data import read_input_data
     from servebench.load import EarlyStopSettings, LoadSettings, StabilitySettings, run
+    from servebench.load.gang import check_local_gang
 
     try:
+        if generators > 1 and scheduler is None:
+            check_local_gang(generators, "--generators")
         arrivals = _arrivals(
             rate,
             poisson,
@@ -431,6 +440,7 @@ def load(
         if arrivals is not None and concurrency is not None:
             raise ValueError("give either an open-loop load (--rate, ...) or --concurrency")
         data = read_input_data(input_data) if input_data is not None else None
+        protocol, probed = _chosen_protocol(protocol, url, model)
         options = _client_options(
             protocol,
             method,
@@ -486,6 +496,8 @@ def load(
         asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed, data))
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if probed:
+        typer.echo(f"protocol: {protocol} (what {url} answers; --protocol to choose)")
     if metrics_url is None:
         metrics_url = default_metrics_url(protocol, url)
     quiet = settings.mode == "closed" and settings.processes == 1
@@ -524,6 +536,20 @@ def load(
         json_out.write_text(json.dumps(document, indent=2) + "\n")
     if summary.verdict != "VALID":
         raise typer.Exit(EXIT_INVALID)
+
+
+def _chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, bool]:
+    """`--protocol`; else, for a named model, the model protocol `url` answers (asked
+    once), as perf_analyzer's users expect of a model; else plain `http` to the URL as an
+    endpoint. With whether it was asked (the load says so once its checks pass, so that a
+    refusal stays one line). ValueError naming `--protocol` when the answers fit none."""
+    from servebench.cli.load_server import probed_protocol
+
+    if protocol is not None:
+        return protocol, False
+    if not model:
+        return "http", False
+    return asyncio.run(probed_protocol(url, model)), True
 
 
 def _arrivals(

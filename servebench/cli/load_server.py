@@ -4,7 +4,8 @@
   protocol is one sentence naming it (exit 2) instead of a traceback or a run of failures
   (`checked_connect`: the same, as a ValueError; `servebench ui` checks its target so);
 - `explain`: that sentence, with the protocol the address seems to speak when it is not
-  the one asked for (`servebench.clients.sniff`);
+  the one asked for (`servebench.clients.sniff`); `probed_protocol`: that protocol, for a
+  load that names a model and no protocol;
 - `ServerMetrics`: the server's own queue and compute time per request over the measured
   part of the load, from its Prometheus page (as perf_analyzer prints them), read with
   the same parser and counter rules as the scenario runner's telemetry.
@@ -19,15 +20,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from servebench.clients.base import ErrorKind, InferenceClient, InferenceError
+from servebench.cli.values import LIMITS_DOC
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceClient,
+    InferenceError,
+    ModelSignature,
+    request_bytes,
+)
 from servebench.clients.endpoints import grpc_target, http_base
-from servebench.clients.registry import PROTOCOLS
+from servebench.clients.registry import PROTOCOLS, model_protocols
 from servebench.clients.sniff import guess_protocol
+from servebench.common.limits import MAX_REQUEST_MB
 
 if TYPE_CHECKING:
     from servebench.clients.input_data import InputData
 
 _REACH_TIMEOUT_S = 5.0
+_MIB = 2**20
 # A model named in a Triton (/v2/models/m/...) or TF Serving (/v1/models/m:predict) path.
 _MODEL_IN_PATH = re.compile(r"/v[12]/models/([^/:]+)")
 
@@ -43,14 +53,15 @@ async def preflight(
     """Connect, check the payloads and close; raises InferenceError or ValueError.
 
     Model clients read the model's metadata on connect, which checks address, model,
-    version and protocol at once; then the batch and `input_data` are checked against the
-    signature, before any inference is sent, without encoding a file's cycle of requests
-    (the run encodes it, once). The raw `http` client connects lazily, so for it the
-    address is tried with a TCP connect.
+    version and protocol at once; then the request's size (`check_request_size`), the
+    batch and `input_data` are checked against the signature, before any inference is
+    sent, without encoding a file's cycle of requests (the run encodes it, once). The raw
+    `http` client connects lazily, so for it the address is tried with a TCP connect.
     """
     client = factory()
     try:
         await client.connect()
+        check_request_size(await client.signature(), batch_size)
         if input_data is None:
             client.make_payload(batch_size, seed)
         else:
@@ -59,6 +70,22 @@ async def preflight(
             await _reachable(url)
     finally:
         await client.close()
+
+
+def check_request_size(signature: ModelSignature, batch_size: int) -> None:
+    """Refuse, before any payload is built, a request over a scenario's default
+    `limits.max_request_mb` for the signature the server reports: `scenario validate`'s
+    bound on the models it knows (`base.request_bytes`), here on what a server serves
+    (a model whose input declares 1e9 elements would be allocated, 7.45 GiB of it)."""
+    size = request_bytes(signature.inputs, batch_size)
+    if size <= MAX_REQUEST_MB * _MIB:
+        return
+    largest = max(signature.inputs, key=lambda t: request_bytes((t,), 1))
+    raise ValueError(
+        f"model {signature.name!r}: a request of batch {batch_size} is {size / _MIB:,.0f} MiB "
+        f"(input {largest.name!r} is {list(largest.shape)} {largest.dtype} per sample); must be "
+        f"<= {MAX_REQUEST_MB:,g} MiB, as a scenario's limits.max_request_mb ({LIMITS_DOC})"
+    )
 
 
 async def checked_connect(
@@ -119,6 +146,20 @@ async def protocol_hint(url: str, protocol: str, model: str) -> str | None:
     options = f"--protocol {guess} --url {base.origin()}"
     options += f" --model {unquote(found.group(1))}" if found else " --model MODEL"
     return f"every request got an HTTP error status, and {url} answers like {guess}: try {options}"
+
+
+async def probed_protocol(url: str, model: str) -> str:
+    """The model protocol `url` answers (`sniff.guess_protocol`: one harmless question per
+    protocol, no inference); a ValueError naming `--protocol` when the answers fit none,
+    before anything is sent."""
+    found = await guess_protocol(url, model)
+    if found is None:
+        raise ValueError(
+            f"--protocol: {url} answers none of the model protocols' questions "
+            f"({', '.join(model_protocols())}): is the server running there? "
+            "Give --protocol (http for any other endpoint)"
+        )
+    return found
 
 
 def _port_kind(protocol: str) -> str:

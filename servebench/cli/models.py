@@ -38,6 +38,7 @@ from servebench.common.limits import (
 )
 
 if TYPE_CHECKING:
+    from servebench.servers.base import Endpoints
     from servebench.servers.local import LocalTritonServer
 
 app = typer.Typer(
@@ -321,6 +322,8 @@ def import_(
 ) -> None:
     """Import your own model into a `models export` folder: Triton (ONNX + python twin)
     and/or TF Serving, each conversion checked for parity on random inputs."""
+    import signal
+
     from model_zoo.export.family import FORMATS
     from model_zoo.imports import import_model, parse_input_shapes
     from model_zoo.parity import ParityError
@@ -338,6 +341,11 @@ def import_(
         raise fail(str(err)) from None
     except OSError as err:
         raise cannot_write(err, out) from None
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM (common.staging): staging removed
+        name = str(stop) or "SIGINT"
+        raise fail(
+            f"stopped by {name}; nothing was imported", code=128 + signal.Signals[name]
+        ) from None
     shown = ", ".join(f"{n}={'x'.join(map(str, dims))}" for n, dims in result.input_shapes.items())
     console.print(
         f"imported {path} ({result.source_format}) as {result.name!r}: inputs {shown}",
@@ -345,6 +353,8 @@ def import_(
     )
     for fmt, folders in result.written.items():
         console.print(f"  {fmt}: {', '.join(folders)}", highlight=False)
+    for fmt, how in result.served.items():
+        console.print(f"  {fmt} serves: {how}", highlight=False, soft_wrap=True)
     for fmt, why in result.skipped.items():
         console.print(f"  {fmt}: not written: {why}", highlight=False, soft_wrap=True)
     if result.parity is not None:
@@ -414,17 +424,23 @@ def _local_repository(path: Path) -> Path:
     """The python-backend repository the bundled tritonserver can run.
 
     An export folder is accepted as well as the repository itself; a standard repository
-    (onnxruntime platform) is refused with the path of its runnable twin, since the binary
-    shipped in the nvidia-pytriton wheel has only the python backend.
+    (the onnxruntime or libtorch platform) is refused with the path of its runnable twin,
+    since the binary shipped in the nvidia-pytriton wheel has only the python backend.
     """
-    from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY
+    from model_zoo.export.triton import (
+        ONNX_FILE,
+        PYTHON_REPOSITORY,
+        STANDARD_REPOSITORY,
+        TORCHSCRIPT_FILE,
+    )
 
     if (path / PYTHON_REPOSITORY).is_dir():
         return path / PYTHON_REPOSITORY
     configs = sorted(path.glob("*/config.pbtxt"))
     if not configs:
         raise fail(f"{path}: no model folders with config.pbtxt (not a Triton repository)")
-    if path.name == STANDARD_REPOSITORY and "onnxruntime_onnx" in configs[0].read_text():
+    platforms = (ONNX_FILE.platform, TORCHSCRIPT_FILE.platform)
+    if path.name == STANDARD_REPOSITORY and any(p in configs[0].read_text() for p in platforms):
         raise fail(
             f"{path}: the local tritonserver has only the python backend; "
             f"serve {path.parent / PYTHON_REPOSITORY} instead"
@@ -517,6 +533,8 @@ def serve(
             console.print(
                 f"HTTP    {ep.http_url}\ngRPC    {ep.grpc_address}\nmetrics {ep.metrics_url}"
             )
+            if names:
+                console.print(f"load    {_load_command(ep, names[0])}", soft_wrap=True)
             if not once:
                 console.print("serving; press Ctrl-C to stop")
                 if not _wait_for_interrupt(server):
@@ -531,6 +549,25 @@ def serve(
         console.print(f"[red]error:[/red] {escape(died)}", highlight=False)
         raise typer.Exit(code=1)
     console.print("stopped")
+
+
+def _load_command(endpoints: Endpoints, model: str) -> str:
+    """A `servebench load` line for `model` on this server, ready to paste: the server's
+    ports are picked free, so its metrics page is named (`load` would try Triton's default
+    :8002, another server's or none), and so is the protocol."""
+    import shlex
+
+    from servebench.clients.registry import for_server
+
+    metrics = ["--metrics-url", endpoints.metrics_url] if endpoints.metrics_url else []
+    return shlex.join(
+        [
+            *("servebench", "load", "--url", endpoints.http_url),
+            *("--protocol", for_server(endpoints.api, "http").name, "--model", model),
+            *metrics,
+            *("--concurrency", "4", "--duration", "10"),
+        ]
+    )
 
 
 def _wait_for_interrupt(server: LocalTritonServer) -> bool:

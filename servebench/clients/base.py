@@ -8,7 +8,7 @@ a protocol therefore never touches the engine (the shape Locust's contrib client
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from time import perf_counter
@@ -166,7 +166,7 @@ def random_inputs(
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
-        shape = (batch_size, *(d if d > 0 else 1 for d in spec.shape))
+        shape = (batch_size, *_filled(spec.shape))
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
             arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
@@ -177,6 +177,22 @@ def random_inputs(
         else:
             raise ValueError(f"input {spec.name!r}: unsupported dtype {spec.dtype!r}")
     return arrays
+
+
+def request_bytes(specs: Iterable[TensorSpec], batch_size: int) -> int:
+    """The bytes of input tensors in a request of `batch_size` samples, a dynamic dimension
+    counted as 1 (as `random_inputs` fills it): the size a scenario's
+    `limits.max_request_mb` bounds, which `scenario validate` checks for the models it
+    knows and `servebench load` for the signature a server reports, before either builds
+    a payload (a model that declares 1e9 elements would otherwise be allocated)."""
+    per_sample = sum(
+        math.prod(_filled(spec.shape)) * np.dtype(spec.dtype).itemsize for spec in specs
+    )
+    return per_sample * batch_size
+
+
+def _filled(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d if d > 0 else 1 for d in shape)
 
 
 def check_batch_size(signature: ModelSignature, batch_size: int) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,14 @@ import numpy as np
 
 from servebench.clients.base import ModelSignature, TensorSpec
 from servebench.common.errors import ServebenchError
+from servebench.common.limits import (
+    MAX_INPUT_DATA_BYTES,
+    MAX_INPUT_JSON_BYTES,
+    MAX_REQUEST_MB,
+    MAX_SAMPLE_ELEMENTS,
+)
 from servebench.common.textfile import read_json_object
+from servebench.common.userfile import MIB, ByteLimit, NpzFile, UserFileError, check_file
 
 #: The tolerance an answer is compared with (`numpy.allclose`).
 RTOL = 1e-5
@@ -52,8 +58,13 @@ ATOL = 1e-4
 #: The prefix of an expected output's key in an `.npz` file.
 EXPECTED_PREFIX = "expected/"
 #: Most bytes of pre-encoded request tensors one cycle may hold; more would be a payload
-#: cache larger than most machines want beside the server (and minutes of encoding).
-MAX_CYCLE_BYTES = 2**30
+#: cache larger than most machines want beside the server (and minutes of encoding). The
+#: same bound holds a file's samples (`servebench.common.limits`).
+MAX_CYCLE_BYTES = MAX_INPUT_DATA_BYTES
+_DATA_LIMIT = ByteLimit(MAX_INPUT_DATA_BYTES, "the input-data maximum, docs/scenario-limits.md")
+_JSON_LIMIT = ByteLimit(
+    MAX_INPUT_JSON_BYTES, "the JSON input-data maximum, docs/scenario-limits.md"
+)
 
 
 class InputDataError(ServebenchError, ValueError):
@@ -170,45 +181,65 @@ def answer_matches(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.
     return True
 
 
-def read_input_data(path: str | Path) -> InputData:
+def read_input_data(path: str | Path, max_request_mb: float = MAX_REQUEST_MB) -> InputData:
     """The samples in an `.npz` or perf_analyzer JSON file; InputDataError (or the text
-    reader's `TextFileError`) naming the file and what is wrong."""
+    reader's `TextFileError`) naming the file and what is wrong.
+
+    Sizes are checked before anything is read (`servebench.common.userfile`): an .npz's
+    arrays, as their headers declare them, hold at most `MAX_INPUT_DATA_BYTES`, one
+    sample at most `MAX_SAMPLE_ELEMENTS` per array and `max_request_mb` in all (one
+    sample is the smallest request: a scenario's `limits.max_request_mb`); a JSON file has
+    at most `MAX_INPUT_JSON_BYTES`.
+    """
     path = Path(path)
-    if path.suffix.lower() == ".npz":
-        return _read_npz(path)
+    try:
+        if path.suffix.lower() == ".npz":
+            return _read_npz(path, ByteLimit(int(max_request_mb * MIB), "limits.max_request_mb"))
+        check_file(path, _JSON_LIMIT, "a perf_analyzer JSON file")
+    except UserFileError as err:
+        raise InputDataError(str(err)) from None
     return _read_json(path)
 
 
 # -- .npz --------------------------------------------------------------------------------
 
 
-def _read_npz(path: Path) -> InputData:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputDataError(f"{path}: not a readable .npz file ({exc})") from None
+def _read_npz(path: Path, request: ByteLimit) -> InputData:
+    """The arrays of an .npz, each read only once every header passed the checks."""
+    with NpzFile(path, _DATA_LIMIT) as npz:
+        headers = npz.headers
+        for key, header in headers.items():
+            if not header.shape:
+                raise InputDataError(
+                    f"{path}: array {key!r} is a scalar; the first axis must be the samples"
+                )
+            elements = math.prod(header.shape[1:])
+            if elements > MAX_SAMPLE_ELEMENTS:
+                raise InputDataError(
+                    f"{path}: array {key!r} has {elements:,} elements per sample "
+                    f"{list(header.shape[1:])}; the most is {MAX_SAMPLE_ELEMENTS:,} "
+                    "(docs/scenario-limits.md)"
+                )
+        inputs_only = [h for k, h in headers.items() if not k.startswith(EXPECTED_PREFIX)]
+        if not inputs_only:
+            raise InputDataError(f"{path}: no input arrays (keys are input names)")
+        counts = {key: header.shape[0] for key, header in headers.items()}
+        count = next(iter(counts.values()))
+        if count == 0 or any(n != count for n in counts.values()):
+            sizes = ", ".join(f"{key} {n}" for key, n in counts.items())
+            raise InputDataError(
+                f"{path}: every array needs the same number of samples (> 0) on its first "
+                f"axis; found {sizes}"
+            )
+        request.check(path, sum(h.nbytes for h in inputs_only) // count, "has samples of")
+        arrays = {key: npz.read(key) for key in headers}
     inputs: dict[str, _Column] = {}
     expected: dict[str, _Column] = {}
     for key, array in arrays.items():
-        if array.ndim == 0:
-            raise InputDataError(
-                f"{path}: array {key!r} is a scalar; the first axis must be the samples"
-            )
         if key.startswith(EXPECTED_PREFIX):
             expected[key.removeprefix(EXPECTED_PREFIX)] = array
         else:
             inputs[key] = array
-    if not inputs:
-        raise InputDataError(f"{path}: no input arrays (keys are input names)")
-    counts = {key: len(array) for key, array in arrays.items()}
-    count = next(iter(counts.values()))
-    if count == 0 or any(n != count for n in counts.values()):
-        sizes = ", ".join(f"{key} {n}" for key, n in counts.items())
-        raise InputDataError(
-            f"{path}: every array needs the same number of samples (> 0) on its first axis; "
-            f"found {sizes}"
-        )
     return InputData(str(path), count, inputs, expected)
 
 

@@ -42,6 +42,20 @@ MAX_KERNEL_SIZE = 31
 #: Elements of one sample at the served input (seq_len x features for sequence models):
 #: 2**26 float32 values are 256 MiB per sample.
 MAX_SAMPLE_ELEMENTS = 2**26
+#: The longest model name (a Triton model's folder and URL path; a file name has 255 bytes,
+#: and staging and replacing add a prefix and suffix to it).
+MAX_NAME_CHARS = 128
+
+# A user's files (`common.userfile`): what servebench holds in memory or copies is bounded
+# before anything is read. A model's own bytes are `MAX_MODEL_MB` below.
+#: Files and folders in one model folder (a Triton model folder, a SavedModel).
+MAX_FOLDER_ENTRIES = 10_000
+#: Bytes of input-data samples held in memory (an .npz's arrays, as its headers declare
+#: them); one cycle of pre-encoded requests is held to the same bound.
+MAX_INPUT_DATA_BYTES = 2**30
+#: Bytes of a perf_analyzer JSON input-data file: its numbers become Python objects of
+#: about 30 bytes per number written in 4 to 10, so the text is held to 1/16 of the arrays'.
+MAX_INPUT_JSON_BYTES = MAX_INPUT_DATA_BYTES // 16
 #: The most specs one family may hold. Each is exported and served (seconds apiece), so
 #: more is a slip, not a study; checked before any spec is built.
 MAX_FAMILY_SIZE = 10_000
@@ -52,3 +66,7 @@ MAX_RATE = 100_000.0  # requests per second (limits.max_rate)
 MAX_CONCURRENCY = 10_000  # concurrent requests, each its own connection (limits.max_concurrency)
 MAX_REQUESTS = 10_000_000  # requests in one trial (limits.max_requests)
 MAX_TRIAL_S = 86_400.0  # a trial's duration, warm-up, windows: a day (limits.max_trial_s)
+MAX_REQUEST_MB = 256.0  # MiB of input tensors in one request (limits.max_request_mb)
+#: A model's weights, and the bytes of a user's model file or folder, in MiB
+#: (limits.max_model_mb).
+MAX_MODEL_MB = 4096.0

@@ -31,8 +31,9 @@ late_sends           warning  open loop: more than `late_limit` of sends left la
 slo_decided          warning  early stop: the load ended once its SLO question was decided
                               at the stated confidence (a note, not a fault: the run is
                               VALID unless another check says otherwise)
-single_replicate     setting  settings.csv: one replicate, so no between-run interval: its
-                              decision is the request-level one, which a re-run can contradict
+single_run           warning  an SLO decision rests on one run's requests (R = 1): its
+                              interval says nothing about a re-run (`common.slo_judge`);
+                              settings.csv's rows of one replicate carry it
 low_coverage         setting  too few replicates for the median's interval to reach the
                               confidence level (R < 6 at 95 %): its coverage is stated
 unstable_replicates  setting  the replicates' coefficient of variation is over 20 %
@@ -62,7 +63,7 @@ class VerdictCode(StrEnum):
     START_SKEW = "start_skew"
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
-    SINGLE_REPLICATE = "single_replicate"
+    SINGLE_RUN = "single_run"
     LOW_COVERAGE = "low_coverage"
     UNSTABLE_REPLICATES = "unstable_replicates"
     REPLICATES_MISSING = "replicates_missing"

@@ -40,8 +40,10 @@ import numpy as np
 
 from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
 from servebench.clients.input_data import answer_matches
-from servebench.common.quantiles import MET, decides
+from servebench.common.quantiles import MET, UNDECIDED
+from servebench.common.slo_judge import count_at_or_under, judge_counts
 from servebench.common.verdict_codes import VerdictCode
+from servebench.load.error_spending import ErrorSpending
 from servebench.load.mix import Mix
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
@@ -99,6 +101,9 @@ class EngineReport:
     # Seconds the engine began after the shared start it was given (0 when it began in time,
     # or had none): its first sends left late by as much, and a gang counts it as start skew.
     late_start: float = 0.0
+    # Early stop: the level its SLO question is decided at (the deciding look's, else the
+    # final look's); None without early stop (`LoadSummary.slo_confidence_level`).
+    slo_level: float | None = None
 
 
 class Stoppable(Protocol):
@@ -167,6 +172,13 @@ class LoadEngine:
         self._timer: PreciseTimer | None = None
         self._unreachable_since: float | None = None
         self._late_start = 0.0
+        # Early stop's looks and the level of the one that decided (`_stop_when_decided`).
+        # Made here, before the clock starts: it imports scipy (0.67 s measured), which
+        # mid-load would stall every send behind it.
+        self._spending = (
+            ErrorSpending(settings.confidence) if settings.early_stop is not None else None
+        )
+        self._decided_level: float | None = None
         # One writer thread converts and writes record chunks off the event loop; it starts
         # with the first chunk, so an engine that never runs holds no thread.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
@@ -204,10 +216,6 @@ class LoadEngine:
         # here. Frozen objects are skipped until the run ends. Only the young generations
         # are collected first: a full collection with torch and TensorFlow loaded takes
         # 0.4 s or more, and the little old garbage frozen with the rest is freed after.
-        if s.early_stop is not None:
-            # The first decision imports scipy.stats (0.67 s measured): here, not mid-load, where it
-            # would stall every send behind it.
-            decides(1, 1, s.early_stop.percentile, s.confidence)
         gc.collect(1)
         gc.freeze()
         # The clock starts after the set-up above, or the first sends would start late.
@@ -529,12 +537,13 @@ class LoadEngine:
 
     async def _stop_when_decided(self) -> None:
         """Stop (through `stop`, as stability mode does) once the requests answered so far
-        decide the SLO question, after the minimum duration and request count."""
+        decide the SLO question, after the minimum duration and request count. Each look
+        decides at the level the error spending allows it (`load.error_spending`), so the
+        looks together are wrong no more often than one look at `confidence` would be."""
         rule = self.settings.early_stop
-        measurements = self._measurements
-        assert rule is not None and measurements is not None
+        measurements, spending = self._measurements, self._spending
+        assert rule is not None and measurements is not None and spending is not None
         await self._sleep_until(self._measure_from + rule.min_duration)
-        confidence = self.settings.confidence
         seen = n = at_or_under = 0  # running counts: each check reads only the new requests
         while not self._stopping:
             await self.flush()
@@ -542,19 +551,49 @@ class LoadEngine:
             seen += len(cols)
             latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
             n += int(latency.size)
-            at_or_under += int((latency <= rule.bound_s).sum())
+            at_or_under += count_at_or_under(latency, rule.bound_s)
+            level = None
             if n >= rule.min_requests:
-                decision = decides(n, at_or_under, rule.percentile, confidence)
-                if decision is not None:
+                # Off the loop: a look's integration takes up to a few ms (measured 0.5 ms
+                # typical, 7 ms for the first looks' wide grids), which would hold sends.
+                level = await asyncio.to_thread(spending.level, self._planned_share(seen), n)
+            if level is not None:
+                judged = judge_counts(
+                    n, at_or_under, percentile=rule.percentile, bound_s=rule.bound_s, level=level
+                )
+                if judged.verdict != UNDECIDED:
+                    self._decided_level = level
                     self.stop(
-                        f"SLO {decision}: p{rule.percentile:g} "
-                        f"{'within' if decision == MET else 'over'} "
-                        f"{rule.bound_s * 1e3:g} ms at {confidence:.0%} confidence "
-                        f"after {n} requests",
+                        f"SLO {judged.verdict}: p{rule.percentile:g} "
+                        f"{'within' if judged.verdict == MET else 'over'} "
+                        f"{rule.bound_s * 1e3:g} ms at {_percent(level)} confidence after {n} "
+                        f"requests ({spending.spent:.2g} of the {spending.alpha:.2g} error "
+                        "budget spent)",
                         VerdictCode.SLO_DECIDED,
                     )
                     return
             await self._sleep_until(perf_counter() + rule.every)
+
+    def _planned_share(self, measured: int) -> float:
+        """How far through its planned measured window the load is (τ of the error
+        spending): the smaller share of its duration and of its count, where it has each
+        (it ends once both are reached)."""
+        s = self.settings
+        shares = []
+        if s.duration is not None:
+            shares.append((perf_counter() - self._measure_from) / s.duration)
+        if s.count is not None:
+            shares.append(measured / s.count)
+        return min(shares, default=1.0)
+
+    def _slo_level(self, columns: Columns) -> float | None:
+        """Early stop's level for the SLO question: the deciding look's, else the final
+        look's at the end, on every answered request (what the earlier looks left)."""
+        if self._spending is None:
+            return None
+        if self._decided_level is not None:
+            return self._decided_level
+        return self._spending.final_level(int((columns.code == OK).sum()))
 
     # -- records -----------------------------------------------------------------------
 
@@ -623,4 +662,11 @@ class LoadEngine:
             stop_reason=self._stop_reason,
             stop_code=self._stop_code if self._stop_reason else None,
             late_start=self._late_start,
+            slo_level=self._slo_level(columns),
         )
+
+
+def _percent(level: float) -> str:
+    """A level near 1 with the digits that tell it from 100 %: 99.976%, 99.99999%."""
+    digits = max(0, math.ceil(-math.log10((1.0 - level) * 100.0))) + 1
+    return f"{level:.{digits}%}"

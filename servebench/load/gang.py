@@ -26,8 +26,14 @@ A stop (`GangStop`: the first SIGINT/SIGTERM, or a caller such as the scenario r
 Ctrl-C) goes to every generator through a Dask `Event`; each stops its engine as one process
 does (`LoadEngine.stop`: no new sends, the ones in flight answered) and returns its records
 as at a normal end, so a stopped gang keeps everything it measured and its verdict says it
-stopped early. A second signal aborts at once. A local gang's workers ignore SIGINT: a
-Ctrl-C at the terminal reaches every process of its group, and would kill them.
+stopped early. A second signal aborts at once. A local gang's workers ignore SIGINT and
+SIGTERM: a Ctrl-C at the terminal, or a SIGTERM to the whole process group (systemd's
+default), reaches every process of the group, and would kill them with their records.
+
+A local gang has at most one generator per core here (`check_local_gang`): more measure
+the generators' fight for the cores, not the server. Dask's own messages (its
+`distributed`, `tornado` and `bokeh` loggers, here and in a local gang's workers) go to
+a log file, kept and named only when something was written there (`_dask_log`).
 """
 
 from __future__ import annotations
@@ -163,6 +169,8 @@ def run_gang(
     before it starts; `on_progress` the live figures about every second, and the last ones
     (every record in) once the generators are done. `handle_signals`: SIGINT/SIGTERM stop
     the gang (main thread only)."""
+    if settings.scheduler is None:
+        check_local_gang(settings.processes)
     try:
         pickle.dumps(factory)
     except Exception as exc:
@@ -187,9 +195,9 @@ def _run(
     on_progress: Callable[[LiveFigures], None] | None,
 ) -> LoadSummary:
     n = settings.processes
-    with _dask_client(n, settings.scheduler) as client:
+    run_id = f"servebench-gang-{uuid.uuid4().hex[:12]}"
+    with _dask_log(run_id) as dask_log, _dask_client(n, settings.scheduler, dask_log) as client:
         workers = _pick_workers(client, n, settings.scheduler)
-        run_id = f"servebench-gang-{uuid.uuid4().hex[:12]}"
         futures = [
             client.submit(
                 _generate,
@@ -271,6 +279,86 @@ def local_cluster(n: int) -> Any:
     )
 
 
+def check_local_gang(n: int, option: str = "load.generators") -> None:
+    """Refuse a local gang of more generators than this machine has cores (Dask's count:
+    affinity and cgroup quota included): each is a process that must send on time, and
+    64 of them on 2 cores measured their own contention, took 25 s to stop and printed
+    548 lines of Dask's tracebacks. Refused rather than capped, so that a run is the one
+    asked for; a `--scheduler`'s workers are other machines' cores (that cluster's
+    worker count bounds them, `_pick_workers`)."""
+    from dask.system import CPU_COUNT
+
+    if n > CPU_COUNT:
+        raise ValueError(
+            f"{option} {n}: a local gang runs a process per generator and this machine has "
+            f"{CPU_COUNT} {'core' if CPU_COUNT == 1 else 'cores'}: give at most {CPU_COUNT}, "
+            "or a Dask cluster's workers (--scheduler tcp://HOST:PORT; "
+            "workload.generators.scheduler in a scenario)"
+        )
+
+
+# The logger families Dask configures (distributed.config gives several of their loggers
+# a stream handler of their own): a gang's messages from them go to its log file
+# (`_dask_log`), not the terminal.
+_DASK_LOGGERS = ("distributed", "tornado", "bokeh")
+
+
+@contextlib.contextmanager
+def _dask_log(run_id: str) -> Iterator[Path]:
+    """Dask's warnings and errors during a gang go to a file (a local gang's workers
+    append theirs, `_generator_process`), not to the terminal: a worker that dies or a
+    loaded machine makes pages of them beside the one line the gang says itself. The file
+    is kept, and named in a warning, only when something was written to it."""
+    path = Path(tempfile.gettempdir()) / f"{run_id}-dask.log"
+    handler = _log_file_handler(path)
+    saved = _log_to(handler)
+    try:
+        yield path
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()
+        if path.exists() and path.stat().st_size:
+            log.warning("Dask's own warnings during the gang are in %s", path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+_Saved = list[tuple[logging.Logger, list[logging.Handler], bool]]
+
+
+def _log_to(handler: logging.Handler) -> _Saved:
+    """Send Dask's loggers to `handler` alone: it takes the place of their stream handlers
+    (distributed.config gives several their own; their in-memory ones, which
+    `Client.get_worker_logs` reads, stay), and each family's top logger no longer passes
+    messages up to the root's handlers (where a process configured logging before
+    importing distributed, it gives none of its own and relies on those). Returns each
+    changed logger with its handlers and `propagate` before."""
+    import distributed  # noqa: F401  (configures its loggers, which are changed here)
+
+    saved: _Saved = []
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger) or name.split(".")[0] not in _DASK_LOGGERS:
+            continue
+        streams = [h for h in logger.handlers if type(h) is logging.StreamHandler]
+        if streams or name in _DASK_LOGGERS:
+            saved.append((logger, logger.handlers[:], logger.propagate))
+            logger.handlers = [h for h in logger.handlers if h not in streams] + [handler]
+            logger.propagate = False
+    return saved
+
+
+def _log_file_handler(path: Path) -> logging.Handler:
+    """Warnings and up, appended to `path` (several processes write to it), opened on the
+    first message only."""
+    handler = logging.FileHandler(path, mode="a", delay=True)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s")
+    )
+    return handler
+
+
 @contextlib.contextmanager
 def _stop_on_signals(stopper: GangStop, enabled: bool) -> Iterator[None]:
     """The first SIGINT/SIGTERM stops the gang (`stopper`), keeping what it measured; a
@@ -299,14 +387,14 @@ def _stop_on_signals(stopper: GangStop, enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _dask_client(n: int, scheduler: str | None) -> Iterator[Any]:
+def _dask_client(n: int, scheduler: str | None, dask_log: Path) -> Iterator[Any]:
     """A Dask client on `scheduler`, or on a `local_cluster` of `n` workers here (which
-    ignore SIGINT: `_ignore_sigint`)."""
+    ignore SIGINT and SIGTERM and log to `dask_log`: `_generator_process`)."""
     from distributed import Client
 
     if scheduler is None:
         with local_cluster(n) as cluster, Client(cluster) as client:
-            client.run(_ignore_sigint)
+            client.run(_generator_process, str(dask_log))
             yield client
         return
     try:
@@ -652,10 +740,16 @@ def _generate(
     return report, records
 
 
-def _ignore_sigint() -> None:
-    """In a local generator's process (`client.run`, in its main thread): a Ctrl-C at the
-    terminal reaches every process of the group, and the coordinator stops the gang."""
+def _generator_process(dask_log: str) -> None:
+    """In a local generator's process (`client.run`, in its main thread): ignore SIGINT
+    and SIGTERM, which a Ctrl-C at the terminal or a stop of the whole process group
+    (systemd's) sends to every process of the group, since the coordinator stops the gang
+    and keeps what it measured (killed, the workers' records were lost); and send Dask's
+    messages to the gang's log file (`_dask_log`). The process ends with the gang's
+    LocalCluster, and with its parent should that die (Dask's process watches its pipe)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _log_to(_log_file_handler(Path(dask_log)))
 
 
 async def _run_engine(

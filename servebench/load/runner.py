@@ -74,6 +74,8 @@ def summarize_reports(
     summary.processes = settings.processes
     summary.windows = list(windows)
     summary.stable = next((r.stable for r in reports if r.stable is not None), None)
+    levels = [r.slo_level for r in reports if r.slo_level is not None]  # early stop: one
+    summary.slo_confidence_level = levels[0] if levels else None
     stopped = [r for r in reports if r.stop_reason]
     unreachable = any(r.stop_code == VerdictCode.SERVER_UNREACHABLE for r in stopped)
     decided = bool(stopped) and all(r.stop_code == VerdictCode.SLO_DECIDED for r in stopped)

@@ -130,6 +130,10 @@ class LoadSummary:
     latency_p99_high: float = math.nan
     latency_p99_9_low: float = math.nan
     latency_p99_9_high: float = math.nan
+    # The two-sided level an SLO question of this load is decided at: None is
+    # `confidence_level`; with early stop (`load.error_spending`), the level of the look
+    # that stopped the load, or of the final look at its end (what earlier looks left).
+    slo_confidence_level: float | None = None
     # A weighted mix of models (`load.mix`): per model, its weight, share of the requests,
     # counts and latency p50/p99 (`stats.mix_figures`); None for a load of one model.
     mix: dict[str, dict[str, float | int]] | None = None

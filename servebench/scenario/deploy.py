@@ -104,6 +104,7 @@ def _import_file(model: ImportedModel, formats: tuple[str, ...], out: Path, on_m
         name=model.id,
         input_shapes=model.input_shapes,
         signature=model.signature,
+        limit=model.limit,
     )
     if on_model is not None:
         on_model(ExportedModel(model.id, seconds=result.seconds, parity=result.parity))

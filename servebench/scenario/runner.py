@@ -383,8 +383,9 @@ class ScenarioRunner:
     # -- after the trials -------------------------------------------------------------------
 
     def _add_slo_costs(self, directory: RunDirectory) -> None:
-        """Cost per million at the highest measured throughput that met the SLO, per group
-        of trials that differ only in load level."""
+        """Cost per million at the highest measured throughput that met the SLO (as each
+        row's `slo_met` says: the judge's word on the SLO's own percentile), per group of
+        trials that differ only in load level."""
         slo, price = self.scenario.slo, self.price
         if slo is None or price is None or not directory.rows:
             return
@@ -393,10 +394,7 @@ class ScenarioRunner:
             if row.status == "ok" and (row.throughput_ips or 0) > 0:
                 groups[(row.setting, row.model, row.batch_size, row.link)].append(row)
         for rows in groups.values():
-            points = [
-                (r.throughput_ips, r.get("slo_latency_s", r.latency_p99) or float("inf"))
-                for r in rows
-            ]
+            points = [(r.throughput_ips, r.slo_met) for r in rows]
             estimate = estimate_cost(points, price, slo.latency_ms / 1e3)
             for row in rows:
                 row.update(

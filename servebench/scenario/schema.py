@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, StrictInt, field_validator
 
-from model_zoo.imports import ImportedModel, read_model
+from model_zoo.imports import ImportedModel, model_limit, read_model
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import KNOB_DEFAULTS, LayerType, ModelSpec
 from servebench.clients.endpoints import grpc_target, http_base
@@ -37,9 +37,12 @@ from servebench.common.limits import (
     MAX_KERNEL_SIZE,
     MAX_MIX_MODELS,
     MAX_MIX_WEIGHT,
+    MAX_MODEL_MB,
+    MAX_NAME_CHARS,
     MAX_OUTPUTS,
     MAX_RATE,
     MAX_REPEATS,
+    MAX_REQUEST_MB,
     MAX_REQUESTS,
     MAX_SAMPLE_ELEMENTS,
     MAX_SEARCH_STEPS,
@@ -95,8 +98,8 @@ class Limits(Strict):
     max_concurrency: Annotated[int, Field(gt=0, le=1_000_000)] = MAX_CONCURRENCY
     max_requests: Annotated[int, Field(gt=0, le=10_000_000_000)] = MAX_REQUESTS
     max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = MAX_TRIAL_S
-    max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = 256.0
-    max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = 4096.0
+    max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = MAX_REQUEST_MB
+    max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = MAX_MODEL_MB
     max_repeats: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 50
     warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     warn_hours: Annotated[float, Field(gt=0, le=10_000)] = 12.0
@@ -202,7 +205,12 @@ class ModelFile(Strict):
     """
 
     path: Path
-    name: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+    )
     input_shapes: dict[str, list[Annotated[int, Field(gt=0, le=MAX_SAMPLE_ELEMENTS)]]] = Field(
         default_factory=dict
     )
@@ -744,7 +752,7 @@ class Scenario(Strict):
         path = inputs if inputs.is_absolute() else Path(base_dir) / inputs
         key = path.resolve()
         if key not in self._input_files:
-            self._input_files[key] = read_input_data(path)
+            self._input_files[key] = read_input_data(path, self._file_limits.max_request_mb)
         return self._input_files[key]
 
     def imported_model(self, entry: ModelFile, base_dir: Path) -> ImportedModel:
@@ -760,9 +768,17 @@ class Scenario(Strict):
         key = repr((str(path.resolve()), entry.name, sorted(shapes.items())))
         if key not in self._model_files:
             self._model_files[key] = read_model(
-                path, name=entry.name, input_shapes=shapes, option="input_shapes"
-            )
+                path, name=entry.name, input_shapes=shapes, option="input_shapes",
+                limit=model_limit(self._file_limits.max_model_mb),
+            )  # fmt: skip
         return self._model_files[key]
+
+    @property
+    def _file_limits(self) -> Limits:
+        """The limits its files are read within: its own, or the defaults where they did not
+        validate (a partial scenario's; the schema reports their errors)."""
+        limits = self.__dict__.get("limits")
+        return limits if isinstance(limits, Limits) else Limits()
 
     def imported_models(self, base_dir: Path) -> list[ImportedModel]:
         """Every model of `models.files`, read (see `imported_model`)."""

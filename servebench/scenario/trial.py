@@ -58,6 +58,7 @@ from servebench.trial_row import (
     TrialCoordinates,
     WireBytes,
     build_row,
+    slo_judgement,
 )
 
 
@@ -337,7 +338,7 @@ def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
 async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
     slo = ctx.scenario.slo
     assert slo is not None  # validation requires an SLO for search
-    bound = slo.latency_ms / 1e3
+    held_to = Slo(slo.percentile, slo.latency_ms / 1e3)
     settings = ctx.scenario.workload.search_settings
     steps = 0
 
@@ -350,13 +351,14 @@ async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
             # Every lower rate would meet the same dead address: the search ends here, and
             # the trial fails rather than report a max rate for a server that is gone.
             raise ServerGoneError(f"search stopped at {rate:g} req/s: {gone}")
-        # The step's SLO percentile, of the requests its summary (and so its row) covers.
+        # The step's SLO percentile and its judgement, of the requests its summary (and
+        # so its row) covers.
         latency = summary.latency_at(slo.percentile)
         usable = not UNUSABLE_STEP.intersection(summary.reason_codes)
-        return latency, usable, summary
+        return latency, slo_judgement(summary, held_to), usable, summary
 
     result = await search_max_rate(
-        one, bound,
+        one,
         min_rate=settings.min_rate, max_rate=settings.max_rate,
         precision=settings.precision, max_steps=settings.max_steps,
         should_stop=ctx.stop_requested,

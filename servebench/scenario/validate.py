@@ -7,13 +7,11 @@ problem, all problems at once.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from model_zoo.counting import count
@@ -21,7 +19,7 @@ from model_zoo.export.family import TFS_FORMAT, load_family
 from model_zoo.imports import ImportedModel, ModelImportError, ServedModel, ShapeError
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
 from model_zoo.spec import INPUT_NAME, MUTABLE_LAYER_TYPES, OUTPUT_NAME, ModelSpec, resnet50_spec
-from servebench.clients.base import ModelSignature, TensorSpec
+from servebench.clients.base import ModelSignature, TensorSpec, request_bytes
 from servebench.clients.input_data import InputDataError
 from servebench.common.errors import ServebenchError
 from servebench.common.validation import known, value_at
@@ -632,7 +630,7 @@ class _Checks:
 
     def _model_bytes(self, location: Location, spec: ModelSpec, batch: int) -> list[str]:
         problems = []
-        request = math.prod(spec.served_input_shape) * FLOAT32_BYTES * batch
+        request = request_bytes(_served_signature(spec).inputs, batch)
         if request > self.limits.max_request_mb * MIB:
             problems.append(
                 self.problem(
@@ -657,11 +655,10 @@ class _Checks:
     def _imported_bytes(self, location: Location, model: ImportedModel, batch: int) -> list[str]:
         """A user's model within the same byte caps as a generated one (its weights where
         its graph was counted)."""
-        per_sample = sum(
-            math.prod(model.input_shapes[t.name]) * np.dtype(t.dtype).itemsize
-            for t in model.signature.inputs
+        inputs = (
+            TensorSpec(t.name, t.dtype, model.input_shapes[t.name]) for t in model.signature.inputs
         )
-        request = per_sample * (batch if model.batched else 1)
+        request = request_bytes(inputs, batch if model.batched else 1)
         problems = []
         if request > self.limits.max_request_mb * MIB:
             problems.append(
@@ -687,7 +684,6 @@ class _Checks:
         return path if path.is_absolute() else self.base_dir / path
 
 
-FLOAT32_BYTES = 4
 MIB = 2**20
 
 
