@@ -134,6 +134,14 @@ class RunData:
         return bool((self.settings["replicates_planned"].fillna(1) > 1).any())
 
     @property
+    def decisions(self) -> pd.DataFrame:
+        """The rows a decision rests on, shaped like `trials`: in a replicated run one row
+        per setting (`by_setting`), else the trials themselves."""
+        if not self.replicated or self.settings is None:
+            return self.trials
+        return by_setting(self.trials, self.settings)
+
+    @property
     def run_id(self) -> str:
         return str(self.run.get("run_id") or self.path.name)
 
@@ -182,6 +190,51 @@ def _read_text(path: Path) -> str | None:
         raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
         raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
+
+
+# The figures a setting row replaces in its template trial row: the median over replicates
+# and the interval of that median, where settings.csv has one (`SETTING_STATISTICS`).
+_OVER_REPLICATES = (
+    "latency_p50", "latency_p90", "latency_p95", "latency_p99", "latency_p99_9",
+    "slo_latency_s", "throughput_rps", "throughput_ips", "achieved_rate", "max_rate",
+    "cost_per_million",
+)  # fmt: skip
+# trials.csv's name for each figure's interval columns, where it has them.
+_INTERVAL_OF = {
+    **{f"latency_{p}": (f"latency_{p}_low", f"latency_{p}_high") for p in
+       ("p50", "p90", "p95", "p99", "p99_9")},
+    "slo_latency_s": ("slo_latency_low", "slo_latency_high"),
+}  # fmt: skip
+
+
+def by_setting(trials: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+    """One trial-shaped row per setting of a replicated run: its first counted replicate's
+    row (coordinates, sizes, telemetry) with the figures settings.csv summarizes over the
+    replicates put in — each the median, its interval the median's interval over replicates
+    (not one replicate's request-level one), `slo_met` the setting's judgement — so every
+    reader that takes trial rows (recommend, the report's first screen) decides on the
+    setting, not on a replicate. A setting no replicate counted in keeps a failed row."""
+    rows = []
+    for setting in settings.to_dict("records"):
+        ids = str(setting.get("replicate_ids") or "").split(";")
+        mine = trials[trials["trial_id"].isin([i for i in ids if i])]
+        if mine.empty:
+            mine = trials[trials["replicate_of"] == setting["trial_id"]]
+        if mine.empty:
+            continue
+        row = mine.iloc[0].to_dict()
+        row["trial_id"] = setting["trial_id"]
+        for figure in _OVER_REPLICATES:
+            row[figure] = setting.get(figure)
+            if figure in _INTERVAL_OF:
+                low, high = _INTERVAL_OF[figure]
+                row[low], row[high] = setting.get(f"{figure}_low"), setting.get(f"{figure}_high")
+        row["slo_met"] = setting.get("slo_met")
+        if setting.get("status") == "failed":
+            row["status"] = "failed"
+            row["reason"] = "no replicate counted (every one failed or was INVALID)"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=trials.columns)
 
 
 def read_settings(run_dir: Path) -> pd.DataFrame | None:
