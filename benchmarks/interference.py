@@ -7,7 +7,8 @@ A small dense model is served by the local tritonserver (`benchmarks/cluster.py`
 `served_triton`) and loaded by servebench's own engine (`load.runner.run_load`, open loop,
 Poisson at `--rate`, over triton-http) in windows of `--window` seconds after a 1 s
 warm-up, as a replicate is measured. Around each measured window an `InterferenceSampler`
-runs, excluding the server's process tree and this process, as the scenario runner does.
+runs, excluding the server's process tree and this process (the generator; alone, not
+with its children, which are the burners).
 Windows come in two conditions, alternated A B B A in each of `--cycles` cycles, so a
 drift of the machine over the run falls on both alike:
 
@@ -17,10 +18,12 @@ drift of the machine over the run falls on both alike:
 
 For each figure (CPU pressure, other processes' CPU, steal, and the load's schedule lag
 p99 and latency p99 for what the disturbance did to the measurement) it prints each
-condition's median and range, and a limit: the A windows' 99th percentile (nearest rank:
-with fewer than 100 windows, their largest) times `--margin`, and whether that limit
-separates the conditions (it is below every B window). Steal is made by the hypervisor,
-not by a burner in the guest: its limit can only come from the A windows.
+condition's median and range; the burner's effect, paired (B minus the A beside it in its
+cycle: on a machine whose load drifts, or that other work keeps busy, this still shows what
+one known disturbance adds); and a limit: the A windows' 99th percentile (nearest rank:
+with fewer than 100 windows, their largest) times `--margin`, with whether it separates
+the conditions (it is below every B window). Steal is made by the hypervisor, not by a
+burner in the guest: its limit can only come from the A windows.
 
 Run it on the machine the limits are for, as quiet as it will be when it measures: what
 runs beside it (other jobs, a browser) is part of condition A.
@@ -91,7 +94,8 @@ async def measure(
     )
 
     async def opened() -> None:
-        sampler.start(exclude_trees=[server_pid, os.getpid()])
+        # This process alone, not its tree: the burners are its children.
+        sampler.start(exclude_trees=[server_pid], exclude_processes=[os.getpid()])
 
     summary = await run_load(client, settings, on_measure_start=opened)
     record = sampler.stop()
