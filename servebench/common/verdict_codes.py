@@ -34,6 +34,21 @@ slo_decided          warning  early stop: the load ended once its SLO question w
 single_run           warning  an SLO decision rests on one run's requests (R = 1): its
                               interval says nothing about a re-run (`common.slo_judge`)
 ==================== ======== ===========================================================
+
+The interference warnings are `telemetry.disturbance.judge_interference`'s, from a
+replicate's measured window; a replicate with one is measured again in a later round
+(the scenario runner decides that). Each is given over its limit, a constant there:
+
+========================== ==============================================================
+code                       when
+========================== ==============================================================
+interference_cpu_pressure  the share of the window in which a task waited for a CPU
+                           (PSI `some`)
+interference_other_load    the share of all cores' time used by processes other than the
+                           server and the generator
+interference_steal         the share of all cores' time the hypervisor took (steal)
+interference_generator_lag the load's schedule lag p99: the generator itself was held up
+========================== ==============================================================
 """
 
 from __future__ import annotations
@@ -54,6 +69,10 @@ class VerdictCode(StrEnum):
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
     SINGLE_RUN = "single_run"
+    INTERFERENCE_CPU_PRESSURE = "interference_cpu_pressure"
+    INTERFERENCE_OTHER_LOAD = "interference_other_load"
+    INTERFERENCE_STEAL = "interference_steal"
+    INTERFERENCE_GENERATOR_LAG = "interference_generator_lag"
 
 
 # A step of an SLO search with one of these reasons is not a rate the server sustains (its
