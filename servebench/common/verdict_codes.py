@@ -44,6 +44,21 @@ remeasured           setting  a replicate was measured again because something d
 
 Codes of kind "setting" are written in settings.csv's `warning_codes`: they qualify a
 setting's figures over its replicates, not one load.
+
+The interference warnings are `telemetry.disturbance.judge_interference`'s, from a
+replicate's measured window; a replicate with one is measured again in a later round
+(the scenario runner decides that). Each is given over its limit, a constant there:
+
+========================== ==============================================================
+code                       when
+========================== ==============================================================
+interference_cpu_pressure  the share of the window in which a task waited for a CPU
+                           (PSI `some`)
+interference_other_load    the share of all cores' time used by processes other than the
+                           server and the generator
+interference_steal         the share of all cores' time the hypervisor took (steal)
+interference_generator_lag the load's schedule lag p99: the generator itself was held up
+========================== ==============================================================
 """
 
 from __future__ import annotations
@@ -68,6 +83,10 @@ class VerdictCode(StrEnum):
     UNSTABLE_REPLICATES = "unstable_replicates"
     REPLICATES_MISSING = "replicates_missing"
     REMEASURED = "remeasured"
+    INTERFERENCE_CPU_PRESSURE = "interference_cpu_pressure"
+    INTERFERENCE_OTHER_LOAD = "interference_other_load"
+    INTERFERENCE_STEAL = "interference_steal"
+    INTERFERENCE_GENERATOR_LAG = "interference_generator_lag"
 
 
 # A step of an SLO search with one of these reasons is not a rate the server sustains (its

@@ -91,7 +91,7 @@ class HostSampler:
 
     def sample(self) -> list[Reading]:
         times = psutil.cpu_times()
-        total = _total(times) - _total(self._last)
+        total = cpu_total(times) - cpu_total(self._last)
         idle = _idle(times) - _idle(self._last)
         self._last = times
         memory = psutil.virtual_memory()
@@ -108,9 +108,9 @@ class HostSampler:
         pass
 
 
-def _total(times) -> float:
-    # On Linux guest time is already counted in user time (psutil's own cpu_percent does
-    # the same subtraction).
+def cpu_total(times) -> float:
+    """All CPU seconds of a `psutil.cpu_times()` tuple, every state. On Linux guest time is
+    already counted in user time (psutil's own cpu_percent does the same subtraction)."""
     return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
 
 
