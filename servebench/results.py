@@ -393,10 +393,29 @@ _REPLICATE = (
     ),
 )
 
+# What disturbed the measured window from outside (telemetry.interference), judged by
+# telemetry.disturbance: each figure over its limit is an interference_* warning code.
+_INTERFERENCE = (
+    _column(
+        "interference_cpu_pressure",
+        _FLOAT,
+        "share",
+        "share of the measured window some task waited for a CPU (PSI some; empty: no PSI)",
+    ),
+    _column("interference_steal", _FLOAT, "share", "share of all cores' time the hypervisor took"),
+    _column(
+        "interference_other_cpu",
+        _FLOAT,
+        "share",
+        "share of all cores' time used by processes other than the server and the generator",
+    ),
+)
+
 TRIAL_SCHEMA = pa.schema(
     [
         *_OUTCOME,
         *_REPLICATE,
+        *_INTERFERENCE,
         *_COORDINATES,
         *_SERVER,
         *_MODEL,

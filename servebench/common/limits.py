@@ -22,6 +22,7 @@ MAX_GPUS = 64
 MIN_RATE = 0.001  # requests per second; below it a trial's length is unbounded
 MAX_COLD_START_REPEATS = 20  # each is a full server restart and model load: minutes
 MAX_REPEATS = 1000  # replicates of a setting (workload.repeats); limits.max_repeats: 50
+MAX_REMEASURES = 2  # measurements again of a disturbed replicate (workload.remeasure)
 MAX_SEED = 2**64 - 1  # numpy's generators take no other
 MAX_STABILITY_WINDOWS = 1000
 MAX_SEARCH_STEPS = 100

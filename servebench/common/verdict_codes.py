@@ -95,6 +95,16 @@ class VerdictCode(StrEnum):
 # the intended send time. The scenario runner's search and `recommend` share this rule.
 UNUSABLE_STEP = frozenset({VerdictCode.ERRORS, VerdictCode.NO_REQUESTS})
 
+# What disturbed a measurement from outside: a replicate with one is measured again.
+INTERFERENCE_CODES = frozenset(
+    {
+        VerdictCode.INTERFERENCE_CPU_PRESSURE,
+        VerdictCode.INTERFERENCE_OTHER_LOAD,
+        VerdictCode.INTERFERENCE_STEAL,
+        VerdictCode.INTERFERENCE_GENERATOR_LAG,
+    }
+)
+
 # How a list of codes is written in one CSV cell.
 SEPARATOR = ";"
 

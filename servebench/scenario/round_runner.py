@@ -36,10 +36,8 @@ from servebench.scenario.rounds import (
 from servebench.scenario.serving import ServerPool, alive, log_tail_note
 from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
 from servebench.telemetry import rows_to_table
-from servebench.trial_row import failed_row
-
-#: How often a disturbed replicate is measured again, at most.
-MAX_REMEASURES = 2
+from servebench.telemetry.interference import InterferenceSampler
+from servebench.trial_row import disturbed, failed_row
 
 
 @dataclass
@@ -79,6 +77,9 @@ class RoundRunner:
             setting.id: group for group in groups for setting in group.settings
         }
         self.rounds: list[list[Replicate]] = []  # every round drawn so far, in order
+        self.interference = InterferenceSampler()
+        for note in self.interference.notes:
+            progress.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
         self.overall = progress.add_task("trials", total=0)
         self.current = progress.add_task("current load", total=1.0)
 
@@ -87,7 +88,8 @@ class RoundRunner:
         rounds = self._draw(trials)
         done = self.directory.completed_trials()
         pending = [r for one in rounds for r in one if r.id not in done]
-        self.progress.update(self.overall, total=len(pending))
+        total = len(pending)
+        self.progress.update(self.overall, total=total)
         while pending:
             replicate = pending.pop(0)
             if self.control.left_out():
@@ -95,6 +97,37 @@ class RoundRunner:
             row = await self._measure(replicate)
             self.directory.add_trial(row)
             self.progress.advance(self.overall)
+            again = self._again(replicate, row)
+            if again is not None:
+                row.update(remeasured=True)
+                self.directory.write_trials()
+                pending.insert(_after_round(pending, again.round), again)
+                total += 1
+                self.progress.update(self.overall, total=total)
+
+    def _again(self, replicate: Replicate, row: TrialRow) -> Replicate | None:
+        """The re-measurement of a replicate disturbed from outside, placed at the end of
+        the next round (a round of its own after the last), recorded in run.json; None
+        where it stands: undisturbed, not ok, one round only, or measured again enough
+        (`workload.remeasure`)."""
+        if (
+            row.status != "ok"
+            or not disturbed(row)
+            or self.repeats == 1
+            or replicate.attempt >= self.scenario.workload.remeasure
+        ):
+            return None
+        number = replicate.round + 1
+        while len(self.rounds) < number:
+            self.rounds.append([])
+        target = self.rounds[number - 1]
+        again = Replicate(
+            replicate.trial, replicate.replicate, number, len(target) + 1, replicate.attempt + 1
+        )
+        target.append(again)
+        self.directory.run[ROUNDS_KEY] = rounds_to_json(self.rounds)
+        self.directory.write_run()
+        return again
 
     def _draw(self, trials: list[Trial]) -> list[list[Replicate]]:
         """The rounds of `trials`: for the whole plan, those a resumed run recorded; else
@@ -152,6 +185,7 @@ class RoundRunner:
             on_engine=self.control.on_engine,
             stop_requested=lambda: self.control.interrupted() is not None,
             model_names=group.names(trial.setting),
+            interference=self.interference,
         )
         try:
             await self.pool.revive(group, server)
@@ -190,6 +224,15 @@ def failed_replicate_row(replicate: Replicate, reason: str) -> TrialRow:
     row = failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))
     row.update(**_replicate_columns(replicate))
     return row
+
+
+def _after_round(pending: list[Replicate], number: int) -> int:
+    """Where in `pending` the replicates of rounds up to `number` end (insert there to be
+    measured last in round `number`)."""
+    for index, replicate in enumerate(pending):
+        if replicate.round > number:
+            return index
+    return len(pending)
 
 
 def _replicate_columns(replicate: Replicate) -> dict[str, object]:

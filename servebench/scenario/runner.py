@@ -64,6 +64,7 @@ from servebench.scenario.tune import tune_server
 from servebench.scenario.validate import load_scenario
 from servebench.setting_row import build_setting_row
 from servebench.telemetry.host_peak import record_host_peaks
+from servebench.trial_row import disturbed
 
 
 @dataclass
@@ -247,6 +248,7 @@ class ScenarioRunner:
                 finally:
                     await measuring.pool.stop()
                     self._write_settings(directory)
+                    self._note_interference(directory, progress.console)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 loop.remove_signal_handler(signum)
@@ -282,6 +284,27 @@ class ScenarioRunner:
                 for trial_id, rows in by_trial.items()
             ]
         )
+
+    def _note_interference(self, directory: RunDirectory, console: Console) -> None:
+        """Say (and keep in run.json) how many replicates something outside disturbed:
+        measured again, or kept flagged where the run measures each setting once."""
+        rows = [r for r in directory.rows if r.remeasure_of is None]
+        flagged = [r for r in directory.rows if disturbed(r)]
+        again = [r for r in directory.rows if r.remeasured]
+        if not flagged:
+            return
+        if again:
+            line = f"{len(again)} of {len(rows)} replicates re-measured for interference"
+        else:
+            line = (
+                f"{len(flagged)} of {len(rows)} trials measured under interference (flagged in "
+                "trials.csv's warnings; measured again only with repeats > 1)"
+            )
+        directory.run["interference"] = {
+            "flagged": len(flagged), "remeasured": len(again), "replicates": len(rows)
+        }  # fmt: skip
+        directory.warn(line)
+        console.print(f"[yellow]{line}[/yellow]", highlight=False)
 
     async def _tune(
         self,

@@ -41,6 +41,7 @@ from servebench.common.limits import (
     MAX_NAME_CHARS,
     MAX_OUTPUTS,
     MAX_RATE,
+    MAX_REMEASURES,
     MAX_REPEATS,
     MAX_REQUEST_MB,
     MAX_REQUESTS,
@@ -502,6 +503,11 @@ class Workload(Strict):
         default=1,
         description="replicates of every setting, one per round, rounds in a seeded random "
         "order (docs/scenarios.md); 1 measures each once",
+    )
+    remeasure: Annotated[StrictInt, Field(ge=0, le=MAX_REMEASURES)] = Field(
+        default=MAX_REMEASURES,
+        description="how often a replicate disturbed from outside (interference_* warnings) "
+        "is measured again in a later round, with repeats > 1; 0 keeps it, flagged",
     )
     # How generator lateness is judged (see servebench.load.summary): a send this late is
     # late; more late sends than late_limit is a warning; sending rate_tolerance short of

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from servebench.scenario.search import search_max_rate
 from servebench.servers.base import Server
 from servebench.servers.docker_engine import DockerServer, connect_docker
 from servebench.telemetry import ContainerStatsSampler, TelemetryRecorder, TelemetryRow
+from servebench.telemetry.interference import InterferenceRecord, InterferenceSampler
+from servebench.telemetry.sampler import SamplerUnavailable
 from servebench.trial_row import (
     DIRECT,
     ModelColumns,
@@ -81,6 +84,8 @@ class TrialContext:
     # Model id -> the name the server serves it under for this trial's setting (settings
     # served side by side have names of their own: `deploy.ServerGroup`); absent: its id.
     model_names: Mapping[str, str] = field(default_factory=dict)
+    # The run's sampler of what disturbs a measured window from outside (None: not judged).
+    interference: InterferenceSampler | None = None
 
     def served(self, model: str) -> str:
         return self.model_names.get(model, model)
@@ -204,20 +209,24 @@ async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None
 
         loop = asyncio.get_running_loop()
         closed = trial.level.kind == "concurrency"
+        window = _InterferenceWindow(ctx)
+        stack.callback(window.close)
+
+        def mark_measured() -> None:
+            recorder.mark_measured(quiet=closed)
+            window.open()
 
         async def window_opens() -> None:
             # Before the first measured send (the engine waits for it); off the loop, since
             # a scrape blocks. A search keeps the mark of its first step: its telemetry
             # spans every step.
             if recorder.measured_from is None:
-                await loop.run_in_executor(
-                    None, functools.partial(recorder.mark_measured, quiet=closed)
-                )
+                await loop.run_in_executor(None, mark_measured)
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
             if factory is not None:
-                opened = functools.partial(recorder.mark_measured, quiet=closed)
+                opened = mark_measured
                 try:
                     summary = await loop.run_in_executor(
                         None,
@@ -254,12 +263,15 @@ async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None
             summary, search = await _search(trial, trial_id, ctx, measure)
         else:
             summary = await measure(None, trial_id)
+        interference = window.close()
         recorder.stop()
         sink.close()
         telemetry = recorder.snapshot()
         # A mix's server counters are those of every model (only its models are sent to).
         model = None if isinstance(trial.model, ModelMix) else ctx.served(trial.model.id)
-        row = trial_row(trial, ctx, profile, summary, recorder.summary(model), sink, search)
+        row = trial_row(
+            trial, ctx, profile, summary, recorder.summary(model), sink, search, interference
+        )
         return TrialOutcome(row, telemetry)
 
 
@@ -391,6 +403,7 @@ def trial_row(
     telemetry: dict,
     sink: TrialSink,
     search: Search | None = None,
+    interference: InterferenceRecord | None = None,
 ) -> TrialRow:
     """The trial's trials.csv row, from the one row builder."""
     slo = ctx.scenario.slo
@@ -405,7 +418,36 @@ def trial_row(
         price=ctx.price,
         slo=Slo(slo.percentile, slo.latency_ms / 1e3) if slo is not None else None,
         search=search,
+        interference=interference,
     )
+
+
+class _InterferenceWindow:
+    """The trial's measured window as `ctx.interference` sees it: opened with the load's
+    measured part, closed when the load ends (a search's window spans its steps, as its
+    telemetry does). What is ours is excluded: the server's process tree and this process
+    with its children (a local gang's workers). A server whose processes are not known here
+    (remote, or gone) is not judged: its CPU would read as interference."""
+
+    def __init__(self, ctx: TrialContext) -> None:
+        self.sampler = ctx.interference if ctx.server.pid is not None else None
+        self.server_pid = ctx.server.pid
+        self.opened = False
+
+    def open(self) -> None:
+        if self.sampler is None or self.opened:
+            return
+        try:
+            self.sampler.start(exclude_trees=[self.server_pid, os.getpid()])
+            self.opened = True
+        except SamplerUnavailable:
+            self.sampler = None  # the server is gone: the trial says so, not this window
+
+    def close(self) -> InterferenceRecord | None:
+        if self.sampler is None or not self.opened:
+            return None
+        self.opened = False
+        return self.sampler.stop()
 
 
 def coordinates(trial: Trial) -> TrialCoordinates:
