@@ -317,3 +317,68 @@ def test_a_bad_repeats_is_one_line_naming_it(tmp_path: Path, value: str) -> None
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and f"{path}:7 workload.repeats" in lines[0], lines
     assert "Traceback" not in done.stderr
+
+
+# -- interference ------------------------------------------------------------------------------
+
+
+def test_a_replicate_disturbed_on_purpose_is_flagged_and_measured_again(
+    tmp_path: Path, triton_install
+) -> None:
+    """Two CPU burners (this test's children, not the run's: the run excludes its own
+    process tree) run until the first replicate is recorded: that replicate is flagged
+    `interference_other_load` and measured again at the end of the next round."""
+    from cpu_burner import cpu_burners
+
+    path = write(
+        tmp_path,
+        textwrap.dedent("""\
+            name: disturbed
+            models:
+              specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [4]}]
+            servers:
+              - name: triton
+                kind: triton
+                settings: {max_batch_size: 4, dynamic_batching: false}
+            workload:
+              mode: closed
+              concurrency: [1]
+              duration_s: 2
+              warmup_s: 0.2
+              timeout_s: 5
+              repeats: 2
+              remeasure: 1
+            """),
+    )
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "servebench.cli", "scenario", "run", str(path)]
+    with cpu_burners(2):
+        child = subprocess.Popen(
+            [*command, "--output", str(results)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None:
+            if list(results.glob("disturbed-*/trials.csv")):
+                break  # the first replicate is recorded: the burners stop
+            time.sleep(0.05)
+    output, _ = child.communicate(timeout=240)
+    assert child.returncode == 0, output
+    (run_dir,) = results.glob("disturbed-*")
+    rows = {r.trial_id: r for r in RunDirectory.open(run_dir).rows}
+    first = next(r for r in rows.values() if r.replicate == 1 and r.remeasure_of is None)
+    assert "interference_other_load" in (first.verdict_warning_codes or ""), first
+    assert first.interference_other_cpu is not None and first.interference_other_cpu > 0.38
+    assert first.remeasured is True
+    again = [r for r in rows.values() if r.remeasure_of == first.trial_id]
+    assert len(again) == 1 and again[0].replicate == 1 and again[0].round == 2
+    # At most `remeasure: 1` time, whatever the machine does to the second measurement.
+    assert not any(r.remeasure_of == again[0].trial_id for r in rows.values())
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["interference"]["remeasured"] >= 1
+    assert any("re-measured for interference" in w for w in run["warnings"])
+    (setting,) = read_setting_rows(run_dir)
+    assert setting["replicates_remeasured"] >= 1 and "remeasured" in setting["warning_codes"]
+    assert first.trial_id not in str(setting["replicate_ids"]).split(";")
