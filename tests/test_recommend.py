@@ -212,6 +212,27 @@ def test_closed_loop_points_only_where_nothing_else_and_with_a_warning(tmp_path:
     assert any("closed-loop measurements only" in w for w in result.warnings)
 
 
+def test_a_closed_loop_rate_is_the_throughput_the_trial_table_shows(tmp_path: Path) -> None:
+    """One figure per quantity (issue 33): a closed-loop trial's rate in `recommend` is
+    its throughput (successful requests per second: the table's req/s), not the rate it
+    sent, and its cost per million inferences is the table's $/M inf."""
+    from servebench.analysis.summary import summary_table
+
+    row = trial(
+        "K", 3306.2, 6.6, load_kind="concurrency", mode="closed", throughput_rps=3300.0,
+        throughput_ips=3300.0, cost_per_million=0.17 / (3300.0 * 3600) * 1e6,
+    )  # fmt: skip
+    run = write_run(tmp_path, "a", [row])
+    best = decide([run]).best
+    assert best is not None and best.max_rate == 3300.0 and best.max_rate_source == "throughput"
+    headers, (cells,), _ = summary_table(load_run(run, records=False).trials)
+    assert cells[headers.index("req/s")] == "3,300.0"
+    assert best.usd_per_million == pytest.approx(row["cost_per_million"])
+    text = run_cli(str(run), "--slo-p99-ms", "50").output
+    assert "(the throughput of closed-loop trial" in text
+    assert "per million inferences at 3,300 req/s per replica" in text
+
+
 def test_invalid_trials_are_not_operating_points(tmp_path: Path) -> None:
     rows = curve("A", A)
     rows[2]["verdict"] = "INVALID"  # 300 req/s: the generator fell behind

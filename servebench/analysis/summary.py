@@ -68,7 +68,7 @@ _OPTIONAL: tuple[tuple[str, str, str, Formatter], ...] = (
 _TERMINAL_NOTES = {
     "max/s": "max/s = highest rate meeting the SLO",
     "cpu": "cpu = server CPU cores busy",
-    "$/M inf": "$/M inf = USD per million inferences",
+    "$/M inf": "$/M inf = USD per million inferences at the trial's inf/s",
 }
 
 
