@@ -53,6 +53,8 @@ background:#f3faf3}.answer h2{border:none;margin:.2rem 0 .4rem}
 .answer .headline{font-size:1.05rem;font-weight:600;margin:.3rem 0}
 .answer.none{border-color:#c62828;background:#fdf3f3}
 .not-measured{color:#6b4d00;font-size:.85rem;margin:.3rem 0}
+.answer .how{font-weight:400;font-size:.8rem;color:#555}
+.answer td.model{white-space:nowrap}
 ul.not-measured{padding-left:1.2rem}
 #summary-filter{margin:.3rem 0;padding:.2rem .4rem;width:22rem;font-size:.85rem}
 #summary th{cursor:pointer}
@@ -144,7 +146,10 @@ def recommendation_html(
             parts.append(f'<p class="headline">{_e(headline(first.rankings[0], first.query))}</p>')
         added = link_added(data.ok_trials)
         if added:
-            parts.append(f'<p class="headline" id="link-added">{_e(added)}</p>')
+            parts.append(
+                f'<p class="headline" id="link-added">{_e(added)} '
+                f'<small class="how">({_e(LINK_ADDED_HOW)})</small></p>'
+            )
         parts.append(
             f"<p>For {_e(slo.words if slo else '')}, priced as {_e(priced.instance)} "
             f"({_e(money(priced.usd_per_hour))}/h, {_e(priced.price_source)}): the cheapest "
@@ -181,9 +186,10 @@ def _row(rec: Recommendation, ranking: Ranking) -> str:
     tied with it (`Ranking.tied`, the rule `recommend` prints), or why there is none —
     measured over the SLO, undecided or no valid measurement, each said as what it is."""
     total = len(ranking.ranked) + len(ranking.infeasible)
+    model = _HASH.sub("", ranking.model)  # its hash only makes the column wrap
     head = (
         f"<tr><td class=text>{_e(rec.query.link)}</td>"
-        f"<td class=text>{_e(f'{ranking.model} · b{ranking.batch_size}')}</td>"
+        f"<td class='text model'>{_e(f'{model} · b{ranking.batch_size}')}</td>"
     )
     best = ranking.best
     if best is None:
@@ -207,8 +213,15 @@ def _row(rec: Recommendation, ranking: Ranking) -> str:
     )
 
 
+# How `link_added`'s figures are found, said under them.
+LINK_ADDED_HOW = (
+    "per link, the median over its VALID trials of each one's median latency minus that of "
+    "the direct trial with the same setting, model, batch and load"
+)
+
+
 def link_added(trials: pd.DataFrame) -> str | None:
-    """'wifi adds 22.7 ms, lte 76.7 ms to the median latency …': what each emulated link
+    """'wifi adds 22.7 ms, lte 76.7 ms to the median latency.': what each emulated link
     added in this run, from its VALID trials against the direct ones with the same
     setting, model, batch and load (`breakdown`'s measured link time, its median over
     those pairs); None where no link was measured beside direct."""
@@ -226,11 +239,7 @@ def link_added(trials: pd.DataFrame) -> str | None:
     ]
     (link, added), *rest = parts
     said = f"{link} adds {added}" + "".join(f", {name} {value}" for name, value in rest)
-    return (
-        f"{said} to the median latency (per link, the median over its trials of each "
-        "one's median latency minus that of the direct trial with the same setting, model, "
-        "batch and load)."
-    )
+    return f"{said} to the median latency."
 
 
 def not_measured(data: RunData) -> list[str]:
