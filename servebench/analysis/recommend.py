@@ -855,6 +855,7 @@ def headline(ranking: Ranking, query: Query) -> str:
         if kind == SLO_MISSED:
             return f"No measured setting serves {what_model} with {slo} {over}: {why}."
         if kind == SLO_UNDECIDED:
+            why = why.removeprefix(f"{SLO_UNDECIDED} — ")
             return f"Undecided whether any setting serves {what_model} with {slo} {over}: {why}."
         return f"No answer for {what_model} with {slo} {over}: {why}."
     tied = ranking.tied
