@@ -49,6 +49,7 @@ from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
 from servebench.common.quantiles import decides, percentiles, requests_to_decide
 from servebench.common.serving_apis import serving_api
+from servebench.common.slo_judge import count_at_or_under, judge_slo
 from servebench.results import TRIAL_SCHEMA
 
 FORMATS = ("perf_analyzer", "loadgen", "csv", "parquet", "json")
@@ -381,7 +382,12 @@ def loadgen_summary(row: dict[str, Any], latencies: np.ndarray) -> str:
         f"Result is : {verdict}",
     ]
     if met is not None:
-        performance = _slo_latency(row, latencies) <= float(row["slo_bound_s"])
+        # LoadGen's own rule: its percentile, the point, against the target (an interval
+        # of one value to the judge); early stopping below is the interval's.
+        point = _slo_latency(row, latencies)
+        performance = judge_slo(
+            point, point, percentile=float(row["slo_percentile"]), bound_s=float(row["slo_bound_s"])
+        ).met
         lines.append(f"  Performance constraints satisfied : {'Yes' if performance else 'NO'}")
         lines.append(f"  Early stopping satisfied: {'Yes' if met else 'NO'}")
     if reasons:
@@ -432,7 +438,7 @@ def _early_stopping(row: dict[str, Any], latencies: np.ndarray) -> tuple[list[st
         return [" * no SLO: the run set no latency bound to decide"], None
     q, bound = float(row["slo_percentile"]), float(row["slo_bound_s"])
     n = latencies.size
-    over = int((latencies > bound).sum())
+    over = n - count_at_or_under(latencies, bound)
     said = f"p{q:g} <= {bound * 1e3:g} ms, one-sided 99 %: {n} queries, {over} over the bound"
     decision = decides(n, n - over, q, LOADGEN_LEVEL)
     if decision == "met":

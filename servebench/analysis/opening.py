@@ -281,10 +281,12 @@ def not_measured(data: RunData) -> list[str]:
     return lines
 
 
-def _decisions(rows: pd.DataFrame, bound_s: float) -> pd.Series:
-    """Each trial's SLO decision: its `slo_met` (decided on the interval), else — a search
-    trial, whose chosen step has no interval — its point against the bound (`slo.decide`)."""
-    point = pd.Series([decide(v, v, bound_s) for v in rows["_latency"]], index=rows.index)
+def _decisions(rows: pd.DataFrame, slo: RunSlo) -> pd.Series:
+    """Each trial's SLO decision: its `slo_met` (decided on the interval), else — a row
+    written without one — its one latency as the interval (`slo.decide`)."""
+    point = pd.Series(
+        [decide(v, v, slo.bound_s, slo.percentile) for v in rows["_latency"]], index=rows.index
+    )
     return rows["slo_met"].where(rows["slo_met"].notna(), point)
 
 
@@ -317,7 +319,7 @@ def cost_vs_latency(trials: pd.DataFrame, recommendations: list[Recommendation])
         axes = fig.subplots(1, len(links), sharey=True, squeeze=False)[0]
         for ax, link in zip(axes, links, strict=True):
             rows = ok[ok["link"] == link]
-            decision = _decisions(rows, slo.bound_s)
+            decision = _decisions(rows, slo)
             shades = (
                 (SLO_MET, MET, "met the SLO"),
                 (SLO_UNDECIDED, UNDECIDED, "undecided"),

@@ -31,7 +31,7 @@ either way. SLO-search steps keep one latency each (the runner's rule), as do ol
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from servebench.analysis.slo import (
     SLO_MISSED,
     SLO_UNDECIDED,
     decide,
+    holds,
     requests_needed,
     too_few,
 )
@@ -510,16 +511,21 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
             usable = not UNUSABLE_STEP.intersection(step["codes"]) and not missing(latency)
             note = "" if usable else (step["reasons"] or "too many failed requests")
             value = float(latency) + added if not missing(latency) else math.nan
+            low, high = float(step["low"]) + added, float(step["high"]) + added
+            bounded = usable and not math.isnan(high)
             result.append(
                 Point(
                     float(step["rate"]),
-                    value,
-                    usable,
+                    high if bounded else math.inf,
+                    bounded,
                     SEARCH,
                     step["step_id"],
                     note,
                     added,
-                    decision=decide(value, value, query.slo_s) if usable else None,
+                    value if math.isnan(low) else low,
+                    usable,
+                    usable=usable,
+                    decision=decide(low, high, query.slo_s, query.percentile) if usable else None,
                     rate_source=OFFERED,
                     value_s=value,
                 )
@@ -572,7 +578,7 @@ def _point(
         (float(value) + added if math.isnan(low_s) and measured else low_s),
         usable,
         usable=usable,
-        decision=decide(low_s, high_s, query.slo_s) if usable else None,
+        decision=decide(low_s, high_s, query.slo_s, query.percentile) if usable else None,
         answered=answered,
         needed=(
             requests_needed(row, query.percentile, query.slo_s - added, answered)
@@ -695,18 +701,22 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
         replace(p, latency_s=p.optimistic_s, valid=p.optimistic_valid) for p in option.points
     ]
     curve = _Curve.of(low_points if optimistic else option.points)
-    meeting = np.flatnonzero(curve.latencies <= query.slo_s) if curve.points else []
-    if not len(meeting):
+
+    def meets(latency_s: float) -> bool:  # the curve's end of each interval, judged
+        return holds(latency_s, query.slo_s, query.percentile, optimistic=optimistic)
+
+    meeting = [i for i, latency in enumerate(curve.latencies) if meets(float(latency))]
+    if not meeting:
         return _without_candidate(option, query)
-    best = curve.points[int(meeting[-1])]
+    best = curve.points[meeting[-1]]
     usable = best.rate * (1 - query.headroom)
     if query.qps is None:
-        chosen = _per_unit(curve, usable, query.slo_s)
+        chosen = _per_unit(curve, usable, meets)
         replicas, total = None, None
     else:
-        chosen = _replicas(curve, usable, query.qps, query.slo_s)
+        chosen = _replicas(curve, usable, query.qps, meets)
         if chosen is None:
-            over = [p for p in curve.points if p.rate <= usable and p.latency_s > query.slo_s]
+            over = [p for p in curve.points if p.rate <= usable and not meets(p.latency_s)]
             measured = all(p.decision == SLO_MISSED for p in over)
             return Infeasible(
                 option,
@@ -773,7 +783,7 @@ def _undecided(point: Point, query: Query) -> str:
 
 
 def _replicas(
-    curve: _Curve, usable: float, qps: float, slo_s: float
+    curve: _Curve, usable: float, qps: float, meets: Callable[[float], bool]
 ) -> tuple[int, float, float, str] | None:
     """The fewest replicas from ceil(qps / usable) up whose per-replica load has an
     expected latency within the SLO (more than the first only where measured latency is
@@ -783,19 +793,21 @@ def _replicas(
     last = max(first, replicas_needed(qps, float(curve.rates[0])))
     for n in range(first, min(last, first + MAX_REPLICA_STEPS) + 1):
         latency, how = curve.at(qps / n)
-        if latency <= slo_s:
+        if meets(latency):
             return n, qps / n, latency, how
     return None
 
 
-def _per_unit(curve: _Curve, usable: float, slo_s: float) -> tuple[None, float, float, str]:
+def _per_unit(
+    curve: _Curve, usable: float, meets: Callable[[float], bool]
+) -> tuple[None, float, float, str]:
     """Without a target rate: each replica at its usable rate, or — where measured latency
     is not monotone — the highest measured rate below it that meets the SLO."""
     latency, how = curve.at(usable)
-    if latency <= slo_s:
+    if meets(latency):
         return None, usable, latency, how
     for rate, value in zip(curve.rates[::-1], curve.latencies[::-1], strict=True):
-        if rate < usable and value <= slo_s:
+        if rate < usable and meets(float(value)):
             return None, float(rate), float(value), f"measured at {rate:,.4g} req/s"
     raise AssertionError("unreachable: the max rate itself meets the SLO")
 

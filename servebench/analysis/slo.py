@@ -1,17 +1,17 @@
-"""Whether a measured latency meets an SLO, as the result files let analysis decide it:
-the one place `recommend`, the report's box and its chart ask.
+"""Whether a measured latency meets an SLO, as the result files let analysis ask it: the
+one place `recommend`, the report's box and its chart ask the judge
+(`common.slo_judge`).
 
 A trial row carries its SLO percentile's confidence interval (trials.csv's `_low` and
 `_high` columns, `common.quantiles.percentile_bounds`); a latency meets a bound only when
 the whole interval is within it, misses it only when the whole interval is over it, and
 is undecided otherwise — a side too few requests bound decides nothing, so a short
-trial's p99 is never read as a failure. Rows without an interval (SLO-search steps, runs
-written before intervals) are decided on their one value, as the runner decided them.
+trial's p99 is never read as a failure. Rows without an interval (runs written before
+intervals) are an interval of their one value.
 
 When the SLO asked about is the one the row was run with, its `slo_met` and
 `slo_requests_to_decide` say the same on the same requests; for another bound, the count
-that would at least bound the percentile comes from `common.quantiles`. (The common
-judge of issue 34 is the place this module should ask once it exists.)
+that would at least bound the percentile comes from `common.quantiles`.
 """
 
 from __future__ import annotations
@@ -21,19 +21,34 @@ from typing import Any
 
 from servebench.analysis.labels import missing
 from servebench.common.quantiles import CONFIDENCE, requests_to_decide
+from servebench.common.slo_judge import judge_slo
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 
-__all__ = ["SLO_MET", "SLO_MISSED", "SLO_UNDECIDED", "decide", "requests_needed", "too_few"]
+__all__ = [
+    "SLO_MET",
+    "SLO_MISSED",
+    "SLO_UNDECIDED",
+    "decide",
+    "holds",
+    "requests_needed",
+    "too_few",
+]
 
 
-def decide(low: float, high: float, bound_s: float) -> str:
+def decide(low: float, high: float, bound_s: float, percentile: float) -> str:
     """met (the interval's high end within `bound_s`), missed (its low end over it) or
-    undecided; a side that is NaN (too few requests bound it) decides nothing."""
-    if not math.isnan(high) and high <= bound_s:
-        return SLO_MET
-    if not math.isnan(low) and low > bound_s:
-        return SLO_MISSED
-    return SLO_UNDECIDED
+    undecided, as the judge says; a side that is NaN (too few requests bound it) decides
+    nothing."""
+    return judge_slo(low, high, percentile=percentile, bound_s=bound_s).verdict
+
+
+def holds(end_s: float, bound_s: float, percentile: float, *, optimistic: bool = False) -> bool:
+    """Whether one end of a latency interval keeps the SLO: the high end (the safe side)
+    met, or — `optimistic` — the low end not missed. For a load between measured ones,
+    where `recommend` interpolates each end between the points around it."""
+    if optimistic:
+        return decide(end_s, math.nan, bound_s, percentile) != SLO_MISSED
+    return decide(math.nan, end_s, bound_s, percentile) == SLO_MET
 
 
 def requests_needed(

@@ -11,6 +11,7 @@ expand to millions of trials before any of them is built.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ from model_zoo.imports import ServedModel
 from model_zoo.mutate import dedupe, grid, random_mutations
 from model_zoo.spec import ModelSpec, resnet50_spec
 from servebench.common.quantiles import requests_to_decide
+from servebench.load.settings import EARLY_STOP_EVERY
 from servebench.netem.profiles import LinkProfile
 from servebench.scenario.schema import ResNetReference, Scenario, ServerSection
 
@@ -308,20 +310,54 @@ def _trial_seconds(scenario: Scenario, level: LoadLevel, link: LinkProfile) -> f
 
 
 def _until_decided(scenario: Scenario, level: LoadLevel, link: LinkProfile) -> float:
-    """How long an early-stopped trial is expected to measure: until the fewest answers
-    that decide its SLO (all within it: `requests_to_decide`) or its minimums, at its rate
-    — a closed loop's from its clients and the link's round trip. Infinite where the rate
-    cannot be told (a trace, a search: their own rules)."""
-    stop, slo = scenario.workload.stop, scenario.slo
-    assert stop is not None and slo is not None
+    """How long an early-stopped trial is expected to measure, answering at its rate — a
+    closed loop's from its clients and the link's round trip — with none over the bound
+    (`_first_deciding_look`). Infinite where the rate cannot be told (a trace, a search:
+    their own rules) or the load has no planned duration."""
+    w, slo = scenario.workload, scenario.slo
+    assert w.stop is not None and slo is not None
     if level.kind == "rate" and level.value:
         rate = level.value
     elif level.kind == "concurrency" and level.value:
         rate = level.value / (link.rtt_s + EXPECTED_SERVICE_S)
     else:
         return math.inf
-    decided = requests_to_decide(1, 0, slo.percentile, stop.confidence) or 0
-    return max(stop.min_duration_s, max(stop.min_requests, decided) / rate)
+    if not w.duration_s:
+        return math.inf
+    stop = w.stop
+    return _first_deciding_look(
+        rate, w.duration_s, stop.min_duration_s, stop.min_requests, slo.percentile,
+        stop.confidence,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_deciding_look(
+    rate: float,
+    duration_s: float,
+    min_duration_s: float,
+    min_requests: int,
+    percentile: float,
+    confidence: float,
+) -> float:
+    """The early stop's looks as the engine takes them (`load.engine`: from the minimum
+    duration, every `EARLY_STOP_EVERY` s, each at the level `load.error_spending` allows
+    it so far into the load), on answers at `rate` none of which is over the bound: when
+    the first look has enough of them to decide (`requests_to_decide`), else the whole
+    duration, whose final look decides what the early ones could not."""
+    from servebench.load.error_spending import ErrorSpending
+
+    spending = ErrorSpending(confidence)
+    look = min_duration_s
+    while look < duration_s:
+        answered = rate * look
+        if answered >= min_requests:
+            level = spending.level(look / duration_s, answered)
+            needed = requests_to_decide(1, 0, percentile, level) if level is not None else None
+            if needed is not None and answered >= needed:
+                return look
+        look += EARLY_STOP_EVERY
+    return duration_s
 
 
 def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
