@@ -37,7 +37,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The one trial-row builder: what a load, its telemetry, its link and its price say.
     "trial_row": BOTTOM | {"load", "netem", "telemetry", "pricing", "results"},
     "locust": BOTTOM | {"clients", "netem", "load", "results", "pricing", "trial_row"},
-    "analysis": BOTTOM | {"results", "pricing"},
+    # telemetry: its one reduction of a telemetry file's counters (a search step's share).
+    "analysis": BOTTOM | {"results", "pricing", "telemetry"},
     "scenario": BOTTOM | UNDER_SCENARIO,
     "overhead": BOTTOM | UNDER_SCENARIO | {"scenario", "servebench"},
     "cluster": BOTTOM | UNDER_SCENARIO | {"scenario"},
