@@ -125,3 +125,29 @@ def test_trial_ids_stay_text(tmp_path: Path) -> None:
     frame.to_csv(run / "trials.csv", index=False)
     data = load_run(run, records=False)
     assert data.trials.loc[0, "trial_id"] == "1234e5"
+
+
+def test_cli_compare_warns_when_the_scenarios_differ(runs, tmp_path: Path) -> None:
+    """Issue 33: two runs of different scenarios are compared where their trials share
+    ids, with one line that says the scenarios differ; runs of one scenario get none."""
+    import json
+    import shutil
+
+    a, b = runs
+    same = CliRunner().invoke(app, ["report", "compare", str(a), str(b)])
+    assert "different scenarios" not in same.output
+    other = Path(shutil.copytree(b, tmp_path / "other"))
+    (other / "scenario.yaml").write_text("name: another\n")
+    result = CliRunner().invoke(app, ["report", "compare", str(a), str(other)])
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.output.splitlines() if "different scenarios" in line]
+    assert warning == (
+        "warning: a and b ran different scenarios (their scenario.yaml files differ): only "
+        "trials with the same coordinates are compared"
+    )
+    hashed = [Path(shutil.copytree(r, tmp_path / f"h{i}")) for i, r in enumerate((a, b))]
+    for path, digest in zip(hashed, ("6521f96419fb0000", "9a0ee62d425f0000"), strict=True):
+        meta = json.loads((path / "run.json").read_text())
+        (path / "run.json").write_text(json.dumps({**meta, "scenario_hash": digest}))
+    result = CliRunner().invoke(app, ["report", "compare", *map(str, hashed)])
+    assert "(scenario hash 6521f96419fb vs 9a0ee62d425f)" in result.output

@@ -185,6 +185,42 @@ def test_what_a_result_means_for_its_job():
     assert cancelled.state is JobState.CANCELLED and cancelled.keep_result
 
 
+def test_a_job_whose_trials_were_invalid_is_shown_as_invalid(tmp_path: Path):
+    """Issue 33: a run that ran its only trial is `complete`, but the trial was INVALID
+    (generator lag): the job's line leads with INVALID and why, in `cluster status`'s
+    first 60 characters of a reason, not `done · complete`."""
+    from rich.console import Console
+
+    from servebench.cli.cluster import status_tables
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lag = "generator fell behind: schedule lag p99 3.71 ms is 53% of latency p99 6.97 ms"
+    (run / "trials.csv").write_text(
+        f"trial_id,status,verdict,verdict_reasons\nt1,ok,INVALID,{lag}\n"
+    )
+    note = execute.invalid_note(run)
+    assert note == f"INVALID: its only trial was INVALID ({lag})"
+    result = execute.JobRun("j1", 1, "f0", 0, "complete", None, "run", b"", 1.0, "", note)
+    outcome = judge(result, cancelled=False)
+    assert outcome.state is JobState.DONE
+    assert outcome.reason == f"{note}; run complete (on f0)"
+    job = {"id": "j1", "scenario_name": "tiny", "state": "done", "follower": "f0",
+           "attempts": 1, "submitted_at": 0.0, "started_at": 1.0, "finished_at": 2.0,
+           "estimate_s": 1.0, "reason": outcome.reason}  # fmt: skip
+    console = Console(record=True, width=200)
+    console.print(status_tables([job], [], now=3.0))
+    assert "INVALID: its only trial was INVALID (generator fell" in console.export_text()
+    (run / "trials.csv").write_text(
+        f"trial_id,status,verdict,verdict_reasons\nt1,ok,INVALID,{lag}\nt2,ok,VALID,\n"
+        "t3,failed,INVALID,server crashed\n"
+    )
+    assert execute.invalid_note(run) == f"1 of 2 trials INVALID (first: {lag})"
+    (run / "trials.csv").write_text("trial_id,status,verdict\nt1,ok,VALID\n")
+    assert execute.invalid_note(run) is None
+    assert judge(_result("complete"), cancelled=False).reason == "complete (on f0)"
+
+
 def test_a_result_in_place_after_a_kill_is_adopted_not_rerun(tmp_path: Path):
     store = JobStore(tmp_path / "jobs.sqlite")
     results = tmp_path / "results"

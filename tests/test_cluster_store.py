@@ -61,8 +61,8 @@ def problems(text: str, source: str = "<submitted>") -> list[str]:
 
 def test_new_job_errors_name_source_line_and_field():
     text = (SCENARIOS / "quickstart.yaml").read_text()
-    bad = text.replace("duration_s: 1.0", "duration_s: -1")
-    line = text.splitlines().index("  duration_s: 1.0") + 1
+    bad = text.replace("duration_s: 10.0", "duration_s: -1")
+    line = text.splitlines().index("  duration_s: 10.0") + 1
     assert problems(bad) == [f"<submitted>:{line} workload.duration_s: -1 — must be > 0"]
     assert problems(bad, "mine.yaml")[0].startswith(f"mine.yaml:{line} workload.duration_s")
     assert problems("name: [")[0].startswith("<submitted>:1: not valid YAML")
@@ -80,7 +80,7 @@ def test_new_job_errors_name_source_line_and_field():
             "links: [{name: l, rtt_s: 0.01, down_trace: /tmp/t.down}]",
             "links[0].down_trace",
         ),
-        ("  duration_s: 1.0", "  trace: /etc/intervals.txt", "workload.trace"),
+        ("  duration_s: 10.0", "  trace: /etc/intervals.txt", "workload.trace"),
         ("  grid:", "  repository: exported\n  grid:", "models.repository"),
     ],
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -163,7 +164,43 @@ def test_tf_serving_has_no_server_columns(tmp_path: Path) -> None:
     assert lines(path) == [NO_SERVER_STATS_HEADER, "2,50,42,18,3500,4100,4400,5200"]
 
 
+def _search_files(path: Path, windows: dict[str, tuple[float, float, float]]) -> None:
+    """records.parquet and telemetry.parquet of a search trial `c0-triton` whose steps
+    (step id -> start, end, queue µs per request) each answer 10 requests per telemetry
+    sample, Triton's counters sampled every 0.5 s from 0.2 s into each step."""
+    records, samples = [], []
+    success = queue = compute = 0.0
+    for step_id, (start, end, queue_us) in windows.items():
+        for seq, sent in enumerate(np.arange(start, end, 0.05)):
+            records.append(
+                {"trial_id": step_id, "seq": seq, "intended_time": sent, "send_time": sent,
+                 "completion_time": sent + 0.004, "latency": 0.004, "ok": True,
+                 "error_kind": None, "batch_size": 1, "request_bytes": 100,
+                 "response_bytes": 100}
+            )  # fmt: skip
+        for stamp in np.arange(start + 0.2, end, 0.5):
+            success, queue, compute = success + 10, queue + 10 * queue_us, compute + 10 * 1200
+            labels = json.dumps({"model": "dense-d2-w16-abcdef", "version": "1"})
+            for metric, value in (
+                ("nv_inference_request_success", success),
+                ("nv_inference_queue_duration_us", queue),
+                ("nv_inference_compute_input_duration_us", 100.0 * success),
+                ("nv_inference_compute_infer_duration_us", compute),
+                ("nv_inference_compute_output_duration_us", 200.0 * success),
+            ):
+                samples.append(
+                    {"trial_id": "c0-triton", "timestamp": float(stamp),
+                     "source": "server_metrics", "metric": metric, "value": value,
+                     "labels": labels}
+                )  # fmt: skip
+    pd.DataFrame(records).to_parquet(path / "records.parquet")
+    pd.DataFrame(samples).to_parquet(path / "telemetry.parquet")
+
+
 def test_a_search_trial_is_its_chosen_rate(tmp_path: Path) -> None:
+    """Issue 33: the row's server columns span every step (an overloaded last step puts
+    its queue time at 20 ms, above the chosen rate's p50 of 3.5 ms); the export takes
+    the server's split from the telemetry samples of the chosen step alone."""
     steps = [[10.0, 0.004, True, ""], [20.0, 0.006, True, ""], [40.0, 0.09, False, ""]]
     row = closed_row(
         0,
@@ -174,13 +211,36 @@ def test_a_search_trial_is_its_chosen_rate(tmp_path: Path) -> None:
         concurrency=None,
         search_steps=json.dumps(steps),
         max_rate=20.0,
+        server_queue_s=0.020,  # over every step
     )
+    run = write_run(tmp_path, [row])
+    _search_files(
+        run,
+        {"c0-triton.s0": (100.0, 102.0, 50.0), "c0-triton.s1": (103.0, 105.0, 300.0),
+         "c0-triton.s2": (106.0, 108.0, 60_000.0)},
+    )  # fmt: skip
     out = tmp_path / "pa"
-    result = export(str(write_run(tmp_path, [row])), "-o", str(out))
+    result = export(str(run), "-o", str(out))
+    assert result.exit_code == 0, result.output
     (path,) = out.glob("*.csv")
-    assert lines(path)[0] == REQUEST_RATE_HEADER
-    assert lines(path)[1].startswith("20,20,42,")
-    assert "cover every search step" in result.output
+    header, line = lines(path)
+    assert header == REQUEST_RATE_HEADER
+    cells = dict(zip(header.split(","), line.split(","), strict=True))
+    assert cells["Request Rate"] == "20" and cells["Inferences/Second"] == "20"
+    assert cells["Server Queue"] == "300"  # µs per request in the chosen step (s1)
+    assert cells["Server Compute Infer"] == "1200"
+    assert int(cells["Server Queue"]) < int(cells["p50 latency"]) == 3500
+    # 3100 µs waited − 300 queue − (100 + 1200 + 200) compute = 1300 µs network+server.
+    assert cells["Network+Server Send/Recv"] == "1300"
+    assert "server times from the telemetry samples of that step alone" in result.output
+    # Without the telemetry to date it, the split is empty, not every step's.
+    (run / "telemetry.parquet").unlink()
+    empty = tmp_path / "empty"
+    assert export(str(run), "-o", str(empty)).exit_code == 0
+    cells = dict(
+        zip(header.split(","), lines(next(empty.glob("*.csv")))[1].split(","), strict=True)
+    )
+    assert cells["Server Queue"] == "" and cells["Server Compute Infer"] == ""
 
 
 def test_microseconds_truncate_like_integer_nanoseconds() -> None:

@@ -39,7 +39,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The one setting-row builder: a setting's replicates (trial rows) side by side.
     "setting_row": BOTTOM | {"results"},
     "locust": BOTTOM | {"clients", "netem", "load", "results", "pricing", "trial_row"},
-    "analysis": BOTTOM | {"results", "pricing"},
+    # telemetry: its one reduction of a telemetry file's counters (a search step's share).
+    "analysis": BOTTOM | {"results", "pricing", "telemetry"},
     "scenario": BOTTOM | UNDER_SCENARIO,
     "overhead": BOTTOM | UNDER_SCENARIO | {"scenario", "servebench"},
     "cluster": BOTTOM | UNDER_SCENARIO | {"scenario"},

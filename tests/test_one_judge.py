@@ -19,13 +19,9 @@ HOME = ROOT / "servebench" / "common" / "slo_judge.py"
 # Words that name a latency or one of its percentiles, and words that name a bound.
 LATENCY = re.compile(r"latenc(y|ies)|percentiles?|quantiles?|p\d{2,3}", re.IGNORECASE)
 BOUND = re.compile(r"bound|slo", re.IGNORECASE)
-# The analysis layer and `servebench recommend` are being rewritten onto the judge in a
-# branch of their own (issue 34); each comparison they still make is named here.
-# TODO(issue 34): empty this once analysis/ and cli/recommend.py ask the judge.
-KNOWN: dict[str, int] = {
-    "servebench/analysis/export.py": 2,
-    "servebench/analysis/recommend.py": 3,
-}
+# Files allowed a comparison of their own, and how many (none: analysis/ and recommend
+# ask the judge through analysis/slo.py since issue 33's headlines).
+KNOWN: dict[str, int] = {}
 
 
 def _words(node: ast.AST) -> set[str]:

@@ -173,7 +173,8 @@ def test_ties_break_on_latency_margin_then_name(tmp_path: Path) -> None:
     assert "p99 margin 10.0 ms vs 20.0 ms" in result.ranked[1].loses_because
     full = decide([write_run(tmp_path, "b", rows[:4])], qps=300.0)
     assert [c.option.setting for c in full.ranked] == ["A", "B"]
-    assert full.ranked[1].loses_because.startswith("ties with #1")
+    assert full.ranked[1].loses_because.startswith("ties with #1: the same cost")
+    assert full.rankings[0].tie_within_noise
 
 
 def test_runs_on_different_instances_are_ranked_by_cost(tmp_path: Path) -> None:
@@ -209,6 +210,27 @@ def test_closed_loop_points_only_where_nothing_else_and_with_a_warning(tmp_path:
     assert by_setting["K"].option.closed_loop
     assert all(p.kind == CLOSED for p in by_setting["K"].option.points)
     assert any("closed-loop measurements only" in w for w in result.warnings)
+
+
+def test_a_closed_loop_rate_is_the_throughput_the_trial_table_shows(tmp_path: Path) -> None:
+    """One figure per quantity (issue 33): a closed-loop trial's rate in `recommend` is
+    its throughput (successful requests per second: the table's req/s), not the rate it
+    sent, and its cost per million inferences is the table's $/M inf."""
+    from servebench.analysis.summary import summary_table
+
+    row = trial(
+        "K", 3306.2, 6.6, load_kind="concurrency", mode="closed", throughput_rps=3300.0,
+        throughput_ips=3300.0, cost_per_million=0.17 / (3300.0 * 3600) * 1e6,
+    )  # fmt: skip
+    run = write_run(tmp_path, "a", [row])
+    best = decide([run]).best
+    assert best is not None and best.max_rate == 3300.0 and best.max_rate_source == "throughput"
+    headers, (cells,), _ = summary_table(load_run(run, records=False).trials)
+    assert cells[headers.index("req/s")] == "3,300.0"
+    assert best.usd_per_million == pytest.approx(row["cost_per_million"])
+    text = run_cli(str(run), "--slo-p99-ms", "50").output
+    assert "(the throughput of closed-loop trial" in text
+    assert "per million inferences at 3,300 req/s per replica" in text
 
 
 def test_invalid_trials_are_not_operating_points(tmp_path: Path) -> None:
@@ -433,17 +455,89 @@ def _bounded(setting: str, points: dict[float, tuple[float, float, float]]) -> l
 
 def test_the_safe_side_of_the_interval_decides(tmp_path: Path) -> None:
     """A p99 of 40 ms whose interval reaches 60 ms does not meet a 50 ms SLO: the max
-    rate is the lower one whose high bound is within it; a row whose high bound could not
-    be found (too few requests) meets nothing."""
+    rate is the lower one whose high bound is within it."""
     rows = _bounded("A", {100.0: (9.0, 10.0, 12.0), 300.0: (35.0, 40.0, 60.0)})
     result = decide([write_run(tmp_path, "a", rows)], qps=300.0)
     assert result.best is not None and result.best.max_rate == 100.0
     assert result.best.replicas == 3
-    few = _bounded("B", {100.0: (9.0, 10.0, 12.0)})
-    few[0]["latency_p99_high"] = None
-    none = decide([write_run(tmp_path, "b", few)], qps=100.0)
-    assert none.best is None
-    assert "too few to bound latency_p99 from above" in none.infeasible[0].reason
+
+
+def test_a_failure_is_claimed_only_where_it_was_measured(tmp_path: Path) -> None:
+    """Issue 33: no high bound (175 requests of the 368 that bound a p99 at 95 %) and an
+    interval around the bound are undecided, said with the counts from the one
+    percentile module; only a low bound over the SLO is "cannot meet"; an INVALID trial
+    is no valid measurement. The headline, the box's words and the command say so."""
+    few = _bounded("F", {100.0: (9.0, 10.0, 12.0)})
+    few[0].update(latency_p99_high=None, ok=175)
+    straddles = _bounded("S", {100.0: (40.0, 45.0, 60.0)})
+    straddles[0].update(slo_requests_to_decide=2400)
+    over = _bounded("O", {100.0: (55.0, 60.0, 70.0)})
+    invalid = _bounded("I", {100.0: (9.0, 10.0, 12.0)})
+    invalid[0].update(verdict="INVALID", verdict_reasons="generator fell behind: lag p99 9 ms")
+    run = write_run(tmp_path, "a", few + straddles + over + invalid)
+    result = decide([run], qps=100.0)
+    assert result.best is None
+    kinds = {i.option.setting: (i.kind, i.reason) for i in result.infeasible}
+    assert kinds["F"][0] == "undecided"
+    assert kinds["F"][1].startswith("undecided — too few requests (175 of 368): p99 10.0 ms")
+    assert kinds["S"] == (
+        "undecided",
+        "undecided — too few requests (1,000 of 2,400): p99 40.0–60.0 ms at 100 req/s "
+        "straddles the 50 ms SLO",
+    )
+    assert kinds["O"][0] == "missed" and "already over the 50 ms SLO" in kinds["O"][1]
+    assert kinds["I"] == ("no valid measurement", "no valid measurement — generator fell "
+                          "behind: lag p99 9 ms")  # fmt: skip
+    from servebench.analysis.recommend import headline
+
+    (ranking,) = result.rankings
+    assert ranking.unanswered()[0] == "undecided"
+    text = headline(ranking, result.query)
+    assert text.startswith("Undecided whether any setting serves conv-d2-w32-abcdef")
+    assert "none meets" not in text and "No measured setting" not in text
+    out = run_cli(str(run), "--qps", "100", "--slo-p99-ms", "50")
+    assert out.exit_code == 1, out.output
+    assert "no measured option meets the SLO" not in out.output
+    assert "cannot meet p99 ≤ 50 ms at any replica count:\n  O · " in out.output
+    assert "undecided at p99 ≤ 50 ms:\n  F · " in out.output
+    assert "no valid measurement:\n  I · " in out.output
+    # Every setting measured over the SLO: then, and only then, "none meets it".
+    only_over = decide([write_run(tmp_path, "b", over)], qps=100.0)
+    assert only_over.rankings[0].unanswered()[0] == "missed"
+    assert headline(only_over.rankings[0], only_over.query).startswith("No measured setting serves")
+    # A job whose only trial was INVALID: no valid measurement, and why.
+    lone = decide([write_run(tmp_path, "c", invalid)], qps=100.0).rankings[0]
+    assert lone.unanswered() == (
+        "no valid measurement",
+        "no valid measurement — generator fell behind: lag p99 9 ms",
+    )
+    assert headline(lone, result.query).startswith("No answer for conv-d2-w32-abcdef")
+
+
+def test_equal_cost_with_overlapping_intervals_is_a_tie(tmp_path: Path) -> None:
+    """Issue 33: four settings that each need one replica for the target are the same
+    cost; a 0.1 ms margin between p99 intervals that overlap orders nothing: a tie,
+    named in the headline and in each runner-up's line. Intervals apart, the margin
+    decides as before."""
+    rows = []
+    for name, high in (("A", 6.6), ("B", 6.7), ("C", 6.8), ("D", 30.0)):
+        rows += _bounded(name, {3000.0: (high - 1.0, high - 0.5, high)})
+    result = decide([write_run(tmp_path, "a", rows)], qps=2000.0)
+    ranking = result.rankings[0]
+    assert [c.replicas for c in ranking.ranked] == [1, 1, 1, 1]
+    assert [c.option.setting for c, _ in ranking.tied] == ["B", "C"]  # D's interval is apart
+    from servebench.analysis.recommend import headline
+
+    text = headline(ranking, result.query)
+    assert text.startswith("A tie for the cheapest conv-d2-w32-abcdef (batch 1)")
+    assert "between 3 settings: #1 A (1 replica, $0.17/h, p99 5.6–6.6 ms); #2 B" in text
+    assert "the same cost, and their p99 intervals overlap" in text
+    assert ranking.ranked[1].loses_because.startswith("ties with #1: the same cost")
+    assert ranking.ranked[3].loses_because.startswith("same cost as #1, smaller latency margin")
+    data = json.loads(
+        run_cli(str(write_run(tmp_path, "j", rows)), "--qps", "2000", "--json").output
+    )
+    assert [t["rank"] for t in data["rankings"][0]["tied_with_first"]] == [2, 3]
 
 
 def test_the_top_two_within_each_others_intervals_are_a_tie_within_the_noise(
@@ -461,11 +555,13 @@ def test_the_top_two_within_each_others_intervals_are_a_tie_within_the_noise(
     assert ranking.tie_within_noise
     from servebench.analysis.recommend import headline
 
-    assert "tie within the noise with #2, B" in headline(ranking, result.query)
+    text = headline(ranking, result.query)
+    assert "A tie for the cheapest" in text and "#2 B (3 replicas" in text
+    assert "their costs overlap within the noise of the latency intervals" in text
     b_over = _bounded("B", {200.0: (20.0, 22.0, 25.0), 300.0: (51.0, 53.0, 55.0)})
     clear = decide([write_run(tmp_path, "clear", a + b_over)], qps=600.0)
     assert not clear.rankings[0].tie_within_noise
-    assert "tie within the noise" not in headline(clear.rankings[0], clear.query)
+    assert "tie" not in headline(clear.rankings[0], clear.query)
     # A point with no high bound counts on its low bound only if nothing else rules it out:
     # an INVALID trial's low bound makes no tie.
     b_invalid = _bounded("B", {200.0: (20.0, 22.0, 25.0), 300.0: (45.0, 48.0, 55.0)})

@@ -48,12 +48,14 @@ def test_the_box_names_the_cheapest_setting_per_link(run: Path) -> None:
     page = (run / "report.html").read_text()
     box = sections(page)["recommendation"]
     trials = pd.read_csv(run / "trials.csv")
-    rows = re.findall(r"<tr><td class=text>(\w+)</td><td class=text>(.*?)</td>(.*?)</tr>", box)
+    rows = re.findall(
+        r"<tr><td class=text>(\w+)</td><td class='text model'>(.*?)</td>(.*?)</tr>", box
+    )
     found = {(link, what): cells for link, what, cells in rows}
     assert len(found) == 4  # direct and wifi × batch 1 and 16, one model
     for link in ("direct", "wifi"):
         for batch in (1, 16):
-            cells = found[(link, f"conv-d3-w64-1a9df3 · b{batch}")]
+            cells = found[(link, f"conv-d3-w64 · b{batch}")]  # the hash left out
             assert f"<td class=text>{expected_best(trials, link, batch)}</td>" in cells
     assert "For p99 ≤ 200 ms, priced as c6i.large ($0.0850/h" in box
     # The answer comes before the summary table, the chart between them.
@@ -127,3 +129,60 @@ def test_first_screen_filter_and_sort_in_chromium(browser, run: Path) -> None:
         assert problems == [] and fetched == []
     finally:
         page.close()
+
+
+def test_the_box_never_claims_a_failure_that_was_not_measured(tmp_path: Path) -> None:
+    """Issue 33: over wifi the trials were too short to bound p99 (175 of the 368
+    requests that bound it at 95 %), over lte the only trial was INVALID: the box says
+    undecided and no valid measurement, with why — never "none meets the SLO" — and
+    what each link added to the median latency, from the run's own trials."""
+    from test_recommend import trial, write_run
+
+    from servebench.analysis.opening import link_recommendations, recommendation_html
+
+    def row(setting: str, link: str, p50: float, p99: float, high: float | None, **extra):
+        return trial(
+            setting, 3000.0 if link == "direct" else 175.0, p99, link=link,
+            load_kind="concurrency", load_level=4.0, mode="closed", latency_p50=p50 / 1e3,
+            confidence_level=0.95, latency_p99_low=(p99 - 1) / 1e3,
+            latency_p99_high=None if high is None else high / 1e3, ok=175, slo_bound_s=0.2,
+            **extra,
+        )  # fmt: skip
+
+    rows = [
+        row("A", "direct", 1.0, 3.0, 3.5),
+        row("B", "direct", 1.2, 3.2, 3.6),
+        row("A", "wifi", 21.0, 32.0, None),
+        row("B", "wifi", 23.0, 33.0, None),
+        row("A", "lte", 71.0, 90.0, 95.0, verdict="INVALID",
+            verdict_reasons="generator fell behind: lag p99 60 ms is 67% of latency p99"),
+    ]  # fmt: skip
+    data = load_run(write_run(tmp_path, "short", rows), records=False)
+    box = recommendation_html(data, *link_recommendations(data))
+    assert "none meets" not in box
+    assert "undecided — too few requests (175 of 368): p99 32.0 ms at 175 req/s" in box
+    assert "(2 of 2 settings undecided)" in box
+    assert "no valid measurement — generator fell behind: lag p99 60 ms" in box
+    # A (21 - 1) and B (23 - 1.2): their median; the INVALID lte trial adds nothing.
+    assert 'id="link-added">wifi adds 20.9 ms to the median latency. <small' in box
+
+
+def test_the_box_and_recommend_name_the_same_tie(tmp_path: Path) -> None:
+    """Equal cost per inference and overlapping p99 intervals: the box lists every tied
+    setting, as `recommend` does (`Ranking.tied`, one rule)."""
+    from test_recommend import run_cli, trial, write_run
+
+    from servebench.analysis.opening import link_recommendations, recommendation_html
+
+    rows = [
+        trial(name, 3000.0, 6.0, confidence_level=0.95, latency_p99_low=low / 1e3,
+              latency_p99_high=high / 1e3, ok=20000, slo_bound_s=0.2)
+        for name, low, high in (("A", 5.0, 6.6), ("B", 5.1, 6.7), ("C", 20.0, 30.0))
+    ]  # fmt: skip
+    run = write_run(tmp_path, "tie", rows)
+    data = load_run(run, records=False)
+    box = recommendation_html(data, *link_recommendations(data))
+    assert "<td class=text>tie: A, B <small>" in box
+    text = run_cli(str(run)).output
+    assert "A tie for the cheapest conv-d2-w32-abcdef (batch 1)" in text
+    assert "between 2 settings: #1 A ($0.01574 per million inferences at 3,000 req/s" in text

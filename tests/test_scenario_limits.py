@@ -212,6 +212,20 @@ def test_too_many_trials_are_refused(tmp_path: Path):
     ), found
 
 
+def test_size_problems_come_with_the_schema_problems_of_the_same_file(tmp_path: Path):
+    """Every problem in one pass (issue 33): a schema error elsewhere in the file no longer
+    hides the trial count over its limit, nor a model over the byte caps."""
+    text = edit("rates: [10]", "rates: [1, 2, 3, 4]\n  batch_sizes: [1, 2, 4, 8]\n  warmup_s: -1")
+    text = text.replace("depth: 1, width: 8", "depth: 2, width: 4096")
+    text += "limits: {max_trials: 10, max_model_mb: 1}\n"
+    found = problems(tmp_path, text)
+    assert any("workload.warmup_s: -1 — must be >= 0" in p for p in found), found
+    assert any("(top level): up to 16 trials; must be <= 10" in p for p in found), found
+    assert any("MiB of weights; must be <= 1 MiB" in p for p in found), found
+    out = CliRunner().invoke(app, ["scenario", "validate", str(tmp_path / "s.yaml")])
+    assert out.exit_code == 2 and "up to 16 trials" in out.output and "warmup_s" in out.output
+
+
 def test_limits_can_be_raised_where_a_study_needs_more(tmp_path: Path):
     text = edit("rates: [10]", "mode: closed\n  concurrency: [20000]\n  warmup_s: 100000")
     assert problems(tmp_path, text)

@@ -130,6 +130,10 @@ def test_sigint_keeps_records_and_resume_runs_only_what_is_missing(tmp_path: Pat
     run = run_dir_of(results)
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "interrupted" and "SIGINT" in meta["reason"]
+    # The outcome is the last line; the command that resumes the run comes just before it.
+    *_, resume_line, last = output.strip().splitlines()
+    assert last == f"run interrupted: stopped by SIGINT — results in {run} (exit 130)", output
+    assert resume_line == f"resume it: servebench scenario run {path} --resume {run}", output
     trials = pd.read_csv(run / "trials.csv")
     assert len(trials) == 1
     assert trials.iloc[0].status == "interrupted" and trials.iloc[0].verdict == "INVALID"

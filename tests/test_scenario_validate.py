@@ -248,9 +248,34 @@ def test_every_shipped_scenario_validates_and_plans(path: Path):
 
 def test_quickstart_is_small_enough_for_a_fresh_machine():
     plan = expand(load_scenario(SCENARIOS[0].parent / "quickstart.yaml"))
-    assert plan.estimated_s < 180
+    assert plan.estimated_s < 300  # its trials stop once decided: about 2 s direct, 10 s lte
     assert {s.values["dynamic_batching"] for s in plan.settings} == {False, True}
     assert {t.link.name for t in plan.trials} == {"direct", "wifi", "lte"}
+
+
+def test_an_early_stopped_trial_is_estimated_until_its_slo_is_decided(tmp_path: Path):
+    """With workload.stop a trial measures until the first of the engine's looks (one a
+    second from min_duration_s) whose error-spending level its answers decide at — a
+    closed loop's answers at its clients over the link's round trip — never past
+    duration_s; `scenario plan` says so."""
+    closed = "  mode: closed\n  concurrency: [4]\n  batch_sizes: [1]\n  duration_s: 10\n"
+    text = GOOD.replace(
+        "  rates: [50, 100]\n  batch_sizes: [1, 4]\n  duration_s: 2\n",
+        closed + "  stop: {min_duration_s: 1, min_requests: 100}\n",
+    )
+    plan = expand(load_scenario(write(tmp_path, text, "stop.yaml")), tmp_path)
+    by_link = {t.link.name: t.estimated_s for t in plan.trials}
+    overhead = 0.5 + 1.0  # the warm-up, and a trial's fixed overhead
+    # direct: thousands of answers by the first look, enough at its strict level.
+    assert by_link["direct"] == pytest.approx(overhead + 1.0)
+    # lte: ~56 answers a second; the 368 that decide a p99 at 95 % are not enough while
+    # the looks may spend little of the error budget: a later look, before the end.
+    lte = by_link["lte"] - overhead
+    assert 368 / (4 / (0.070 + 0.001)) < lte < 10 and lte == pytest.approx(round(lte))
+    slow = expand(load_scenario(write(tmp_path, text.replace("[4]", "[1]"), "s1.yaml")))
+    assert {t.link.name: t.estimated_s for t in slow.trials}["lte"] == overhead + 10  # the end
+    out = CliRunner().invoke(app, ["scenario", "plan", str(tmp_path / "stop.yaml")])
+    assert "(workload.stop: each trial until its SLO is decided, at most duration_s)" in out.output
 
 
 def test_settings_that_do_not_apply_collapse(tmp_path: Path):

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.analysis.labels import trial_label
+from servebench.analysis.loader import RunData
 from servebench.analysis.search import trial_records
 from servebench.common.quantiles import percentiles
 
@@ -179,3 +180,25 @@ def compare_trials(
             row[f"{metric.name}_flag"] = flag
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def scenario_difference(a: RunData, b: RunData) -> str | None:
+    """Why two runs are not of one scenario, in a line, or None where they are (or
+    nothing tells): their run.json's `scenario_hash` (the validated scenario, what
+    `--resume` checks), else the scenario files they kept. Trials of two scenarios
+    may still share ids (the same coordinates), so the comparison goes on, said."""
+    hashes = [run.run.get("scenario_hash") for run in (a, b)]
+    if all(hashes):
+        if hashes[0] == hashes[1]:
+            return None
+        what = f"scenario hash {str(hashes[0])[:12]} vs {str(hashes[1])[:12]}"
+    elif a.scenario_text is not None and b.scenario_text is not None:
+        if a.scenario_text == b.scenario_text:
+            return None
+        what = "their scenario.yaml files differ"
+    else:
+        return None
+    return (
+        f"{a.run_id} and {b.run_id} ran different scenarios ({what}): only trials with the "
+        "same coordinates are compared"
+    )

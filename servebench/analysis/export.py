@@ -14,9 +14,10 @@ What differs, and is said in the notes rather than in the file (a comment line w
 break the readers): latency percentiles are servebench's — from the intended send time
 in open loop, where perf_analyzer times from the actual send; a time the run did not
 measure is an empty cell, never a 0 (gRPC's client send, the server's split for a server
-without Triton's metrics); an SLO-search trial is the one row of its chosen rate, with
-server times taken over all of its steps. Failed, INVALID and trace-driven trials have no
-row.
+without Triton's metrics); an SLO-search trial is the one row of its chosen rate, its
+server times from the telemetry samples taken during that step alone (the row's own
+server columns span every step: one overloaded step would put the queue time above the
+chosen rate's p50). Failed, INVALID and trace-driven trials have no row.
 
 LoadGen's summary (`loadgen_summaries`; the layout of mlperf_log_summary.txt, LogSummary
 in LoadGen's results.cc) is one text file per open-loop trial at one rate: scenario
@@ -48,6 +49,7 @@ from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
 from servebench.common.quantiles import decides, percentiles, requests_to_decide
 from servebench.common.serving_apis import serving_api
+from servebench.common.slo_judge import count_at_or_under, judge_slo
 from servebench.results import TRIAL_SCHEMA
 
 FORMATS = ("perf_analyzer", "loadgen", "csv", "parquet", "json")
@@ -106,9 +108,14 @@ class Export:
     notes: list[str]
 
 
-def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], list[str]]:
+def perf_analyzer_files(
+    trials: pd.DataFrame,
+    records: pd.DataFrame | None = None,
+    telemetry: pd.DataFrame | None = None,
+) -> tuple[list[PerfAnalyzerFile], list[str]]:
     """The run's trials as perf_analyzer CSVs (one per setting × model × batch × link ×
-    mode), and notes on what the files cannot say."""
+    mode), and notes on what the files cannot say. `records` and `telemetry` (the run's
+    files) give an SLO search's server times at its chosen step."""
     notes: list[str] = []
     usable = trials[trials["status"] == "ok"]
     skipped = len(trials) - len(usable)
@@ -125,9 +132,10 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
     chosen = _chosen_rates(usable)
     if chosen:
         notes.append(
-            "SLO-search trials: one row at the chosen rate; their server times cover every "
-            "search step"
+            "SLO-search trials: one row at the chosen rate; their server times from the "
+            "telemetry samples of that step alone (empty where it had fewer than two)"
         )
+    step_times = _chosen_step_server_times(usable, records, telemetry) if chosen else {}
     opened = ~(usable["load_kind"].isin(["concurrency", "users"]) | (usable["mode"] == "closed"))
     if opened.any():
         notes.append(
@@ -150,6 +158,8 @@ def perf_analyzer_files(trials: pd.DataFrame) -> tuple[list[PerfAnalyzerFile], l
         level = _level(row, mode, chosen)
         if level is None:
             continue
+        if row.get("load_kind") == "search":
+            row = {**row, **step_times.get(str(row["trial_id"]), _NO_SERVER_TIMES)}
         cells, missed = _cells(row, level, server_stats)
         untimed.update(missed)
         files[key].rows.append(cells)
@@ -177,6 +187,46 @@ def _chosen_rates(trials: pd.DataFrame) -> dict[str, float]:
         return {}
     picked = steps[steps["chosen"].astype(bool)]
     return dict(zip(picked["trial_id"], picked["rate"], strict=True))
+
+
+# A search row's server figures where its chosen step's cannot be told: empty, not the
+# figures of every step.
+_NO_SERVER_TIMES: dict[str, Any] = dict.fromkeys((*_SERVER_FIGURES, "server_compute_s"))
+
+
+def _chosen_step_server_times(
+    trials: pd.DataFrame, records: pd.DataFrame | None, telemetry: pd.DataFrame | None
+) -> dict[str, dict[str, Any]]:
+    """Per search trial, the server's split over its chosen step alone: the telemetry
+    samples taken between that step's first intended send and last completion (its
+    records, `<trial id>.sN`), reduced by `telemetry.aggregate` as the runner reduces a
+    trial's. A step with fewer than two samples of the server's counters has none."""
+    if records is None or telemetry is None or telemetry.empty:
+        return {}
+    from servebench.telemetry.aggregate import aggregate  # the one reduction of counters
+    from servebench.telemetry.rows import TelemetryRow
+
+    steps = search_steps(trials)
+    picked = steps[steps["chosen"].astype(bool)]
+    models = dict(zip(trials["trial_id"].astype(str), trials["model"], strict=True))
+    found: dict[str, dict[str, Any]] = {}
+    for trial_id, step_id in zip(picked["trial_id"].astype(str), picked["step_id"], strict=True):
+        step = records[records["trial_id"] == step_id]
+        if step.empty:
+            continue
+        start, end = float(step["intended_time"].min()), float(step["completion_time"].max())
+        samples = telemetry[
+            (telemetry["trial_id"] == trial_id) & telemetry["timestamp"].between(start, end)
+        ]
+        rows = [
+            TelemetryRow(trial_id, float(r.timestamp), r.source, r.metric, float(r.value),
+                         json.loads(r.labels) if r.labels else {})
+            for r in samples.itertuples()
+        ]  # fmt: skip
+        model = models.get(trial_id)
+        summary = aggregate(rows, model=None if missing(model) else str(model))
+        found[trial_id] = {k: summary.get(k) for k in _NO_SERVER_TIMES}
+    return found
 
 
 def _level(row: dict[str, Any], mode: str, chosen: dict[str, float]) -> str | None:
@@ -332,7 +382,12 @@ def loadgen_summary(row: dict[str, Any], latencies: np.ndarray) -> str:
         f"Result is : {verdict}",
     ]
     if met is not None:
-        performance = _slo_latency(row, latencies) <= float(row["slo_bound_s"])
+        # LoadGen's own rule: its percentile, the point, against the target (an interval
+        # of one value to the judge); early stopping below is the interval's.
+        point = _slo_latency(row, latencies)
+        performance = judge_slo(
+            point, point, percentile=float(row["slo_percentile"]), bound_s=float(row["slo_bound_s"])
+        ).met
         lines.append(f"  Performance constraints satisfied : {'Yes' if performance else 'NO'}")
         lines.append(f"  Early stopping satisfied: {'Yes' if met else 'NO'}")
     if reasons:
@@ -383,7 +438,7 @@ def _early_stopping(row: dict[str, Any], latencies: np.ndarray) -> tuple[list[st
         return [" * no SLO: the run set no latency bound to decide"], None
     q, bound = float(row["slo_percentile"]), float(row["slo_bound_s"])
     n = latencies.size
-    over = int((latencies > bound).sum())
+    over = n - count_at_or_under(latencies, bound)
     said = f"p{q:g} <= {bound * 1e3:g} ms, one-sided 99 %: {n} queries, {over} over the bound"
     decision = decides(n, n - over, q, LOADGEN_LEVEL)
     if decision == "met":
@@ -447,7 +502,7 @@ def export(data: RunData, fmt: str, out: Path) -> Export:
     if fmt == "loadgen":
         return _write_loadgen(data, out)
     if fmt == "perf_analyzer":
-        files, notes = perf_analyzer_files(data.trials)
+        files, notes = perf_analyzer_files(data.trials, data.records, data.telemetry)
         if not files:
             raise ValueError(f"{data.path}: no ok, VALID trial to export")
         out.mkdir(parents=True, exist_ok=True)

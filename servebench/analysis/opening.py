@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
 from servebench.analysis.labels import missing, money, ms, short_settings
 from servebench.analysis.loader import RunData
 from servebench.analysis.recommend import (
@@ -37,6 +38,7 @@ from servebench.analysis.recommend import (
     price_run,
     recommend,
 )
+from servebench.analysis.slo import decide
 from servebench.analysis.svg import NoData, render
 from servebench.pricing import load_prices
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
@@ -51,6 +53,8 @@ background:#f3faf3}.answer h2{border:none;margin:.2rem 0 .4rem}
 .answer .headline{font-size:1.05rem;font-weight:600;margin:.3rem 0}
 .answer.none{border-color:#c62828;background:#fdf3f3}
 .not-measured{color:#6b4d00;font-size:.85rem;margin:.3rem 0}
+.answer .how{font-weight:400;font-size:.8rem;color:#555}
+.answer td.model{white-space:nowrap}
 ul.not-measured{padding-left:1.2rem}
 #summary-filter{margin:.3rem 0;padding:.2rem .4rem;width:22rem;font-size:.85rem}
 #summary th{cursor:pointer}
@@ -140,6 +144,12 @@ def recommendation_html(
         priced = first.runs[0]
         if len(first.rankings) == 1:  # one model: the answer in a sentence
             parts.append(f'<p class="headline">{_e(headline(first.rankings[0], first.query))}</p>')
+        added = link_added(data.ok_trials)
+        if added:
+            parts.append(
+                f'<p class="headline" id="link-added">{_e(added)} '
+                f'<small class="how">({_e(LINK_ADDED_HOW)})</small></p>'
+            )
         parts.append(
             f"<p>For {_e(slo.words if slo else '')}, priced as {_e(priced.instance)} "
             f"({_e(money(priced.usd_per_hour))}/h, {_e(priced.price_source)}): the cheapest "
@@ -172,25 +182,64 @@ def recommendation_html(
 
 
 def _row(rec: Recommendation, ranking: Ranking) -> str:
-    """One line of the box's table: a link and model's cheapest setting."""
+    """One line of the box's table: a link and model's cheapest setting, the settings
+    tied with it (`Ranking.tied`, the rule `recommend` prints), or why there is none —
+    measured over the SLO, undecided or no valid measurement, each said as what it is."""
     total = len(ranking.ranked) + len(ranking.infeasible)
+    model = _HASH.sub("", ranking.model)  # its hash only makes the column wrap
     head = (
         f"<tr><td class=text>{_e(rec.query.link)}</td>"
-        f"<td class=text>{_e(f'{ranking.model} · b{ranking.batch_size}')}</td>"
+        f"<td class='text model'>{_e(f'{model} · b{ranking.batch_size}')}</td>"
     )
     best = ranking.best
     if best is None:
+        kind, why = ranking.unanswered()
         return (
-            head + f'<td class=text colspan="5">none meets the SLO</td><td>0 of {total}</td></tr>'
+            head + f'<td class="text {_e(kind.replace(" ", "-"))}" colspan="5">{_e(why)}</td>'
+            f"<td>0 of {total}</td></tr>"
         )
+    setting = _e(best.option.setting)
+    tied = ranking.tied
+    if tied:
+        others = ", ".join(_e(c.option.setting) for c, _ in tied)
+        setting = f"tie: {setting}, {others} <small>(the measurement does not order them)</small>"
     return head + (
-        f"<td class=text>{_e(best.option.setting)}</td>"
+        f"<td class=text>{setting}</td>"
         f"<td>{_e(money(best.usd_per_million))}</td>"
         f"<td>{best.max_rate:,.4g}</td>"
         f"<td>{_e(ms(best.expected_latency_s))}</td>"
         f"<td>{_e(ms(best.margin_s))}</td>"
         f"<td>{len(ranking.ranked)} of {total}</td></tr>"
     )
+
+
+# How `link_added`'s figures are found, said under them.
+LINK_ADDED_HOW = (
+    "per link, the median over its VALID trials of each one's median latency minus that of "
+    "the direct trial with the same setting, model, batch and load"
+)
+
+
+def link_added(trials: pd.DataFrame) -> str | None:
+    """'wifi adds 22.7 ms, lte 76.7 ms to the median latency.': what each emulated link
+    added in this run, from its VALID trials against the direct ones with the same
+    setting, model, batch and load (`breakdown`'s measured link time, its median over
+    those pairs); None where no link was measured beside direct."""
+    valid = trials[trials["verdict"].fillna("VALID") == "VALID"]
+    per_link = by_link_and_batch(transfer_breakdown(valid)).dropna(subset=["link_measured_s"])
+    if per_link.empty:
+        return None
+    several = per_link["batch_size"].nunique() > 1
+    parts = [
+        (
+            row.link,
+            ms(row.link_measured_s) + " ms" + (f" at batch {row.batch_size}" if several else ""),
+        )
+        for row in per_link.itertuples()
+    ]
+    (link, added), *rest = parts
+    said = f"{link} adds {added}" + "".join(f", {name} {value}" for name, value in rest)
+    return f"{said} to the median latency."
 
 
 def not_measured(data: RunData) -> list[str]:
@@ -232,11 +281,11 @@ def not_measured(data: RunData) -> list[str]:
     return lines
 
 
-def _decisions(rows: pd.DataFrame, bound_s: float) -> pd.Series:
-    """Each trial's SLO decision: its `slo_met` (decided on the interval), else — a search
-    trial, whose chosen step has no interval — its point against the bound."""
+def _decisions(rows: pd.DataFrame, slo: RunSlo) -> pd.Series:
+    """Each trial's SLO decision: its `slo_met` (decided on the interval), else — a row
+    written without one — its one latency as the interval (`slo.decide`)."""
     point = pd.Series(
-        [SLO_MET if v <= bound_s else SLO_MISSED for v in rows["_latency"]], index=rows.index
+        [decide(v, v, slo.bound_s, slo.percentile) for v in rows["_latency"]], index=rows.index
     )
     return rows["slo_met"].where(rows["slo_met"].notna(), point)
 
@@ -270,7 +319,7 @@ def cost_vs_latency(trials: pd.DataFrame, recommendations: list[Recommendation])
         axes = fig.subplots(1, len(links), sharey=True, squeeze=False)[0]
         for ax, link in zip(axes, links, strict=True):
             rows = ok[ok["link"] == link]
-            decision = _decisions(rows, slo.bound_s)
+            decision = _decisions(rows, slo)
             shades = (
                 (SLO_MET, MET, "met the SLO"),
                 (SLO_UNDECIDED, UNDECIDED, "undecided"),

@@ -31,7 +31,7 @@ either way. SLO-search steps keep one latency each (the runner's rule), as do ol
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,14 @@ from servebench.analysis.errors import AnalysisError
 from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
+from servebench.analysis.slo import (
+    SLO_MISSED,
+    SLO_UNDECIDED,
+    decide,
+    holds,
+    requests_needed,
+    too_few,
+)
 from servebench.common.verdict_codes import UNUSABLE_STEP
 from servebench.pricing import (
     InstancePrice,
@@ -62,6 +70,10 @@ LATENCY_COLUMNS = {
     99.9: "latency_p99_9",
 }
 SEARCH, OPEN, CLOSED = "search step", "open loop", "closed loop"
+# What a point's rate is: the rate offered (an SLO-search step, a VALID open-loop trial),
+# or what the trial measured — the successful requests per second the terminal table and
+# report call req/s (`throughput_rps`), or, in runs written before it, the sending rate.
+OFFERED, THROUGHPUT, SENT = "offered rate", "throughput", "sending rate"
 # Replica counts tried beyond the first when measured latency is not monotone in rate.
 MAX_REPLICA_STEPS = 1_000_000
 CLOSED_LOOP_WARNING = (
@@ -162,23 +174,33 @@ class Point:
     (link estimate included when the query asks for one)."""
 
     rate: float  # requests/s
-    latency_s: float
-    valid: bool
+    latency_s: float  # the safe side: the interval's high bound (inf: none found)
+    valid: bool  # counts on the safe side: usable, and its high bound known
     kind: str  # SEARCH | OPEN | CLOSED
     trial_id: str
-    note: str = ""  # why not valid
+    note: str = ""  # why not usable
     link_added_s: float = 0.0  # the analytic link time included in latency_s
     # The low bound of latency_s's interval (link included); latency_s where none is known.
     optimistic_s: float = math.nan
     # Whether the point counts on its low bound: `valid`, or left out only for want of a
     # high bound (None: as `valid`).
     optimistic_valid: bool | None = None
+    # Measured and not INVALID: a point whose SLO question is met, missed or undecided.
+    usable: bool | None = None  # None: as `valid`
+    # The SLO decision at the query's bound (`analysis.slo.decide`); None: not usable.
+    decision: str | None = None
+    answered: int | None = None  # the trial's answered requests, where the row says
+    needed: int | None = None  # the answered requests that would decide it (`slo`)
+    rate_source: str = ""  # what the rate is: the offered rate, or the throughput
+    value_s: float = math.nan  # the percentile itself (link included), between the bounds
 
     def __post_init__(self) -> None:
         if math.isnan(self.optimistic_s):
             object.__setattr__(self, "optimistic_s", self.latency_s)
         if self.optimistic_valid is None:
             object.__setattr__(self, "optimistic_valid", self.valid)
+        if self.usable is None:
+            object.__setattr__(self, "usable", self.valid)
 
 
 @dataclass
@@ -214,11 +236,14 @@ class Candidate:
     max_rate: float  # highest measured rate within the SLO, requests/s per replica
     max_rate_kind: str  # where that point came from
     max_rate_trial: str
+    max_rate_source: str  # what that rate is: OFFERED, THROUGHPUT or SENT
     usable_rate: float  # max_rate × (1 − headroom)
     replicas: int | None  # None: no target rate (ranked per unit of work)
     per_replica_rate: float  # the load each replica carries
     expected_latency_s: float  # at per_replica_rate, interpolated between measured points
     expected_how: str
+    # The low end of expected_latency_s's interval: the same load on the points' low bounds.
+    expected_low_s: float
     usd_per_hour_total: float | None
     usd_per_million: float
     margin_s: float  # SLO bound minus expected latency
@@ -238,12 +263,21 @@ class Candidate:
         )
 
 
+# Why an option has no candidate: every usable point measured over the SLO, its SLO
+# question still open (too few requests, or an interval around the bound), or no point
+# that may be read at all (INVALID, nothing measured).
+NO_VALID = "no valid measurement"
+
+
 @dataclass
 class Infeasible:
-    """An option that cannot meet the SLO at any replica count, and why."""
+    """An option with no operating point shown to meet the SLO, and why: `kind` says
+    whether that was measured (SLO_MISSED: it cannot meet it at any replica count), is
+    still open (SLO_UNDECIDED) or could not be read (NO_VALID)."""
 
     option: Option
     reason: str
+    kind: str = SLO_MISSED
 
 
 @dataclass
@@ -256,21 +290,81 @@ class Ranking:
     batch_size: int
     ranked: list[Candidate]
     infeasible: list[Infeasible]
+    percentile: float = 99.0
 
     @property
     def best(self) -> Candidate | None:
         return self.ranked[0] if self.ranked else None
 
     @property
+    def tied(self) -> list[tuple[Candidate, str]]:
+        """The runners-up the measurement does not tell from #1, each with why (`tie`)."""
+        if not self.ranked:
+            return []
+        first = self.ranked[0]
+        found = ((c, tie(first, c, self.percentile)) for c in self.ranked[1:])
+        return [(c, why) for c, why in found if why is not None]
+
+    @property
     def tie_within_noise(self) -> bool:
-        """Whether #2's cost interval (it has one: its low bounds price it lower) reaches #1's
-        safe cost (see the module's docstring)."""
-        if len(self.ranked) < 2:
-            return False
-        first, second = self.ranked[0], self.ranked[1]
-        low = second.optimistic_cost
-        # Equal costs without intervals are a plain tie ("ties with #1"), not noise.
-        return low is not None and low < second.cost and low <= first.cost
+        """Whether #1 is tied with any runner-up (`tied`): no single winner."""
+        return bool(self.tied)
+
+    def unanswered(self) -> tuple[str, str]:
+        """Without a candidate: (SLO_MISSED | SLO_UNDECIDED | NO_VALID, the answer in a
+        few words). Undecided wins over missed — one setting that may still meet the SLO
+        means "none meets it" was not measured — and "none meets" needs every setting
+        measured over the SLO."""
+        total = len(self.infeasible)
+        by_kind: dict[str, list[Infeasible]] = {}
+        for item in self.infeasible:
+            by_kind.setdefault(item.kind, []).append(item)
+        undecided = by_kind.get(SLO_UNDECIDED, [])
+        if undecided:
+            count = f" ({len(undecided)} of {total} settings undecided)" if total > 1 else ""
+            return SLO_UNDECIDED, undecided[0].reason + count
+        missed, invalid = by_kind.get(SLO_MISSED, []), by_kind.get(NO_VALID, [])
+        if missed and not invalid:
+            return SLO_MISSED, "none meets the SLO: every setting was measured over it"
+        if invalid and not missed:
+            return NO_VALID, invalid[0].reason
+        return NO_VALID, (
+            f"none shown to meet the SLO: {len(missed)} measured over it, "
+            f"{len(invalid)} without a valid measurement ({invalid[0].reason})"
+        )
+
+
+def tie(first: Candidate, other: Candidate, percentile: float) -> str | None:
+    """Why `other` (ranked after `first`) is not told apart from it, or None: the one rule
+    of a tie, for `recommend` and the report's box alike.
+
+    - the same cost, and their latency intervals at that load overlap: the margin that
+      would order them is inside the noise (without intervals: the same latency);
+    - a higher cost whose optimistic end (priced on the points' low bounds) is no higher
+      than `first`'s safe cost: more requests could order them either way."""
+    if math.isclose(other.cost, first.cost, rel_tol=1e-9, abs_tol=1e-12):
+        if (
+            other.expected_low_s <= first.expected_latency_s
+            and first.expected_low_s <= other.expected_latency_s
+        ):
+            return (
+                f"the same cost, and their p{percentile:g} intervals overlap "
+                f"({_interval_ms(first)} vs {_interval_ms(other)} ms)"
+            )
+        return None
+    optimistic = other.optimistic_cost
+    if optimistic is not None and optimistic <= first.cost:
+        return (
+            "within the noise: its cost at the optimistic ends of the latency intervals "
+            "is no higher"
+        )
+    return None
+
+
+def _interval_ms(c: Candidate) -> str:
+    high = c.expected_latency_s * 1e3
+    low = c.expected_low_s * 1e3
+    return f"{high:,.1f}" if math.isclose(low, high, abs_tol=0.05) else f"{low:,.1f}–{high:,.1f}"
 
 
 @dataclass
@@ -407,76 +501,92 @@ def _points(row: dict[str, Any], query: Query) -> list[Point]:
         )
         if not same:  # the steps hold another percentile: only the chosen step's row
             chosen = steps[steps["chosen"]].iloc[0]
-            return [_point(chosen["rate"], column, row, SEARCH, added)]
+            return [_point(chosen["rate"], OFFERED, column, row, SEARCH, added, query)]
         result = []
         for step in steps.to_dict("records"):
             latency = step["latency"]
             # The runner's rule (scenario/trial.py): a step is usable unless too many of
             # its requests failed or none was measured — lateness is already charged in
             # its latency.
-            usable = not UNUSABLE_STEP.intersection(step["codes"])
+            usable = not UNUSABLE_STEP.intersection(step["codes"]) and not missing(latency)
             note = "" if usable else (step["reasons"] or "too many failed requests")
+            value = float(latency) + added if not missing(latency) else math.nan
+            low, high = float(step["low"]) + added, float(step["high"]) + added
+            bounded = usable and not math.isnan(high)
             result.append(
                 Point(
                     float(step["rate"]),
-                    float(latency) + added,
-                    usable and not missing(latency),
+                    high if bounded else math.inf,
+                    bounded,
                     SEARCH,
                     step["step_id"],
                     note,
                     added,
+                    value if math.isnan(low) else low,
+                    usable,
+                    usable=usable,
+                    decision=decide(low, high, query.slo_s, query.percentile) if usable else None,
+                    rate_source=OFFERED,
+                    value_s=value,
                 )
             )
         return result
     if kind == "trace":
         return []
     closed = kind in ("concurrency", "users") or row.get("mode") == "closed"
-    rate = row.get("achieved_rate")
+    rate, source = row.get("throughput_rps"), THROUGHPUT
     if not closed and row.get("verdict") == "VALID" and not missing(row.get("target_rate")):
         # The offered rate, as a search step's: a VALID trial's sender kept its schedule
         # (within rate_tolerance), and its achieved rate is a measurement of that rate a
         # hair either side (49.9985 of 50) that would otherwise ask for a second replica.
-        rate = row.get("target_rate")
-    if missing(rate):
-        rate = row.get("throughput_rps")
-    return [_point(rate, column, row, CLOSED if closed else OPEN, added)]
+        rate, source = row.get("target_rate"), OFFERED
+    if missing(rate):  # runs written before throughput_rps: what they sent
+        rate, source = row.get("achieved_rate"), SENT
+    return [_point(rate, source, column, row, CLOSED if closed else OPEN, added, query)]
 
 
-def _point(rate: Any, column: str, row: dict[str, Any], kind: str, added: float) -> Point:
+def _point(
+    rate: Any, source: str, column: str, row: dict[str, Any], kind: str, added: float, query: Query
+) -> Point:
     """The row's point at latency column `column`: its interval's high bound where the row
-    has intervals (the safe side), its low bound as the optimistic one."""
-    latency, low = row.get(column), row.get(column)
-    unbounded = False
-    if not missing(row.get("confidence_level")) and not missing(latency):
+    has intervals (the safe side), its low bound as the optimistic one, and its SLO
+    decision at the query's bound on that interval (`analysis.slo`)."""
+    value = row.get(column)
+    low = high = value
+    if not missing(row.get("confidence_level")) and not missing(value):
         high, low = row.get(f"{column}_high"), row.get(f"{column}_low")
-        unbounded = missing(high)
-        latency = math.inf if unbounded else high
-        low = row.get(column) if missing(low) else low
-    measured = not missing(rate) and not missing(latency) and float(rate) > 0
-    invalid = row.get("verdict") == "INVALID"
-    if invalid:
+    unbounded = missing(high)
+    measured = not missing(rate) and not missing(value) and float(rate) > 0
+    usable = measured and row.get("verdict") != "INVALID"
+    answered = None if missing(row.get("ok")) else int(row["ok"])
+    if row.get("verdict") == "INVALID":
         note = str(row.get("verdict_reasons") or "INVALID")
     elif not measured:
         note = "no rate or latency measured"
-    elif unbounded:
-        ok = row.get("ok")
-        count = "its" if missing(ok) else f"{float(ok):.0f}"
-        note = (
-            f"{count} requests are too few to bound {column} from above at "
-            f"{float(row['confidence_level']):.0%} confidence"
-        )
     else:
         note = ""
+    low_s = math.nan if missing(low) else float(low) + added
+    high_s = math.nan if missing(high) else float(high) + added
     return Point(
         float(rate) if not missing(rate) else math.nan,
-        (float(latency) if not missing(latency) else math.nan) + added,
-        measured and not invalid and not unbounded,
+        math.inf if unbounded else high_s,
+        usable and not unbounded,
         kind,
         str(row["trial_id"]),
         note,
         added,
-        (float(low) if not missing(low) else math.nan) + added,
-        measured and not invalid and not missing(low),
+        (float(value) + added if math.isnan(low_s) and measured else low_s),
+        usable,
+        usable=usable,
+        decision=decide(low_s, high_s, query.slo_s, query.percentile) if usable else None,
+        answered=answered,
+        needed=(
+            requests_needed(row, query.percentile, query.slo_s - added, answered)
+            if usable and answered is not None
+            else None
+        ),
+        rate_source=source,
+        value_s=float(value) + added if not missing(value) else math.nan,
     )
 
 
@@ -504,6 +614,12 @@ class _Curve:
             np.array([p.latency_s for p in ordered]),
             ordered,
         )
+
+    def below(self, rate: float, otherwise: float) -> float:
+        """The latency at `rate` where the curve reaches that far, else `otherwise`."""
+        if not self.points or rate > self.rates[-1]:
+            return otherwise
+        return self.at(rate)[0]
 
     def at(self, rate: float) -> tuple[float, str]:
         """The latency at `rate` (≤ the highest measured rate) and how it was found:
@@ -565,7 +681,7 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
         ranked.sort(key=_rank_key)
         for candidate in ranked[1:]:
             candidate.loses_because = _why_loses(candidate, ranked[0], query.percentile)
-        rankings.append(Ranking(model, batch, ranked, infeasible))
+        rankings.append(Ranking(model, batch, ranked, infeasible, query.percentile))
     closed = sorted({c.option.run_id for r in rankings for c in r.ranked if c.option.closed_loop})
     if closed:
         warnings.append(f"{', '.join(closed)}: {CLOSED_LOOP_WARNING}")
@@ -578,31 +694,36 @@ def recommend(runs: Sequence[PricedRun], query: Query) -> Recommendation:
 
 
 def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candidate | Infeasible:
-    """The option priced for the query, or why it cannot meet the SLO; `optimistic` prices
-    it on its points' low bounds instead (the cheap end of its cost interval)."""
-    points = option.points
-    if optimistic:
-        points = [replace(p, latency_s=p.optimistic_s, valid=p.optimistic_valid) for p in points]
-    curve = _Curve.of(points)
-    if not curve.points:
-        notes = "; ".join(dict.fromkeys(p.note for p in option.points if p.note))
-        return Infeasible(option, f"no valid measurement ({notes or 'none usable'})")
-    meeting = np.flatnonzero(curve.latencies <= query.slo_s)
-    if not meeting.size:
-        low = curve.points[0]
-        return Infeasible(option, _over_at_lowest(low, query))
-    best = curve.points[int(meeting[-1])]
+    """The option priced for the query, or why it has no point shown to meet the SLO;
+    `optimistic` prices it on its points' low bounds instead (the cheap end of its cost
+    interval)."""
+    low_points = [
+        replace(p, latency_s=p.optimistic_s, valid=p.optimistic_valid) for p in option.points
+    ]
+    curve = _Curve.of(low_points if optimistic else option.points)
+
+    def meets(latency_s: float) -> bool:  # the curve's end of each interval, judged
+        return holds(latency_s, query.slo_s, query.percentile, optimistic=optimistic)
+
+    meeting = [i for i, latency in enumerate(curve.latencies) if meets(float(latency))]
+    if not meeting:
+        return _without_candidate(option, query)
+    best = curve.points[meeting[-1]]
     usable = best.rate * (1 - query.headroom)
     if query.qps is None:
-        chosen = _per_unit(curve, usable, query.slo_s)
+        chosen = _per_unit(curve, usable, meets)
         replicas, total = None, None
     else:
-        chosen = _replicas(curve, usable, query.qps, query.slo_s)
+        chosen = _replicas(curve, usable, query.qps, meets)
         if chosen is None:
+            over = [p for p in curve.points if p.rate <= usable and not meets(p.latency_s)]
+            measured = all(p.decision == SLO_MISSED for p in over)
             return Infeasible(
                 option,
                 f"p{query.percentile:g} is over the SLO at every per-replica load from "
-                f"{usable:,.4g} req/s down (measured latency is not monotone in rate)",
+                f"{usable:,.4g} req/s down (measured latency is not monotone in rate)"
+                + ("" if measured else "; undecided at some of those loads"),
+                SLO_MISSED if measured else SLO_UNDECIDED,
             )
         replicas = chosen[0]
         total = replicas * option.usd_per_hour
@@ -616,11 +737,13 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
         max_rate=best.rate,
         max_rate_kind=best.kind,
         max_rate_trial=best.trial_id,
+        max_rate_source=best.rate_source,
         usable_rate=usable,
         replicas=replicas,
         per_replica_rate=per_replica,
         expected_latency_s=latency,
         expected_how=how,
+        expected_low_s=min(latency, _Curve.of(low_points).below(per_replica, latency)),
         usd_per_hour_total=total,
         usd_per_million=per_million,
         margin_s=query.slo_s - latency,
@@ -628,8 +751,39 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
     )
 
 
+def _without_candidate(option: Option, query: Query) -> Infeasible:
+    """Why no point of `option` is shown to meet the SLO (`Infeasible.kind`): missed
+    only where every usable point was decided over it; undecided where one may still
+    meet it; no valid measurement where no point may be read."""
+    usable = [p for p in option.points if p.usable]
+    if not usable:
+        notes = "; ".join(dict.fromkeys(p.note for p in option.points if p.note))
+        return Infeasible(option, f"{NO_VALID} — {notes or 'none usable'}", NO_VALID)
+    open_ = [p for p in usable if p.decision != SLO_MISSED]
+    if not open_:
+        return Infeasible(option, _over_at_lowest(min(usable, key=lambda p: p.rate), query))
+    return Infeasible(option, _undecided(min(open_, key=lambda p: p.rate), query), SLO_UNDECIDED)
+
+
+def _undecided(point: Point, query: Query) -> str:
+    """'undecided — too few requests (175 of 368): p99 32.3 ms at 175.2 req/s, …'."""
+    q = f"p{query.percentile:g}"
+    at = f"at {point.rate:,.4g} req/s"
+    few = too_few(point.answered or 0, point.needed) if point.answered is not None else None
+    if math.isinf(point.latency_s):
+        point_ms = f"{q} {point.value_s * 1e3:,.1f} ms"
+        why = few or (
+            f"too few requests to bound {q} from above"
+            + (f" ({point.answered:,} answered)" if point.answered is not None else "")
+        )
+        return f"undecided — {why}: {point_ms} {at}, its upper bound not yet known"
+    interval = f"{point.optimistic_s * 1e3:,.1f}–{point.latency_s * 1e3:,.1f} ms"
+    straddles = f"{q} {interval} {at} straddles the {query.slo_s * 1e3:,.4g} ms SLO"
+    return f"undecided — {few}: {straddles}" if few else f"undecided — {straddles}"
+
+
 def _replicas(
-    curve: _Curve, usable: float, qps: float, slo_s: float
+    curve: _Curve, usable: float, qps: float, meets: Callable[[float], bool]
 ) -> tuple[int, float, float, str] | None:
     """The fewest replicas from ceil(qps / usable) up whose per-replica load has an
     expected latency within the SLO (more than the first only where measured latency is
@@ -639,27 +793,32 @@ def _replicas(
     last = max(first, replicas_needed(qps, float(curve.rates[0])))
     for n in range(first, min(last, first + MAX_REPLICA_STEPS) + 1):
         latency, how = curve.at(qps / n)
-        if latency <= slo_s:
+        if meets(latency):
             return n, qps / n, latency, how
     return None
 
 
-def _per_unit(curve: _Curve, usable: float, slo_s: float) -> tuple[None, float, float, str]:
+def _per_unit(
+    curve: _Curve, usable: float, meets: Callable[[float], bool]
+) -> tuple[None, float, float, str]:
     """Without a target rate: each replica at its usable rate, or — where measured latency
     is not monotone — the highest measured rate below it that meets the SLO."""
     latency, how = curve.at(usable)
-    if latency <= slo_s:
+    if meets(latency):
         return None, usable, latency, how
     for rate, value in zip(curve.rates[::-1], curve.latencies[::-1], strict=True):
-        if rate < usable and value <= slo_s:
+        if rate < usable and meets(float(value)):
             return None, float(rate), float(value), f"measured at {rate:,.4g} req/s"
     raise AssertionError("unreachable: the max rate itself meets the SLO")
 
 
 def _over_at_lowest(low: Point, query: Query) -> str:
-    what = f"p{query.percentile:g} {low.latency_s * 1e3:,.1f} ms"
+    """Why a setting measured over the SLO at its lowest rate cannot meet it at any
+    replica count (its interval's low bound, where the high one is not known)."""
+    latency = low.latency_s if math.isfinite(low.latency_s) else low.optimistic_s
+    what = f"p{query.percentile:g} {latency * 1e3:,.1f} ms"
     if low.link_added_s:
-        direct = low.latency_s - low.link_added_s
+        direct = latency - low.link_added_s
         what += f" (direct {direct * 1e3:,.1f} ms + link {low.link_added_s * 1e3:,.1f} ms)"
     return (
         f"{what} at {low.rate:,.4g} req/s, the lowest rate measured, is already over the "
@@ -673,6 +832,9 @@ def _rank_key(c: Candidate) -> tuple[float, float, str, str, str, str, int]:
 
 
 def _why_loses(candidate: Candidate, first: Candidate, percentile: float) -> str:
+    tied = tie(first, candidate, percentile)
+    if tied is not None:
+        return f"ties with #1: {tied}"
     margin = (
         f"p{percentile:g} margin {candidate.margin_s * 1e3:,.1f} ms "
         f"vs {first.margin_s * 1e3:,.1f} ms"
@@ -686,21 +848,45 @@ def _why_loses(candidate: Candidate, first: Candidate, percentile: float) -> str
         base = first.usd_per_million
         unit = " per million inferences"
     if math.isclose(extra, 0.0, abs_tol=1e-12):
-        if math.isclose(candidate.margin_s, first.margin_s, abs_tol=1e-12):
-            return "ties with #1 on cost and latency margin (listed after it by name)"
-        return f"same cost as #1, smaller latency margin: {margin}"
+        return f"same cost as #1, smaller latency margin beyond the noise: {margin}"
     return f"+${extra:,.4g}{unit} (+{extra / base:.0%}) over #1; {margin}"
 
 
 def headline(ranking: Ranking, query: Query) -> str:
     """One ranking's answer in one sentence (what the terminal and the report's box
-    open with)."""
+    open with): the cheapest setting; a tie where the measurement does not order the
+    first ones (`Ranking.tied`); or why there is none — measured over the SLO,
+    undecided, or no valid measurement (`Ranking.unanswered`), never the one for the
+    other."""
     q, c = query, ranking.best
     over = f"over {q.link}" + (" (estimated from direct trials)" if q.estimate else "")
+    slo = f"p{q.percentile:g} ≤ {q.slo_s * 1e3:,.4g} ms"
+    what_model = f"{ranking.model} (batch {ranking.batch_size})"
     if c is None:
+        kind, why = ranking.unanswered()
+        if kind == SLO_MISSED:
+            return f"No measured setting serves {what_model} with {slo} {over}: {why}."
+        if kind == SLO_UNDECIDED:
+            why = why.removeprefix(f"{SLO_UNDECIDED} — ")
+            return f"Undecided whether any setting serves {what_model} with {slo} {over}: {why}."
+        return f"No answer for {what_model} with {slo} {over}: {why}."
+    tied = ranking.tied
+    if tied:
+        listed = "; ".join(
+            f"#{ranking.ranked.index(x) + 1} {x.option.setting} ({_offer(x, q)})"
+            for x in [c, *(t for t, _ in tied)]
+        )
+        same = all(why.startswith("the same cost") for _, why in tied)
+        why = (
+            f"the same cost, and their p{q.percentile:g} intervals overlap"
+            if same
+            else "their costs overlap within the noise of the latency intervals"
+        )
+        target = f" at {q.qps:,.6g} req/s" if q.qps is not None else ""
         return (
-            f"No measured setting serves {ranking.model} (batch {ranking.batch_size}) with "
-            f"p{q.percentile:g} within {q.slo_s * 1e3:,.4g} ms {over}."
+            f"A tie for the cheapest {what_model} on {c.option.instance} with {slo}{target} "
+            f"{over}, between {len(tied) + 1} settings: {listed} — {why}, so the "
+            "measurement does not order them (more requests might)."
         )
     o = c.option
     what = f"{o.setting} ({o.model}, batch {o.batch_size}) on {o.instance}"
@@ -710,24 +896,25 @@ def headline(ranking: Ranking, query: Query) -> str:
             f"Cheapest per inference: {what} at {c.per_replica_rate:,.4g} req/s per replica: "
             f"${c.usd_per_million:,.4g} per million inferences, {latency} "
             f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
-        ) + _tie(ranking)
+        )
     plural = "replica" if c.replicas == 1 else "replicas"
     return (
         f"Run {c.replicas} {plural} of {what}: ${c.usd_per_hour_total:,.4g}/h, "
-        f"${c.usd_per_million:,.4g} per million inferences, {latency} "
-        f"(SLO {q.slo_s * 1e3:,.4g} ms) at {q.qps:,.6g} req/s {over}."
-    ) + _tie(ranking)
-
-
-def _tie(ranking: Ranking) -> str:
-    """The headline's last words when #1 and #2 are a tie within the noise."""
-    if not ranking.tie_within_noise:
-        return ""
-    second = ranking.ranked[1].option
-    return (
-        f" A tie within the noise with #2, {second.setting} on {second.instance}: its cost "
-        "at the optimistic ends of the latency intervals is no higher."
+        f"${c.usd_per_million:,.4g} per million inferences at {q.qps:,.6g} req/s, {latency} "
+        f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
     )
+
+
+def _offer(c: Candidate, q: Query) -> str:
+    """A candidate's cost and latency in a few words, for a tie's list."""
+    latency = f"p{q.percentile:g} {_interval_ms(c)} ms"
+    if c.replicas is None:
+        return (
+            f"${c.usd_per_million:,.4g} per million inferences at {c.per_replica_rate:,.4g} "
+            f"req/s per replica, {latency}"
+        )
+    plural = "replica" if c.replicas == 1 else "replicas"
+    return f"{c.replicas} {plural}, ${c.usd_per_hour_total:,.4g}/h, {latency}"
 
 
 def to_json(rec: Recommendation) -> dict[str, Any]:
@@ -749,7 +936,9 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
                     "rate": p.rate,
                     "latency_s": _num(p.latency_s),
                     "valid": p.valid,
+                    "decision": p.decision,
                     "kind": p.kind,
+                    "rate_source": p.rate_source,
                     "trial_id": p.trial_id,
                 }
                 for p in o.points
@@ -763,11 +952,13 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             "max_rate": c.max_rate,
             "max_rate_kind": c.max_rate_kind,
             "max_rate_trial": c.max_rate_trial,
+            "max_rate_source": c.max_rate_source,
             "usable_rate": c.usable_rate,
             "replicas": c.replicas,
             "per_replica_rate": c.per_replica_rate,
             "expected_latency_s": c.expected_latency_s,
             "expected_how": c.expected_how,
+            "expected_low_s": c.expected_low_s,
             "usd_per_hour_total": c.usd_per_hour_total,
             "usd_per_million": c.usd_per_million,
             "margin_s": c.margin_s,
@@ -806,8 +997,16 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
                 "batch_size": r.batch_size,
                 "headline": headline(r, q),
                 "tie_within_noise": r.tie_within_noise,
+                "tied_with_first": [
+                    {"rank": r.ranked.index(c) + 1, "why": why} for c, why in r.tied
+                ],
+                "unanswered": None
+                if r.best is not None
+                else dict(zip(("kind", "why"), r.unanswered(), strict=True)),
                 "ranked": [candidate(n, c) for n, c in enumerate(r.ranked, start=1)],
-                "infeasible": [{**option(i.option), "reason": i.reason} for i in r.infeasible],
+                "infeasible": [
+                    {**option(i.option), "kind": i.kind, "reason": i.reason} for i in r.infeasible
+                ],
             }
             for r in rec.rankings
         ],

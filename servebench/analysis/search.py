@@ -3,11 +3,12 @@
 A search trial is one row in trials.csv but several load runs ("steps") on disk: the
 runner names each step's records `<trial id>.s<N>` (N counts from 0 in the order the
 steps ran) and writes the steps into the row's `search_steps` column as JSON
-`[[rate, latency, met, reasons, codes], ...]` — the offered rate (req/s), the
-SLO-percentile latency in seconds, whether the step met the SLO, why the step's run was
-INVALID, and those reasons' codes (`servebench.common.verdict_codes`; steps written before
-codes existed have four entries, and their codes are read from the text by
-`loader.legacy_codes`). The row's own figures are those of the chosen step: the highest rate that met the SLO, else
+`[[rate, latency, met, reasons, codes, verdict, low, high], ...]` — the offered rate
+(req/s), the SLO-percentile latency in seconds, whether the step met the SLO, why the
+step's run was INVALID, those reasons' codes (`servebench.common.verdict_codes`; steps
+written before codes existed have four entries, and their codes are read from the text by
+`loader.legacy_codes`), and the judge's word with the percentile's interval (steps written
+before the judge have none: their interval is their one latency). The row's own figures are those of the chosen step: the highest rate that met the SLO, else
 the last step run. Readers that join records to trials by id go through
 `trial_records`, so a search trial's latencies are found and mean what its row says.
 """
@@ -24,6 +25,7 @@ from servebench.analysis.loader import legacy_codes
 
 STEP_COLUMNS = (
     "trial_id", "step", "step_id", "rate", "latency", "met", "reasons", "codes", "chosen",
+    "low", "high",
 )  # fmt: skip
 
 
@@ -47,7 +49,7 @@ def search_steps(trials: pd.DataFrame) -> pd.DataFrame:
             continue
         met = [i for i, s in enumerate(steps) if s[2]]
         chosen = max(met, key=lambda i: steps[i][0]) if met else len(steps) - 1
-        for i, (rate, latency, ok, reasons, codes) in enumerate(steps):
+        for i, (rate, latency, ok, reasons, codes, low, high) in enumerate(steps):
             rows.append(
                 {
                     "trial_id": trial_id,
@@ -59,12 +61,16 @@ def search_steps(trials: pd.DataFrame) -> pd.DataFrame:
                     "reasons": reasons,
                     "codes": codes,
                     "chosen": i == chosen,
+                    "low": low,
+                    "high": high,
                 }
             )
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
-def _parse(text: object) -> list[tuple[float, float, bool, str, tuple[str, ...]]]:
+def _parse(
+    text: object,
+) -> list[tuple[float, float, bool, str, tuple[str, ...], float, float]]:
     if missing(text) or not str(text).strip():
         return []
     try:
@@ -74,7 +80,11 @@ def _parse(text: object) -> list[tuple[float, float, bool, str, tuple[str, ...]]
             reasons = str(s[3]) if len(s) > 3 and s[3] else ""
             codes = tuple(str(c) for c in s[4]) if len(s) > 4 else legacy_codes(reasons)
             latency = np.nan if s[1] is None else float(s[1])
-            steps.append((float(s[0]), latency, bool(s[2]), reasons, codes))
+            if len(s) > 7:  # the judge's interval (NaN: a side nothing bounds)
+                low, high = (np.nan if v is None else float(v) for v in s[6:8])
+            else:  # written before the judge: decided on its one latency
+                low = high = latency
+            steps.append((float(s[0]), latency, bool(s[2]), reasons, codes, low, high))
         return steps
     except (ValueError, TypeError, IndexError, KeyError):
         return []

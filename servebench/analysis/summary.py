@@ -25,7 +25,7 @@ from servebench.analysis.labels import (
     short_settings,
     trial_label,
 )
-from servebench.analysis.loader import REPORT_FILE, RunData, load_run
+from servebench.analysis.loader import RunData, load_run
 
 # (header, terminal header, column, formatter of (row, column)); optional columns appear
 # only when some trial has a value. The terminal's headers are short because a column is
@@ -75,7 +75,7 @@ _OPTIONAL: tuple[tuple[str, str, str, Formatter], ...] = (
 _TERMINAL_NOTES = {
     "max/s": "max/s = highest rate meeting the SLO",
     "cpu": "cpu = server CPU cores busy",
-    "$/M inf": "$/M inf = USD per million inferences",
+    "$/M inf": "$/M inf = USD per million inferences at the trial's inf/s",
 }
 
 
@@ -388,7 +388,8 @@ def _seconds(value: float) -> str:
 
 
 def print_summary(run_dir: str | Path, console: Console) -> RunData:
-    """Print the run's trial table, its status and where the report is; returns the data.
+    """Print the run's trial table and its status; returns the data (the command that
+    writes the report says where it is).
 
     The table fits the console's width (one line per trial, numbers never wrapped);
     what it abbreviates or leaves out is said once below it.
@@ -422,7 +423,4 @@ def print_summary(run_dir: str | Path, console: Console) -> RunData:
         line += f" — {data.run['reason']}"
     style = "green" if status == "complete" else "bold red"
     console.print(f"[{style}]{escape(line)}[/{style}]")
-    report = data.path / REPORT_FILE
-    if report.is_file():
-        console.print(f"report: {escape(str(report))}", highlight=False)
     return data

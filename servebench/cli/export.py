@@ -53,7 +53,8 @@ def export(
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
-        data = load_run(run_dir, records=fmt == "loadgen", trials=True)
+        # perf_analyzer's: an SLO search's records date its chosen step's server times.
+        data = load_run(run_dir, records=fmt in ("loadgen", "perf_analyzer"), trials=True)
     except ResultDirError as err:
         raise fail(str(err)) from None
     out = output if output is not None else data.path / "export"

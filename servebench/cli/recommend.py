@@ -21,8 +21,16 @@ from servebench.cli.values import Number, RunDir
 from servebench.common.limits import MAX_BATCH, MAX_RATE, MAX_SECONDS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from servebench.analysis.loader import RunData
-    from servebench.analysis.recommend import Candidate, LinkCost, Query, Recommendation
+    from servebench.analysis.recommend import (
+        Candidate,
+        LinkCost,
+        Query,
+        Ranking,
+        Recommendation,
+    )
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -242,6 +250,7 @@ def _instance_list(text: str | None) -> tuple[str, ...] | None:
 def _print(result: Recommendation, top: int) -> None:
     from servebench.analysis.labels import money
     from servebench.analysis.recommend import headline
+    from servebench.analysis.slo import SLO_MISSED
 
     q = result.query
     how = "estimated from direct trials" if q.estimate else "measured"
@@ -260,44 +269,78 @@ def _print(result: Recommendation, top: int) -> None:
             say(f"── {ranking.model}, batch {ranking.batch_size} ──")
         bold = escape(headline(ranking, q))
         console.print(f"[bold]{bold}[/bold]", highlight=False, soft_wrap=True)
+        tied = {id(c) for c, _ in ranking.tied}
         for n, c in enumerate(ranking.ranked[:top], start=1):
             say(f"#{n} {c.option.label(run=several)}")
-            say(f"   {_cost_line(c)}")
+            say(f"   {_cost_line(c, q)}")
             say(f"   {_latency_line(c, q.percentile)}")
             if c.loses_because:
-                say(f"   loses to #1: {c.loses_because}")
+                say(f"   {'' if id(c) in tied else 'loses to #1: '}{c.loses_because}")
         if len(ranking.ranked) > top:
             say(f"{len(ranking.ranked) - top} more options meet the SLO (--top shows more)")
-        if ranking.infeasible:
-            say(f"cannot meet p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms at any replica count:")
-            for item in ranking.infeasible:
-                say(f"  {item.option.label(run=several)}: {item.reason}")
+        _print_without_candidates(ranking, q, several, say)
     if len(result.rankings) > 1:
         say("")
         say("(each model and batch size is ranked on its own: --model and --batch-size pick one)")
+    unanswered = [r for r in result.rankings if r.best is None]
     if not result.ranked:
-        console.print("[red]no measured option meets the SLO[/red]", highlight=False)
+        kinds = {r.unanswered()[0] for r in unanswered}
+        line = (
+            "no measured option meets the SLO"
+            if kinds == {SLO_MISSED}
+            else "no recommendation: no option is shown to meet the SLO (see above: "
+            "undecided or without a valid measurement is not a failure to meet it)"
+        )
+        console.print(f"[red]{escape(line)}[/red]", highlight=False)
     for warning in result.warnings:
         console.print(
             f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True
         )
 
 
-def _cost_line(c: Candidate) -> str:
+def _print_without_candidates(
+    ranking: Ranking, q: Query, several: bool, say: Callable[[str], None]
+) -> None:
+    """The options of `ranking` without a candidate, by why: measured over the SLO
+    (cannot meet it at any replica count), undecided, or no valid measurement."""
+    from servebench.analysis.recommend import NO_VALID
+    from servebench.analysis.slo import SLO_MISSED, SLO_UNDECIDED
+
+    slo = f"p{q.percentile:g} ≤ {q.slo_s * 1e3:,.6g} ms"
+    titles = (
+        (SLO_MISSED, f"cannot meet {slo} at any replica count:"),
+        (SLO_UNDECIDED, f"undecided at {slo}:"),
+        (NO_VALID, "no valid measurement:"),
+    )
+    for kind, title in titles:
+        items = [i for i in ranking.infeasible if i.kind == kind]
+        if items:
+            say(title)
+            for item in items:
+                say(f"  {item.option.label(run=several)}: {item.reason}")
+
+
+def _cost_line(c: Candidate, q: Query) -> str:
     from servebench.analysis.labels import money
 
-    per_million = f"{money(c.usd_per_million)} per million inferences"
     if c.replicas is None:
-        return f"{per_million} at {c.per_replica_rate:,.4g} req/s per replica"
+        return (
+            f"{money(c.usd_per_million)} per million inferences at {c.per_replica_rate:,.4g} "
+            "req/s per replica"
+        )
     plural = "replica" if c.replicas == 1 else "replicas"
     return (
         f"{c.replicas} {plural} × {money(c.option.usd_per_hour)}/h = "
-        f"{money(c.usd_per_hour_total)}/h · {per_million}"
+        f"{money(c.usd_per_hour_total)}/h · {money(c.usd_per_million)} per million "
+        f"inferences at {q.qps:,.6g} req/s"
     )
 
 
 def _latency_line(c: Candidate, percentile: float) -> str:
-    source = f"{c.max_rate_kind}, trial {c.max_rate_trial}"
+    from servebench.analysis.recommend import CLOSED, OPEN, SEARCH
+
+    trial = {SEARCH: "search step", OPEN: "open-loop trial", CLOSED: "closed-loop trial"}
+    source = f"the {c.max_rate_source} of {trial[c.max_rate_kind]} {c.max_rate_trial}"
     if c.highest_measured:
         source += "; the highest rate measured: the SLO may hold above it"
     usable = (

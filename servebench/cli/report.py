@@ -92,13 +92,18 @@ def compare(
     ] = True,
 ) -> None:
     """Trial-by-trial ratios B/A of throughput, p50 and p99; flags what exceeds the noise."""
-    from servebench.analysis.compare import BANDS, METRICS, compare_trials
+    from servebench.analysis.compare import BANDS, METRICS, compare_trials, scenario_difference
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
         a, b = load_run(run_a, trials=True), load_run(run_b, trials=True)
     except ResultDirError as err:
         raise fail(str(err)) from None
+    differs = scenario_difference(a, b)
+    if differs:
+        console.print(
+            f"[yellow]warning:[/yellow] {escape(differs)}", highlight=False, soft_wrap=True
+        )
     result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
     table = Table(title=f"B/A: {b.run_id} vs {a.run_id}", title_justify="left")
     table.add_column("trial")

@@ -135,7 +135,12 @@ def plan(
     console.print(
         f"{_count(result.trials, 'trial')} over {_count(result.settings, 'server setting')} "
         f"and {_count(result.models, 'model')}{replicated}; "
-        f"estimated wall time {_duration(result.estimated_s)}",
+        f"estimated wall time {_duration(result.estimated_s)}"
+        + (
+            " (workload.stop: each trial until its SLO is decided, at most duration_s)"
+            if result.scenario.workload.stop is not None
+            else ""
+        ),
         highlight=False,
     )
     _warn(file, result)
@@ -163,8 +168,6 @@ def run(
     Exit status: 0 every trial ok, 1 some trials failed, 2 bad input (scenario, --output,
     --resume), 3 the run failed (every trial failed, or it stopped on an error), 130
     interrupted."""
-    from servebench.analysis.report import write_report
-    from servebench.analysis.summary import print_summary
     from servebench.results import ResultDirError
     from servebench.scenario.runner import ScenarioRunner
 
@@ -174,15 +177,33 @@ def run(
         outcome = runner.run()
     except ResultDirError as err:
         raise fail(str(err)) from None
-    print_summary(outcome.directory.path, console)
-    if report and outcome.paused:
-        # A pause is a cluster's preemption: the job resumes soon and its resumed run
-        # writes the report; writing one now (seconds of plotting) would only lengthen
-        # every pause.
+    path = outcome.directory.path
+    try:
+        _summary_and_report(path, report, paused=outcome.paused)
+    except (ResultDirError, OSError) as err:  # what was measured stays; say why, go on
+        console.print(f"[red]summary or report not written:[/red] {escape(str(err))}")
+    if outcome.status == "interrupted" and not outcome.paused:
+        # A pause is a cluster's: its leader resumes the run on its next attempt.
+        console.print(
+            escape(f"resume it: servebench scenario run {file} --resume {path}"),
+            highlight=False,
+            soft_wrap=True,
+        )
+    end_run(console, outcome.status, outcome.reason, path)  # always the last line
+
+
+def _summary_and_report(path: Path, report: bool, *, paused: bool) -> None:
+    """The trial table, then report.html (not for a pause: a cluster's preemption, whose
+    resumed run writes it; writing one now — seconds of plotting — would only lengthen
+    every pause)."""
+    from servebench.analysis.report import write_report
+    from servebench.analysis.summary import print_summary
+
+    print_summary(path, console)
+    if report and paused:
         console.print("report: not written (paused; the resumed run writes it)", highlight=False)
     elif report:
-        written = write_report(outcome.directory.path)
-        console.print(f"report: {written.path}", highlight=False)
+        written = write_report(path)
+        console.print(f"report: {escape(str(written.path))}", highlight=False)
         for problem in written.errors:
-            console.print(f"[red]report plot failed:[/red] {problem}", highlight=False)
-    end_run(console, outcome.status, outcome.reason, outcome.directory.path)
+            console.print(f"[red]report plot failed:[/red] {escape(problem)}", highlight=False)

@@ -25,6 +25,7 @@ command.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -75,6 +76,9 @@ class JobRun:
     archive: bytes | None
     measured_s: float
     output_tail: str
+    # What its trials' verdicts say where some were INVALID (`invalid_note`): a run that
+    # ran every trial is `complete`, whatever its trials measured.
+    invalid: str | None = None
 
 
 @dataclass
@@ -138,7 +142,7 @@ def execute(
             reason = child.stop_reason or child.pause_reason
         return JobRun(
             job_id, attempt, follower, code, status, reason, run_dir.name, pack(run_dir),
-            measured, tail,
+            measured, tail, invalid_note(run_dir),
         )  # fmt: skip
     finally:
         with _LOCK:
@@ -259,6 +263,27 @@ def _read_run_json(run_dir: Path) -> dict:
         return json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def invalid_note(run_dir: Path) -> str | None:
+    """'INVALID: its only trial was INVALID (generator fell behind: …)', '3 of 12 trials
+    INVALID (first: …)', or None where no finished trial of the run is INVALID (or its
+    trials.csv cannot be read): what a job's line says beside the run's status, so a
+    finished job that measured nothing valid is not shown as done and complete."""
+    try:
+        with (run_dir / "trials.csv").open(newline="", encoding="utf-8") as handle:
+            rows = [r for r in csv.DictReader(handle) if r.get("status") == "ok"]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    invalid = [r for r in rows if r.get("verdict") == "INVALID"]
+    if not invalid:
+        return None
+    why = invalid[0].get("verdict_reasons") or "no reason recorded"
+    if len(invalid) < len(rows):
+        return f"{len(invalid)} of {len(rows)} trials INVALID (first: {why})"
+    if len(rows) == 1:
+        return f"INVALID: its only trial was INVALID ({why})"
+    return f"INVALID: all {len(rows)} trials were INVALID (first: {why})"
 
 
 def _tail(path: Path) -> str:

@@ -123,6 +123,8 @@ def judge(run: execute.JobRun, cancelled: bool, pausing: bool = False) -> Outcom
     where = f"on {run.follower}"
     if run.status in ("complete", "partial"):
         reason = run.status if not run.reason else f"{run.status}: {run.reason}"
+        if run.invalid:  # first: `cluster status` shows a reason's first 60 characters
+            reason = f"{run.invalid}; run {reason}"
         return Outcome(JobState.DONE, f"{reason} ({where})", learn=True)
     if run.status == "interrupted" and pausing and run.archive is not None:
         why = f"paused {where} after a trial ({run.reason or 'for a shorter job'})"
@@ -147,6 +149,8 @@ def adopt_results(store: JobStore, results_dir: Path, now: float | None = None) 
         status = str(meta.get("status") or execute.NO_RUN)
         state = JobState.DONE if status in ("complete", "partial") else JobState.FAILED
         reason = f"{status} (its result was in place when the leader restarted)"
+        invalid = execute.invalid_note(path) if state == JobState.DONE else None
+        reason = f"{invalid}; run {reason}" if invalid else reason
         adopted.append(
             store.transition(
                 job.id, state, reason=reason, now=now, result_path=str(path),

@@ -11,8 +11,10 @@ expand to millions of trials before any of them is built.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from typing import Any
 from model_zoo.imports import ServedModel
 from model_zoo.mutate import dedupe, grid, random_mutations
 from model_zoo.spec import ModelSpec, resnet50_spec
+from servebench.common.quantiles import requests_to_decide
+from servebench.load.settings import EARLY_STOP_EVERY
 from servebench.netem.profiles import LinkProfile
 from servebench.scenario.schema import ResNetReference, Scenario, ServerSection
 
@@ -29,6 +33,9 @@ from servebench.scenario.schema import ResNetReference, Scenario, ServerSection
 # per model its kind's (`ServerKind.export_s_per_model`).
 LOAD_S_PER_MODEL = 1.5
 TRIAL_OVERHEAD_S = 1.0
+# A closed-loop request's time besides its link's round trip, for an early-stopped trial's
+# estimate (the zoo's small models on those machines: about a millisecond).
+EXPECTED_SERVICE_S = 0.001
 EXPECTED_STABILITY_WINDOWS = 4
 
 
@@ -305,15 +312,68 @@ def _levels(scenario: Scenario) -> list[LoadLevel]:
     return [LoadLevel("rate", r) for r in w.rates]
 
 
-def _trial_seconds(scenario: Scenario, level: LoadLevel) -> float:
+def _trial_seconds(scenario: Scenario, level: LoadLevel, link: LinkProfile) -> float:
     w = scenario.workload
     if w.stability:
         measure = w.stability.window_s * min(w.stability.max_windows, EXPECTED_STABILITY_WINDOWS)
     else:
         by_count = w.requests / level.value if w.requests and level.kind == "rate" else 0.0
         measure = max(w.duration_s or 0.0, by_count)
+        if w.stop is not None and scenario.slo is not None:
+            measure = min(measure, _until_decided(scenario, level, link))
     one = w.warmup_s + measure + TRIAL_OVERHEAD_S
     return one * w.search_settings.max_steps if level.kind == "search" else one
+
+
+def _until_decided(scenario: Scenario, level: LoadLevel, link: LinkProfile) -> float:
+    """How long an early-stopped trial is expected to measure, answering at its rate — a
+    closed loop's from its clients and the link's round trip — with none over the bound
+    (`_first_deciding_look`). Infinite where the rate cannot be told (a trace, a search:
+    their own rules) or the load has no planned duration."""
+    w, slo = scenario.workload, scenario.slo
+    assert w.stop is not None and slo is not None
+    if level.kind == "rate" and level.value:
+        rate = level.value
+    elif level.kind == "concurrency" and level.value:
+        rate = level.value / (link.rtt_s + EXPECTED_SERVICE_S)
+    else:
+        return math.inf
+    if not w.duration_s:
+        return math.inf
+    stop = w.stop
+    return _first_deciding_look(
+        rate, w.duration_s, stop.min_duration_s, stop.min_requests, slo.percentile,
+        stop.confidence,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_deciding_look(
+    rate: float,
+    duration_s: float,
+    min_duration_s: float,
+    min_requests: int,
+    percentile: float,
+    confidence: float,
+) -> float:
+    """The early stop's looks as the engine takes them (`load.engine`: from the minimum
+    duration, every `EARLY_STOP_EVERY` s, each at the level `load.error_spending` allows
+    it so far into the load), on answers at `rate` none of which is over the bound: when
+    the first look has enough of them to decide (`requests_to_decide`), else the whole
+    duration, whose final look decides what the early ones could not."""
+    from servebench.load.error_spending import ErrorSpending
+
+    spending = ErrorSpending(confidence)
+    look = min_duration_s
+    while look < duration_s:
+        answered = rate * look
+        if answered >= min_requests:
+            level = spending.level(look / duration_s, answered)
+            needed = requests_to_decide(1, 0, percentile, level) if level is not None else None
+            if needed is not None and answered >= needed:
+                return look
+        look += EARLY_STOP_EVERY
+    return duration_s
 
 
 def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
@@ -340,7 +400,7 @@ def expand(scenario: Scenario, base_dir: Path = Path(".")) -> Plan:
                         trials.append(
                             Trial(
                                 len(trials), setting, model, profile, batch_size, level,
-                                _trial_seconds(scenario, level),
+                                _trial_seconds(scenario, level, profile),
                                 trial_id(setting, model, link, batch_size, level),
                             )
                         )  # fmt: skip

@@ -194,12 +194,11 @@ def validate_source(source: ScenarioSource) -> Scenario:
         problems += checks.settings()
         problems += checks.cost()
         problems += checks.links()
-        problems += checks.files()
-        problems += checks.model_files()
-        problems += checks.mix()
+        read = checks.files() + checks.model_files() + checks.mix()
+        problems += read
         problems += checks.tune()
-        problems += checks.inputs_fit(problems)
-        problems += checks.sizes(complete=err is None and not problems)
+        problems += checks.inputs_fit(read)
+        problems += checks.sizes()
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
     assert scenario is not None
@@ -489,13 +488,15 @@ class _Checks:
                 )  # fmt: skip
         return problems
 
-    def inputs_fit(self, problems_so_far: list[str]) -> list[str]:
+    def inputs_fit(self, unread: list[str]) -> list[str]:
         """`workload.inputs` fits every model its trials send to (the mix's, or all of
         them): the names, dtypes and per-sample shapes each model is served with — a
         generated model's `input`/`output`, a user's file's own signature — so a misfit is
         refused here, before any server starts, not as failed trials an hour in. The trial
-        checks again against what the server reports (`InputData.match`, the same check)."""
-        if problems_so_far or not known(self.scenario, "workload.inputs", "models"):
+        checks again against what the server reports (`InputData.match`, the same check).
+        Skipped where a file it needs could not be read (`unread`: those checks' problems)
+        or the parts it reads did not validate; other problems of the file do not hide it."""
+        if unread or not known(self.scenario, "workload.inputs", "workload.mix", "models"):
             return []
         data = self.scenario.input_data(self.base_dir)
         if data is None:
@@ -556,11 +557,11 @@ class _Checks:
             )  # fmt: skip
         return problems
 
-    def sizes(self, complete: bool) -> list[str]:
+    def sizes(self) -> list[str]:
         """Models within the byte caps; models and trials within their counts.
 
-        Counting trials needs the whole scenario valid (`complete`); the byte caps need
-        only the models and batch sizes.
+        Each is checked wherever the parts it reads validated, whatever else the file
+        gets wrong, so one pass reports them with the schema's problems (`_countable`).
         """
         if not known(self.scenario, "models", "workload.batch_sizes"):
             return []
@@ -580,7 +581,7 @@ class _Checks:
                     + over_limit("max_models", self.limits),
                 )
             )  # fmt: skip
-        if complete and not problems:
+        if self._countable():
             trials = count_trials(self.scenario, total)
             if trials > self.limits.max_trials:
                 problems.append(
@@ -592,6 +593,22 @@ class _Checks:
                     )
                 )  # fmt: skip
         return problems
+
+    def _countable(self) -> bool:
+        """Whether everything `count_trials` reads validated: the models, links, load
+        levels, batch sizes and mix, and each server's launch and settings matrix."""
+        levels = ("mode", "rates", "trace", "concurrency", "search", "batch_sizes", "mix")
+        if not known(
+            self.scenario, "models", "links", "servers", *(f"workload.{n}" for n in levels)
+        ):
+            return False
+        matrices = {id(server) for server, _ in self.matrices}
+        return all(
+            server is not None
+            and known(server, "launch", "kind", "settings")
+            and (server.launch == "remote" or id(server) in matrices)
+            for server in self.scenario.servers
+        )
 
     def _largest_models(self) -> Iterator[tuple[Location, ModelSpec]]:
         """Each model source's largest models, which bound its request and weight bytes.
