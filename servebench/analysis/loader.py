@@ -134,6 +134,12 @@ class RunData:
         return bool((self.settings["replicates_planned"].fillna(1) > 1).any())
 
     @property
+    def ok_decisions(self) -> pd.DataFrame:
+        """`decisions` that measured something usable (status ok)."""
+        rows = self.decisions
+        return rows[rows["status"] == "ok"]
+
+    @property
     def decisions(self) -> pd.DataFrame:
         """The rows a decision rests on, shaped like `trials`: in a replicated run one row
         per setting (`by_setting`), else the trials themselves."""
