@@ -268,8 +268,9 @@ class Table:
         """Quick search over this table from `start`: (best value, trials, its setting)."""
         space = self.space()
 
-        async def measure(name: object) -> Measured:
-            return self.values.get(str(name), Measured(None, (), "not in the brute-force run"))
+        async def measure(names: list[object]) -> dict[object, Measured]:
+            missing = Measured(None, (), "not in the brute-force run")
+            return {name: self.values.get(str(name), missing) for name in names}
 
         result = asyncio.run(
             quick_search(

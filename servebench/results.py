@@ -7,7 +7,8 @@
       telemetry/<trial>.parquet one closed file per trial, written when the trial ends
       records.parquet      every per-request record of the run   } merged from the per-trial
       telemetry.parquet    samples from the telemetry samplers   } files when the run ends
-      trials.csv           one summary row per trial, rewritten after every trial
+      trials.csv           one summary row per trial (a replicate), rewritten after each
+      settings.csv         one row per setting over its replicates (median, interval, CV)
       cold_start.csv       server start and model load timings
       overhead_raw.csv     `servebench overhead`: every probe figure, per side and repetition
       overhead.csv         `servebench overhead`: host vs container per metric (statistics)
@@ -54,6 +55,7 @@ RECORDS_DIR = "records"
 TELEMETRY_FILE = "telemetry.parquet"
 TELEMETRY_DIR = "telemetry"
 COLD_START_FILE = "cold_start.csv"
+SETTINGS_FILE = "settings.csv"
 # cold_start.csv: one row per phase of one start of a server setting (servers.cold_start
 # measures them; `model` is "" for container_start and server_ready, which are the
 # server's), phases in order. container_start (the engine creating and starting the
@@ -369,9 +371,51 @@ _CONFIDENCE = (
     ),
 )
 
+# Replicates (issue 34): a setting is measured R times, once per round, in a seeded random
+# order; each replicate is a row of its own, and settings.csv holds one row per setting.
+_REPLICATE = (
+    _column(
+        "replicate_of",
+        _TEXT,
+        "",
+        "the setting this row replicates: its trial_id in settings.csv (the plan's trial "
+        "id; the first replicate's own trial_id)",
+    ),
+    _column("replicate", _INT, "", "which replicate of the setting, 1..R"),
+    _column("round", _INT, "", "the round it was measured in, 1-based"),
+    _column("position", _INT, "", "its place in that round, 1-based"),
+    _column("remeasure_of", _TEXT, "", "a re-measurement: the trial_id of the row it replaces"),
+    _column(
+        "remeasured",
+        _BOOL,
+        "",
+        "measured again in a later round (disturbed): kept, but not counted in settings.csv",
+    ),
+)
+
+# What disturbed the measured window from outside (telemetry.interference), judged by
+# telemetry.disturbance: each figure over its limit is an interference_* warning code.
+_INTERFERENCE = (
+    _column(
+        "interference_cpu_pressure",
+        _FLOAT,
+        "share",
+        "share of the measured window some task waited for a CPU (PSI some; empty: no PSI)",
+    ),
+    _column("interference_steal", _FLOAT, "share", "share of all cores' time the hypervisor took"),
+    _column(
+        "interference_other_cpu",
+        _FLOAT,
+        "share",
+        "share of all cores' time used by processes other than the server and the generator",
+    ),
+)
+
 TRIAL_SCHEMA = pa.schema(
     [
         *_OUTCOME,
+        *_REPLICATE,
+        *_INTERFERENCE,
         *_COORDINATES,
         *_SERVER,
         *_MODEL,
@@ -386,6 +430,75 @@ TRIAL_SCHEMA = pa.schema(
     metadata={"servebench.trials": "1", "time_unit": "s"},
 )
 TRIAL_COLUMNS = frozenset(TRIAL_SCHEMA.names)
+
+# -- the setting row (settings.csv) ---------------------------------------------------------
+
+#: Figures summarized over a setting's replicates (`common.replicates.summarize`), each
+#: with the columns `SETTING_STATISTICS` names: the median, its interval, the re-run range
+#: and the between-replicate coefficient of variation.
+SETTING_FIGURES = {
+    "latency_p50": "s",
+    "latency_p90": "s",
+    "latency_p95": "s",
+    "latency_p99": "s",
+    "latency_p99_9": "s",
+    "slo_latency_s": "s",
+    "throughput_rps": "req/s",
+    "throughput_ips": "inferences/s",
+    "achieved_rate": "req/s",
+    "max_rate": "req/s",
+    "cost_per_million": "USD/1e6 inferences",
+}
+SETTING_STATISTICS = {
+    "": "median over the replicates",
+    "_low": "low end of the median's interval (replicates' order statistics)",
+    "_high": "high end of the median's interval",
+    "_rerun_low": "re-run range low (the replicates' min)",
+    "_rerun_high": "re-run range high (the replicates' max)",
+    "_cv": "between-replicate coefficient of variation (share)",
+}
+SETTING_SCHEMA = pa.schema(
+    [
+        _column("trial_id", _TEXT, "", "the plan's trial id: replicates' replicate_of"),
+        *_COORDINATES,
+        *(f for f in _SERVER if f.name in ("launch", "protocol", "settings_json")),
+        _column("status", _TEXT, "", "ok | partial (replicates missing or failed) | failed"),
+        _column("replicates_planned", _INT, "", "R, the scenario's workload.repeats"),
+        _column("replicates", _INT, "", "replicates counted: ok, VALID, not re-measured"),
+        _column("replicates_failed", _INT, "", "replicates failed or INVALID"),
+        _column("replicates_remeasured", _INT, "", "replicates measured again (disturbed)"),
+        _column("interval_coverage", _FLOAT, "share", "coverage of the medians' intervals"),
+        _column("rerun_coverage", _FLOAT, "share", "(R-1)/(R+1): one more replicate in range"),
+        _column("cv_band", _TEXT, "", "quiet <= 5 % | moderate <= 10 % | noisy <= 20 % | unstable"),
+        *(
+            _column(
+                f"{figure}{suffix}",
+                _FLOAT,
+                "share" if suffix == "_cv" else unit,
+                f"{figure}: {doc}",
+            )
+            for figure, unit in SETTING_FIGURES.items()
+            for suffix, doc in SETTING_STATISTICS.items()
+        ),
+        _column("count", _INT, "requests", "requests measured, over the counted replicates"),
+        _column("errors", _INT, "requests", "failed requests, over the counted replicates"),
+        _column("instance", _TEXT, "", "cloud instance type priced"),
+        _column("usd_per_hour", _FLOAT, "USD/h", "the instance's on-demand price"),
+        _column("slo_percentile", _FLOAT, "%", "the SLO's latency percentile"),
+        _column("slo_bound_s", _FLOAT, "s", "the SLO's latency bound"),
+        _column(
+            "slo_met",
+            _TEXT,
+            "",
+            "met | missed | undecided, judged on slo_latency_s's interval over replicates "
+            "(R = 1: the one replicate's request-level interval, warning single_run)",
+        ),
+        _column("warning_codes", _TEXT, "", "what to read with care, ';'-separated codes"),
+        _column("replicate_ids", _TEXT, "", "the counted replicates' trial_ids, ';'-separated"),
+    ],
+    metadata={"servebench.settings": "1", "time_unit": "s"},
+)
+SETTING_COLUMNS = tuple(SETTING_SCHEMA.names)
 
 
 class TrialRowError(ServebenchError, ValueError):
@@ -867,6 +980,15 @@ class RunDirectory:
         frame = pd.DataFrame([row.to_record() for row in self.rows], columns=TRIAL_SCHEMA.names)
         write_atomically(self.path / TRIALS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
 
+    def write_settings(self, rows: list[dict[str, Any]]) -> None:
+        """Rewrite settings.csv (one row per setting, over its replicates) with every column
+        of `SETTING_SCHEMA`, in its order; a column the schema lacks is refused."""
+        unknown = sorted({name for row in rows for name in row} - set(SETTING_COLUMNS))
+        if unknown:
+            raise TrialRowError(f"settings.csv has no column(s) {', '.join(unknown)}")
+        frame = pd.DataFrame(rows, columns=list(SETTING_COLUMNS))
+        write_atomically(self.path / SETTINGS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
+
     def add_cold_start(self, row: dict[str, Any]) -> None:
         self.cold_starts.append(row)
         self._write_csv(self.cold_starts, COLD_START_FILE)
@@ -901,6 +1023,12 @@ class RunDirectory:
         merged = pa.concat_tables(tables, promote_options="default")
         write_atomically(self.path / name, lambda tmp: pq.write_table(merged, tmp))
         return merged.num_rows
+
+
+def read_setting_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """settings.csv's rows (none for a run written before replicates)."""
+    text = tuple(f.name for f in SETTING_SCHEMA if f.type == _TEXT)
+    return _read_rows(Path(run_dir) / SETTINGS_FILE, "trial_id", text=text)
 
 
 def _read_rows(path: Path, key: str, text: tuple[str, ...] = ()) -> list[dict[str, Any]]:

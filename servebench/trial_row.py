@@ -26,12 +26,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 from servebench.common.slo_judge import Judgement, judge_latencies
-from servebench.common.verdict_codes import join_codes
+from servebench.common.verdict_codes import INTERFERENCE_CODES, join_codes, split_codes
 from servebench.load.summary import LoadSummary
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
 from servebench.results import TrialRow
 from servebench.telemetry import client_minus_server_s
+from servebench.telemetry.disturbance import Disturbance, judge_interference
+from servebench.telemetry.interference import InterferenceRecord
 
 DIRECT = "direct"
 # Summary fields that are not row columns: the windows are in the records, the batch size
@@ -134,12 +136,20 @@ def build_row(
     slo: Slo | None = None,
     search: Search | None = None,
     client_cpu_s: float | None = None,
+    interference: InterferenceRecord | None = None,
 ) -> TrialRow:
     """The trial's row (columns: `servebench.results.TRIAL_SCHEMA`).
 
     The load summary's and telemetry's fields go in under their own names, so a field
-    either adds must also be added to the schema: the row refuses it (`TrialRowError`)."""
+    either adds must also be added to the schema: the row refuses it (`TrialRowError`).
+    `interference`, what disturbed the measured window from outside, is judged here
+    (`telemetry.disturbance`): each figure over its limit is a warning with its code."""
     stats = summary.to_dict()
+    disturbance = (
+        judge_interference(interference, _open_loop_lag(summary))
+        if interference is not None
+        else Disturbance()
+    )
     values: dict[str, Any] = {
         "trial_id": where.trial_id,
         "index": where.index,
@@ -147,9 +157,9 @@ def build_row(
         "reason": "",
         "verdict": stats.pop("verdict"),
         "verdict_reasons": "; ".join(summary.reasons),
-        "verdict_warnings": "; ".join(summary.warnings),
+        "verdict_warnings": "; ".join([*summary.warnings, *disturbance.reasons]),
         "verdict_reason_codes": join_codes(summary.reason_codes),
-        "verdict_warning_codes": join_codes(summary.warning_codes),
+        "verdict_warning_codes": join_codes([*summary.warning_codes, *disturbance.codes]),
         **asdict(where),
         **asdict(model or ModelColumns()),
     }
@@ -175,6 +185,12 @@ def build_row(
         )
     values["host_peak_flops"] = host_peak_flops
     values["client_cpu_s"] = client_cpu_s
+    if interference is not None:
+        values.update(
+            interference_cpu_pressure=interference.cpu_pressure,
+            interference_steal=interference.steal,
+            interference_other_cpu=interference.other_cpu,
+        )
     if price is not None:
         ips = values.get("throughput_ips") or 0.0
         values.update(
@@ -188,6 +204,17 @@ def build_row(
     if search is not None:
         values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
     return TrialRow.from_record(values)
+
+
+def _open_loop_lag(summary: LoadSummary) -> float | None:
+    """The generator's schedule lag p99 where it means one (open loop; a closed loop sends
+    when an answer comes, so it has no schedule to lag)."""
+    return summary.schedule_lag_p99 if summary.mode == "open" else None
+
+
+def disturbed(row: TrialRow) -> bool:
+    """Whether a row's measurement was disturbed from outside (an interference_* code)."""
+    return any(code in INTERFERENCE_CODES for code in split_codes(row.verdict_warning_codes))
 
 
 def failed_row(where: TrialCoordinates, reason: str, model: ModelColumns | None = None) -> TrialRow:

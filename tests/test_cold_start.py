@@ -15,7 +15,8 @@ from scenario_checks import tiny_scenario, write
 
 from servebench.analysis.summary import cold_start_lines, cold_start_stats
 from servebench.results import COLD_START_COLUMNS, COLD_START_PHASES
-from servebench.scenario.runner import ScenarioRunner, client_probe
+from servebench.scenario.runner import ScenarioRunner
+from servebench.scenario.serving import client_probe
 from servebench.servers.base import ServerModelError
 from servebench.servers.cold_start import PhaseTime, measure_cold_start
 from servebench.servers.kinds import create_server

@@ -22,7 +22,7 @@ BOTTOM = {"common"}
 # Everything the scenario runner builds on; the application packages take it and the runner.
 UNDER_SCENARIO = {
     "clients", "netem", "load", "telemetry", "servers", "model_zoo", "results", "pricing",
-    "trial_row",
+    "trial_row", "setting_row",
 }  # fmt: skip
 MAY_IMPORT: dict[str, set[str]] = {
     "common": set(),
@@ -36,6 +36,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "servers": BOTTOM | {"model_zoo", "results", "telemetry"},
     # The one trial-row builder: what a load, its telemetry, its link and its price say.
     "trial_row": BOTTOM | {"load", "netem", "telemetry", "pricing", "results"},
+    # The one setting-row builder: a setting's replicates (trial rows) side by side.
+    "setting_row": BOTTOM | {"results"},
     "locust": BOTTOM | {"clients", "netem", "load", "results", "pricing", "trial_row"},
     # telemetry: its one reduction of a telemetry file's counters (a search step's share).
     "analysis": BOTTOM | {"results", "pricing", "telemetry"},

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from servebench.scenario.runner import client_probe
+from servebench.scenario.serving import client_probe
 from servebench.servers.base import Server, ServerModelError, ServerStartError
 from servebench.servers.kinds import KINDS, create_server, server_kind
 from servebench.servers.local import LocalTritonServer

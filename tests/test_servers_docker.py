@@ -233,7 +233,7 @@ def test_triton_container_serves_and_loads(tmp_path: Path) -> None:
     from model_zoo.export import STANDARD_REPOSITORY, TritonSettings, export_triton
     from model_zoo.spec import ModelSpec
     from model_zoo.torch_builder import build_torch
-    from servebench.scenario.runner import client_probe
+    from servebench.scenario.serving import client_probe
 
     needs_image(official_image())
 
@@ -252,7 +252,7 @@ def test_triton_container_serves_and_loads(tmp_path: Path) -> None:
 def test_tfs_container_serves_reloads_and_exports_metrics(tmp_path: Path) -> None:
     from model_zoo.export.family import export_family
     from model_zoo.spec import ModelSpec
-    from servebench.scenario.runner import client_probe
+    from servebench.scenario.serving import client_probe
     from servebench.servers import control
     from servebench.telemetry import parse_metrics
 
@@ -371,7 +371,7 @@ def python_repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
 def test_local_image_publishes_loopback_ports_serves_and_is_removed(
     python_repository: tuple[Path, str], tmp_path: Path
 ) -> None:
-    from servebench.scenario.runner import client_probe
+    from servebench.scenario.serving import client_probe
     from servebench.servers import control
 
     needs_image(TRITON_CPU_IMAGE)

@@ -35,7 +35,8 @@ from servebench.results import (
     TrialRowError,
 )
 from servebench.scenario.plan import Trial, expand
-from servebench.scenario.runner import _failed_row
+from servebench.scenario.round_runner import failed_replicate_row
+from servebench.scenario.rounds import Replicate
 from servebench.scenario.schema import Scenario
 from servebench.scenario.trial import TrialContext, TrialSink, trial_row
 from servebench.scenario.validate import load_scenario
@@ -155,7 +156,7 @@ def test_scenario_row_fits_the_schema(scenario: Scenario, trial: Trial, tmp_path
 
 
 def test_failed_row_fits_the_schema(trial: Trial, tmp_path: Path) -> None:
-    row = _failed_row(trial, "RuntimeError: boom")
+    row = failed_replicate_row(Replicate(trial, 1, 1, 1), "RuntimeError: boom")
     assert (row.status, row.reason, row.layer_type, row.params) == (
         "failed", "RuntimeError: boom", trial.model.layer_type, None,
     )  # fmt: skip
@@ -231,7 +232,7 @@ def test_a_new_load_field_without_the_schema_fails_loudly(
 def test_a_column_set_in_place_is_refused(trial: Trial, tmp_path: Path) -> None:
     """The runner sets SLO costs on rows in place and rewrites trials.csv: checked too."""
     directory = run_directory(tmp_path)
-    directory.add_trial(_failed_row(trial, "boom"))
+    directory.add_trial(failed_replicate_row(Replicate(trial, 1, 1, 1), "boom"))
     with pytest.raises(TrialRowError, match="cost_at_slo_usd"):
         directory.rows[0].update(cost_at_slo_usd=1.0)
     with pytest.raises(TrialRowError, match="add_trial takes a TrialRow"):

@@ -45,9 +45,9 @@ def _run(
         points.setdefault(key(point), point)
     calls: list[str] = []
 
-    async def measure(name: str) -> Measured:
-        calls.append(name)
-        return Measured(table(points[name]), (f"t-{name}",))
+    async def measure(names: list[str]) -> dict[str, Measured]:
+        calls.extend(names)
+        return {name: Measured(table(points[name]), (f"t-{name}",)) for name in names}
 
     result = asyncio.run(quick_search(sizes, key, measure, maximize=maximize, budget=budget))
     return result, calls
@@ -160,9 +160,12 @@ def test_unusable_settings_never_win() -> None:
 def test_brute_measures_every_distinct_setting_once() -> None:
     calls: list[str] = []
 
-    async def measure(name: str) -> Measured:
-        calls.append(name)
-        return Measured(float(len(calls)), (name,))
+    async def measure(names: list[str]) -> dict[str, Measured]:
+        found = {}
+        for name in names:
+            calls.append(name)
+            found[name] = Measured(float(len(calls)), (name,))
+        return found
 
     def key(point: Point) -> str:
         return _name(point if point[1] else (point[0], 0, 0, point[3]))

@@ -255,14 +255,18 @@ def apply_settings(config: mc.ModelConfig, settings: TritonSettings) -> mc.Model
     return out
 
 
-def write_settings_copy(model_dir: Path, repository: Path, settings: TritonSettings) -> Path:
+def write_settings_copy(
+    model_dir: Path, repository: Path, settings: TritonSettings, *, name: str | None = None
+) -> Path:
     """Copy a model folder whose config servebench did not write (a user's Triton model, an
-    imported model) into `repository` with `settings` applied (`apply_settings`); the copy
-    replaces an earlier one."""
+    imported model) into `repository` with `settings` applied (`apply_settings`), under
+    `name` if given (its config's name otherwise); the copy replaces an earlier one."""
     model_dir = Path(model_dir)
     config = parse_config(
         (model_dir / CONFIG_FILENAME).read_text(), where=str(model_dir / CONFIG_FILENAME)
     )
+    if name is not None:
+        config.name = name
     target = Path(repository) / check_name(config.name or model_dir.name)
     _claim_model_dirs([target], force=True)
     shutil.copytree(model_dir, target)

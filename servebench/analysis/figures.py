@@ -236,6 +236,49 @@ def throughput_vs_p99(trials: pd.DataFrame) -> str:
     return render(draw, *_panel_size(len(models), 4.8, 3.8, 0.2))
 
 
+def replicates_figure(trials: pd.DataFrame, settings: pd.DataFrame | None) -> str:
+    """Each setting's replicates as dots on its row, over the median's interval (a bar) and
+    the median (a tick), on the figure settings.csv judges it by: the SLO's percentile
+    (p99 without an SLO; an SLO search's max rate), with the SLO's bound as a line."""
+    if settings is None or settings.empty:
+        raise NoData("no settings.csv: a run from before replicates")
+    search = bool((settings["load_kind"] == "search").all())
+    has_slo = settings["slo_bound_s"].notna().any()
+    column = "max_rate" if search else ("slo_latency_s" if has_slo else "latency_p99")
+    scale = 1.0 if search else 1e3
+    labels = varying_labels(settings)
+    rows = settings.to_dict("records")
+
+    def draw(fig: Figure) -> None:
+        ax = fig.subplots()
+        for y, setting in enumerate(rows):
+            ok = trials[
+                (trials["replicate_of"] == setting["trial_id"]) & (trials["status"] == "ok")
+            ]
+            counted = ok[(ok["verdict"] == "VALID") & (ok["remeasured"] != True)]  # noqa: E712
+            other = ok.drop(counted.index)
+            ax.scatter(counted[column] * scale, [y] * len(counted), s=16, color="C0", zorder=3)
+            ax.scatter(other[column] * scale, [y] * len(other), s=16, facecolors="none",
+                       edgecolors="C3", zorder=3)  # fmt: skip
+            low, high, median = (setting.get(f"{column}{s}") for s in ("_low", "_high", ""))
+            if not missing(low) and not missing(high):
+                ax.plot([low * scale, high * scale], [y, y], color="C0", alpha=0.35, lw=6)
+            if not missing(median):
+                ax.plot([median * scale] * 2, [y - 0.3, y + 0.3], color="black", lw=1.5)
+        if has_slo and not search:
+            ax.axvline(settings["slo_bound_s"].dropna().iloc[0] * scale, color="C3", ls="--")
+        ax.set_yticks(range(len(rows)), [_wrap(label) for label in labels], fontsize=7)
+        ax.invert_yaxis()
+        unit = "req/s" if search else "ms"
+        name = {"max_rate": "max rate meeting the SLO", "latency_p99": "p99"}.get(column)
+        if name is None:
+            name = f"p{settings['slo_percentile'].dropna().iloc[0]:g}, the SLO's percentile"
+        ax.set_xlabel(f"{name} ({unit}) per replicate")
+        ax.grid(axis="x", alpha=0.3)
+
+    return render(draw, width=7.5, height=1.2 + 0.32 * len(rows))
+
+
 def search_steps_figure(trials: pd.DataFrame) -> str:
     """One panel per SLO search: each step's SLO-percentile latency against its offered
     rate, in the order run, with the SLO bound and the rate the search chose."""

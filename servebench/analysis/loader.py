@@ -35,6 +35,8 @@ from servebench.results import (
     RECORDS_FILE,
     RUN_FILE,
     SCENARIO_FILE,
+    SETTING_COLUMNS,
+    SETTINGS_FILE,
     SLO_DECISIONS,
     TELEMETRY_DIR,
     TELEMETRY_FILE,
@@ -44,6 +46,7 @@ from servebench.results import (
     ResultDirError,
     conform_records,
     read_run_json,
+    read_setting_rows,
     read_tune_json,
     slo_decision,
 )
@@ -120,6 +123,29 @@ class RunData:
     telemetry: pd.DataFrame | None
     scenario_text: str | None
     tune: dict[str, Any] | None = None  # the configuration search's path (tune.json)
+    # settings.csv: one row per setting over its replicates (None: a run from before them).
+    settings: pd.DataFrame | None = None
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the run measured its settings more than once (workload.repeats > 1)."""
+        if self.settings is None or self.settings.empty:
+            return False
+        return bool((self.settings["replicates_planned"].fillna(1) > 1).any())
+
+    @property
+    def ok_decisions(self) -> pd.DataFrame:
+        """`decisions` that measured something usable (status ok)."""
+        rows = self.decisions
+        return rows[rows["status"] == "ok"]
+
+    @property
+    def decisions(self) -> pd.DataFrame:
+        """The rows a decision rests on, shaped like `trials`: in a replicated run one row
+        per setting (`by_setting`), else the trials themselves."""
+        if not self.replicated or self.settings is None:
+            return self.trials
+        return by_setting(self.trials, self.settings)
 
     @property
     def run_id(self) -> str:
@@ -153,6 +179,7 @@ def load_run(path: str | Path, *, records: bool = True, trials: bool = False) ->
         telemetry=_read_merged_or_parts(path, TELEMETRY_FILE, TELEMETRY_DIR),
         scenario_text=_read_text(path / SCENARIO_FILE),
         tune=read_tune_json(path / TUNE_FILE),
+        settings=read_settings(path),
     )
     if trials and data.trials.empty:
         why = f": {data.run['reason']}" if data.run.get("reason") else ""
@@ -169,6 +196,64 @@ def _read_text(path: Path) -> str | None:
         raise ResultDirError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
         raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
+
+
+# The figures a setting row replaces in its template trial row: the median over replicates
+# and the interval of that median, where settings.csv has one (`SETTING_STATISTICS`).
+_OVER_REPLICATES = (
+    "latency_p50", "latency_p90", "latency_p95", "latency_p99", "latency_p99_9",
+    "slo_latency_s", "throughput_rps", "throughput_ips", "achieved_rate", "max_rate",
+    "cost_per_million",
+)  # fmt: skip
+# trials.csv's name for each figure's interval columns, where it has them.
+_INTERVAL_OF = {
+    **{f"latency_{p}": (f"latency_{p}_low", f"latency_{p}_high") for p in
+       ("p50", "p90", "p95", "p99", "p99_9")},
+    "slo_latency_s": ("slo_latency_low", "slo_latency_high"),
+}  # fmt: skip
+
+
+def by_setting(trials: pd.DataFrame, settings: pd.DataFrame) -> pd.DataFrame:
+    """One trial-shaped row per setting of a replicated run: its first counted replicate's
+    row (coordinates, sizes, telemetry) with the figures settings.csv summarizes over the
+    replicates put in — each the median, its interval the median's interval over replicates
+    (not one replicate's request-level one), `slo_met` the setting's judgement — so every
+    reader that takes trial rows (recommend, the report's first screen) decides on the
+    setting, not on a replicate. A setting no replicate counted in keeps a failed row."""
+    rows = []
+    for setting in settings.to_dict("records"):
+        ids = str(setting.get("replicate_ids") or "").split(";")
+        mine = trials[trials["trial_id"].isin([i for i in ids if i])]
+        if mine.empty:
+            mine = trials[trials["replicate_of"] == setting["trial_id"]]
+        if mine.empty:
+            continue
+        row = mine.iloc[0].to_dict()
+        row["trial_id"] = setting["trial_id"]
+        for figure in _OVER_REPLICATES:
+            row[figure] = setting.get(figure)
+            if figure in _INTERVAL_OF:
+                low, high = _INTERVAL_OF[figure]
+                row[low], row[high] = setting.get(f"{figure}_low"), setting.get(f"{figure}_high")
+        row["slo_met"] = setting.get("slo_met")
+        if setting.get("status") == "failed":
+            row["status"] = "failed"
+            row["reason"] = "no replicate counted (every one failed or was INVALID)"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=trials.columns)
+
+
+def read_settings(run_dir: Path) -> pd.DataFrame | None:
+    """settings.csv as a frame with every `SETTING_SCHEMA` column (None: no such file)."""
+    if not (run_dir / SETTINGS_FILE).is_file():
+        return None
+    try:
+        rows = read_setting_rows(run_dir)
+    except OSError as err:
+        raise ResultDirError(
+            f"{run_dir / SETTINGS_FILE}: cannot read it ({err.strerror})"
+        ) from None
+    return pd.DataFrame(rows, columns=list(SETTING_COLUMNS))
 
 
 def read_trials(path: Path) -> pd.DataFrame:

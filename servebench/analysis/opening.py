@@ -103,7 +103,7 @@ def _links(trials: pd.DataFrame) -> list[str]:
 
 def link_recommendations(data: RunData) -> tuple[list[Recommendation], str | None]:
     """Per link, the ranking for the run's SLO; or why there is none (no SLO, no cost)."""
-    slo = run_slo(data.trials)
+    slo = run_slo(data.decisions)
     if slo is None:
         return (
             [],
@@ -119,7 +119,7 @@ def link_recommendations(data: RunData) -> tuple[list[Recommendation], str | Non
             "servebench recommend RUN --as-instance RUN=TYPE prices it"
         )
     found = []
-    for link in _links(data.ok_trials):
+    for link in _links(data.ok_decisions):
         try:
             found.append(
                 recommend([priced], Query(slo_s=slo.bound_s, percentile=slo.percentile, link=link))
@@ -134,7 +134,7 @@ def recommendation_html(
 ) -> str:
     """The Recommendation box: the answer, the caveats (closed loop, what was not
     measured), then the cheapest setting per link and model."""
-    slo = run_slo(data.trials)
+    slo = run_slo(data.decisions)
     parts = []
     table = ""
     if not recommendations:
@@ -144,7 +144,7 @@ def recommendation_html(
         priced = first.runs[0]
         if len(first.rankings) == 1:  # one model: the answer in a sentence
             parts.append(f'<p class="headline">{_e(headline(first.rankings[0], first.query))}</p>')
-        added = link_added(data.ok_trials)
+        added = link_added(data.ok_decisions)
         if added:
             parts.append(
                 f'<p class="headline" id="link-added">{_e(added)} '
@@ -244,7 +244,7 @@ def link_added(trials: pd.DataFrame) -> str | None:
 
 def not_measured(data: RunData) -> list[str]:
     """What this run did not measure, one plain sentence each (absent is not zero)."""
-    trials = data.ok_trials
+    trials = data.ok_decisions
     if trials.empty:
         return []
 
@@ -270,7 +270,7 @@ def not_measured(data: RunData) -> list[str]:
         lines.append("Client send time not measured: gRPC does not say when a request leaves.")
     if none("usd_per_hour"):
         lines.append("Cost not measured: the scenario named no cloud instance.")
-    if run_slo(data.trials) is None:
+    if run_slo(data.decisions) is None:
         lines.append("No SLO: nothing is marked met or missed.")
     closed = trials["load_kind"].isin(["concurrency", "users"]) | (trials["mode"] == "closed")
     if bool(closed.all()):

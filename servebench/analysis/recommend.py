@@ -399,8 +399,10 @@ def price_run(
 
     The instance is `as_instance` if given, else the scenario's `cost.instance` that the
     trials carry; the price is the one the run was costed at when the instance is the
-    run's own (a scenario may override the shipped price), else the shipped table's."""
-    trials = data.trials
+    run's own (a scenario may override the shipped price), else the shipped table's. A
+    replicated run is priced setting by setting (`RunData.decisions`: each setting's medians
+    over its replicates and their intervals), not replicate by replicate."""
+    trials = data.decisions
     named = sorted({str(v) for v in trials["instance"] if not missing(v) and str(v)})
     if len(named) > 1:
         raise RecommendError(f"{data.path}: trials name several instances ({', '.join(named)})")

@@ -186,6 +186,7 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
 
     return [
         _summary_section(data),
+        *_replicate_sections(data, report),
         *_mix_sections(trials),
         *_search_sections(report, trials),
         *_tune_sections(data),
@@ -241,6 +242,24 @@ def _trial_sections(data: RunData, report: Report) -> list[_Section]:
             "At small batches the link can rival inference; at large ones inference dominates.",
             tables=[_transfer_table(per_link)] if not per_link.empty else [],
         ),
+    ]
+
+
+def _replicate_sections(data: RunData, report: Report) -> list[_Section]:
+    """A replicated run's replicates, setting by setting (none for a run of one round)."""
+    if not data.replicated:
+        return []
+    return [
+        _plot_section(
+            report,
+            "replicates",
+            "Replicates",
+            lambda: figures.replicates_figure(data.trials, data.settings),
+            "Each setting's replicates (one per round; hollow red: failed, INVALID or "
+            "measured again), the median over them (black tick) and the median's interval "
+            "from their order statistics (blue bar; settings.csv's _low/_high); dashed: the "
+            "SLO's bound. A setting is judged on its interval, not on any one replicate.",
+        )
     ]
 
 

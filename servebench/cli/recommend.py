@@ -175,7 +175,7 @@ def _check_measured(runs: list[RunData], query: Query) -> None:
     option is left, and the answer ("no trial over link direct") would blame another option."""
     from servebench.analysis.recommend import DIRECT, RecommendError
 
-    ok = [run.ok_trials for run in runs]
+    ok = [run.ok_decisions for run in runs]
     models = sorted({str(m) for trials in ok for m in trials["model"].dropna()})
     if query.model is not None and not any(query.wants_model(m) for m in models):
         raise RecommendError(

@@ -125,9 +125,16 @@ def plan(
     console.print(table)
     if len(shown) < len(result.trials):
         console.print(f"… {len(result.trials) - len(shown)} more (use --limit 0 to list all)")
+    repeats = result.scenario.workload.repeats
+    replicated = (
+        f", each measured {repeats} times in {repeats} interleaved rounds "
+        f"({len(result.trials) * repeats:,} trials in all)"
+        if repeats > 1
+        else ""
+    )
     console.print(
         f"{_count(result.trials, 'trial')} over {_count(result.settings, 'server setting')} "
-        f"and {_count(result.models, 'model')}; "
+        f"and {_count(result.models, 'model')}{replicated}; "
         f"estimated wall time {_duration(result.estimated_s)}"
         + (
             " (workload.stop: each trial until its SLO is decided, at most duration_s)"

@@ -171,9 +171,11 @@ def random_inputs(
         if dtype.kind == "f":
             arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":
-            arrays[spec.name] = rng.integers(0, 100, size=shape).astype(dtype)
+            # Drawn in the input's own dtype: an int8 request is not built as int64 first
+            # (8x its size, ~2 GiB at the request-size limit).
+            arrays[spec.name] = rng.integers(0, 100, size=shape, dtype=dtype)
         elif dtype.kind == "b":
-            arrays[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+            arrays[spec.name] = rng.integers(0, 2, size=shape, dtype=np.uint8).astype(bool)
         else:
             raise ValueError(f"input {spec.name!r}: unsupported dtype {spec.dtype!r}")
     return arrays

@@ -32,8 +32,18 @@ slo_decided          warning  early stop: the load ended once its SLO question w
                               at the stated confidence (a note, not a fault: the run is
                               VALID unless another check says otherwise)
 single_run           warning  an SLO decision rests on one run's requests (R = 1): its
-                              interval says nothing about a re-run (`common.slo_judge`)
+                              interval says nothing about a re-run (`common.slo_judge`);
+                              settings.csv's rows of one replicate carry it
+low_coverage         setting  too few replicates for the median's interval to reach the
+                              confidence level (R < 6 at 95 %): its coverage is stated
+unstable_replicates  setting  the replicates' coefficient of variation is over 20 %
+replicates_missing   setting  fewer replicates counted than planned (failed, INVALID, or the
+                              run stopped)
+remeasured           setting  a replicate was measured again because something disturbed it
 ==================== ======== ===========================================================
+
+Codes of kind "setting" are written in settings.csv's `warning_codes`: they qualify a
+setting's figures over its replicates, not one load.
 
 The interference warnings are `telemetry.disturbance.judge_interference`'s, from a
 replicate's measured window; a replicate with one is measured again in a later round
@@ -69,6 +79,10 @@ class VerdictCode(StrEnum):
     LATE_SENDS = "late_sends"
     SLO_DECIDED = "slo_decided"
     SINGLE_RUN = "single_run"
+    LOW_COVERAGE = "low_coverage"
+    UNSTABLE_REPLICATES = "unstable_replicates"
+    REPLICATES_MISSING = "replicates_missing"
+    REMEASURED = "remeasured"
     INTERFERENCE_CPU_PRESSURE = "interference_cpu_pressure"
     INTERFERENCE_OTHER_LOAD = "interference_other_load"
     INTERFERENCE_STEAL = "interference_steal"
@@ -80,6 +94,16 @@ class VerdictCode(StrEnum):
 # nothing. Lateness does not count: it is already charged in the latency, measured from
 # the intended send time. The scenario runner's search and `recommend` share this rule.
 UNUSABLE_STEP = frozenset({VerdictCode.ERRORS, VerdictCode.NO_REQUESTS})
+
+# What disturbed a measurement from outside: a replicate with one is measured again.
+INTERFERENCE_CODES = frozenset(
+    {
+        VerdictCode.INTERFERENCE_CPU_PRESSURE,
+        VerdictCode.INTERFERENCE_OTHER_LOAD,
+        VerdictCode.INTERFERENCE_STEAL,
+        VerdictCode.INTERFERENCE_GENERATOR_LAG,
+    }
+)
 
 # How a list of codes is written in one CSV cell.
 SEPARATOR = ";"

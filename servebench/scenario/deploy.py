@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from model_zoo.export.family import FORMATS, TFS_DIR, ExportedModel, export_family, is_exported
 from model_zoo.export.onnx import ExportExistsError
@@ -112,11 +114,72 @@ def build_server(
     setting: ServerSetting, index: int, models: Sequence[ServedModel], run_dir: Path
 ) -> Server:
     """The `Server` for one setting (not started), its files under `<run>/repos/<index>`."""
+    return _build(setting, (), models, run_dir / REPOS_DIR / f"{index:02d}", run_dir)
+
+
+@dataclass(frozen=True)
+class ServerGroup:
+    """Server settings one server serves at once, and the models it serves them with.
+
+    A replicated run switches settings every trial; where a kind's settings are all a
+    model's own (`ServerKind.shares_server`: Triton's model config), the settings of one
+    server section are loaded side by side under distinct model names
+    (`<model id>.s<k>`), so a round moves between them without a restart. Anything else
+    (TF Serving's batching is a server flag; a run of one round) is a group of one setting,
+    its models under their own names, as runs always were.
+    """
+
+    folder: str  # under `<run>/repos/`
+    settings: tuple[ServerSetting, ...]
+    models: tuple[ServedModel, ...]
+
+    def suffix(self, setting: ServerSetting) -> str:
+        return "" if len(self.settings) == 1 else f".s{self.settings.index(setting)}"
+
+    def names(self, setting: ServerSetting) -> dict[str, str]:
+        """Model id -> the name the server serves it under for `setting`."""
+        suffix = self.suffix(setting)
+        return {model.id: model.id + suffix for model in self.models}
+
+
+def server_groups(plan: Plan, *, side_by_side: bool) -> list[ServerGroup]:
+    """The plan's settings as server groups (`side_by_side`: share servers where the kind
+    allows), in the plan's order; each with every model its settings' trials send to."""
+    members: dict[tuple[str, int], list[int]] = {}
+    for index, setting in enumerate(plan.settings):
+        shared = side_by_side and setting.server.server_kind.shares_server
+        key = (setting.server.name, -1) if shared else ("", index)
+        members.setdefault(key, []).append(index)
+    groups = []
+    for key, indices in members.items():
+        settings = tuple(plan.settings[i] for i in indices)
+        models = {m.id: m for t in plan.trials if t.setting in settings for m in t.models}
+        folder = f"{indices[0]:02d}" if len(indices) == 1 else f"shared-{key[0]}"
+        groups.append(ServerGroup(folder, settings, tuple(models.values())))
+    return groups
+
+
+def build_group_server(group: ServerGroup, run_dir: Path) -> Server:
+    """The one `Server` (not started) for a group, its files under `<run>/repos/<folder>`."""
+    side = [(s.values, group.suffix(s)) for s in group.settings] if len(group.settings) > 1 else []
+    return _build(
+        group.settings[0], side, group.models, run_dir / REPOS_DIR / group.folder, run_dir
+    )
+
+
+def _build(
+    setting: ServerSetting,
+    side_by_side: Sequence[tuple[Mapping[str, Any], str]],
+    models: Sequence[ServedModel],
+    workdir: Path,
+    run_dir: Path,
+) -> Server:
     kind = setting.server.server_kind
-    workdir = run_dir / REPOS_DIR / f"{index:02d}"
     if kind.launch.starts:
         workdir.mkdir(parents=True, exist_ok=True)
-    deployment = Deployment(setting.server, setting.values, models, run_dir / EXPORT_DIR, workdir)
+    deployment = Deployment(
+        setting.server, setting.values, models, run_dir / EXPORT_DIR, workdir, side_by_side
+    )
     return kind.build(deployment)
 
 

@@ -174,10 +174,13 @@ class Plan:
     @property
     def estimated_s(self) -> float:
         """Whole-run estimate: trials (each its warm-up, measuring time and, for an SLO
-        search, its steps), per setting its server starts (`cold_start.repeats` of them
-        where servebench starts the server, each loading the models) and the one-off
-        exports (per model, per export format). A cluster job's estimate (the leader then
-        corrects it per follower by what it has learned)."""
+        search, its steps) times `workload.repeats`, per setting its server starts
+        (`cold_start.repeats` of them where servebench starts the server, each loading the
+        models), the one-off exports (per model, per export format), and in a replicated
+        run the servers' starts for the rounds: once per server where settings are served
+        side by side (`ServerKind.shares_server`), once per setting and round otherwise.
+        A cluster job's estimate (the leader then corrects it per follower by what it has
+        learned)."""
         kinds = [s.server.server_kind for s in self.settings]
         per_model = {k.export_format: k.export_s_per_model for k in kinds if k.export_format}
         export = len(self.models) * sum(per_model.values())
@@ -186,7 +189,20 @@ class Plan:
             * (self.scenario.cold_start.repeats if k.launch.starts else 1)
             for k in kinds
         )
-        return export + setup + sum(t.estimated_s for t in self.trials)
+        repeats = self.scenario.workload.repeats
+        if repeats > 1:
+            loads = LOAD_S_PER_MODEL * len(self.models)
+            for kind in kinds:
+                if kind.launch.starts:
+                    # Shared: each setting's models loaded on one server; else a start a round.
+                    setup += (
+                        loads if kind.shares_server else (kind.launch.start_s + loads) * repeats
+                    )
+            shared = {s.server.name: s.server.server_kind for s in self.settings}
+            setup += sum(
+                k.launch.start_s for k in shared.values() if k.shares_server and k.launch.starts
+            )
+        return export + setup + repeats * sum(t.estimated_s for t in self.trials)
 
     def warnings(self) -> list[str]:
         """What makes this plan unusually big (past `limits.warn_*`), one sentence each."""

@@ -18,32 +18,25 @@ or `interrupted`; the reason says why.
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import json
-import os
 import signal
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
 
-from model_zoo.imports import ServedModel
-from servebench.clients.factory import create_client
-from servebench.clients.registry import for_server
+from servebench.common.quantiles import CONFIDENCE
 from servebench.load import run_in_loop
 from servebench.load.engine import Stoppable
 from servebench.pricing import (
@@ -60,18 +53,18 @@ from servebench.results import (
     new_run_id,
     no_space,
     no_space_reason,
+    read_setting_rows,
 )
-from servebench.scenario.deploy import build_server, client_target, export_models, start_serving
-from servebench.scenario.plan import Plan, ServerSetting, Trial, expand
+from servebench.scenario.deploy import export_models
+from servebench.scenario.plan import Plan, Trial, expand
+from servebench.scenario.round_runner import RoundRunner, RunControl
+from servebench.scenario.rounds import ROUNDS_KEY, replicate_id, rounds_from_json
 from servebench.scenario.schema import Scenario
-from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
 from servebench.scenario.tune import tune_server
 from servebench.scenario.validate import load_scenario
-from servebench.servers.base import Server, ServerError
-from servebench.servers.cold_start import Probe, measure_cold_start
-from servebench.telemetry import rows_to_table
+from servebench.setting_row import build_setting_row
 from servebench.telemetry.host_peak import record_host_peaks
-from servebench.trial_row import failed_row
+from servebench.trial_row import disturbed
 
 
 @dataclass
@@ -123,18 +116,26 @@ class ScenarioRunner:
         """Run the missing trials; a `ResultDirError` (bad --output or --resume) comes
         before anything is started or changed."""
         directory = self._directory()
-        directory.run.update(trials_planned=len(self.plan.trials), status="running", reason=None)
+        repeats = self.scenario.workload.repeats
+        planned = [replicate_id(t.id, k) for t in self.plan.trials for k in range(1, repeats + 1)]
+        directory.run.update(trials_planned=len(planned), status="running", reason=None)
         directory.write_run()
         done = directory.completed_trials()
-        todo = [t for t in self.plan.trials if t.id not in done]
+        todo = [trial_id for trial_id in planned if trial_id not in done]
         tune = self.scenario.tune
         searched = (
             f" (a {tune.method} search runs only those it asks for)"
             if tune is not None and tune.method == "quick"
             else ""
         )
+        replicated = (
+            f" ({len(self.plan.trials)} settings × {repeats} replicates, in rounds)"
+            if repeats > 1
+            else ""
+        )
         self.console.print(
-            f"run {directory.path}: {len(todo)} of {len(self.plan.trials)} trials to run"
+            f"run {directory.path}: {len(todo)} of {len(planned)} trials to run"
+            + replicated
             + searched,
             highlight=False,
         )
@@ -208,17 +209,15 @@ class ScenarioRunner:
         directory.finish(status, reason)
         return directory.run["status"], directory.run["reason"]
 
-    async def _run(self, directory: RunDirectory, todo: list[Trial]) -> None:
+    async def _run(self, directory: RunDirectory, todo: list[str]) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._interrupt, signum)
         loop.add_signal_handler(signal.SIGUSR1, self._pause)
         try:
-            if not todo:
+            if not todo and not self._replicates_left(directory):
                 return
             with self._progress() as progress:
-                overall = progress.add_task("trials", total=len(todo))
-                current = progress.add_task("current load", total=1.0)
                 progress.console.print("exporting models …")
                 await asyncio.to_thread(
                     export_models,
@@ -228,30 +227,28 @@ class ScenarioRunner:
                 )
                 peak = await asyncio.to_thread(record_host_peaks, directory.run)
                 directory.write_run()
-                price = self.price
-
-                async def run_setting(index: int) -> None:
-                    """Run the setting's trials still to run (none: measured already)."""
-                    setting = self.plan.settings[index]
-                    trials = [t for t in todo if t.setting is setting]
-                    if not trials or self._left_out():
-                        return
-                    await self._run_setting(
-                        index,
-                        setting,
-                        trials,
-                        directory,
-                        peak.value,
-                        price,
-                        progress,
-                        (overall, current),
-                    )
-
-                if self.scenario.tune is None:
-                    for index in range(len(self.plan.settings)):
-                        await run_setting(index)
-                else:
-                    await self._tune(directory, run_setting)
+                measuring = RoundRunner(
+                    self.plan,
+                    self.path.parent,
+                    directory,
+                    peak_flops=peak.value,
+                    price=self.price,
+                    progress=progress,
+                    control=RunControl(
+                        interrupted=lambda: self.state.interrupted,
+                        left_out=self._left_out,
+                        on_engine=self._set_engine,
+                    ),
+                )
+                try:
+                    if self.scenario.tune is None:
+                        await measuring.run(self.plan.trials)
+                    else:
+                        await self._tune(directory, measuring.run)
+                finally:
+                    await measuring.pool.stop()
+                    self._write_settings(directory)
+                    self._note_interference(directory, progress.console)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 loop.remove_signal_handler(signum)
@@ -259,22 +256,85 @@ class ScenarioRunner:
             # default action of SIGUSR1).
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
+    def _set_engine(self, engine: Stoppable | None) -> None:
+        """The load now running (None: none); a gang's comes from its coordinator's thread."""
+        self.state.engine = engine
+        if engine is not None and self.state.interrupted:
+            engine.stop(self.state.interrupted)
+
+    def _replicates_left(self, directory: RunDirectory) -> bool:
+        """Whether a resumed run still has replicates to measure (its plan trials all have
+        a first replicate, but later rounds may be missing)."""
+        done = directory.completed_trials()
+        rounds = rounds_from_json(directory.run.get(ROUNDS_KEY), self.plan.trials) or []
+        return any(r.id not in done for one in rounds for r in one)
+
+    def _write_settings(self, directory: RunDirectory) -> None:
+        """settings.csv: each measured setting's row over its replicates."""
+        by_trial: dict[str, list[TrialRow]] = defaultdict(list)
+        for row in directory.rows:
+            by_trial[row.replicate_of or row.trial_id].append(row)
+        repeats = self.scenario.workload.repeats
+        level = (
+            self.scenario.workload.stop.confidence if self.scenario.workload.stop else CONFIDENCE
+        )
+        directory.write_settings(
+            [
+                build_setting_row(trial_id, rows, planned=repeats, level=level)
+                for trial_id, rows in by_trial.items()
+            ]
+        )
+
+    def _note_interference(self, directory: RunDirectory, console: Console) -> None:
+        """Say (and keep in run.json) how many replicates something outside disturbed:
+        measured again, or kept flagged where the run measures each setting once."""
+        rows = [r for r in directory.rows if r.remeasure_of is None]
+        flagged = [r for r in directory.rows if disturbed(r)]
+        again = [r for r in directory.rows if r.remeasured]
+        if not flagged:
+            return
+        if again:
+            line = f"{len(again)} of {len(rows)} replicates re-measured for interference"
+        else:
+            line = (
+                f"{len(flagged)} of {len(rows)} trials measured under interference (flagged in "
+                "trials.csv's warnings; measured again only with repeats > 1)"
+            )
+        directory.run["interference"] = {
+            "flagged": len(flagged), "remeasured": len(again), "replicates": len(rows)
+        }  # fmt: skip
+        directory.warn(line)
+        console.print(f"[yellow]{line}[/yellow]", highlight=False)
+
     async def _tune(
-        self, directory: RunDirectory, run_setting: Callable[[int], Awaitable[None]]
+        self,
+        directory: RunDirectory,
+        run_trials: Callable[[list[Trial]], Awaitable[None]],
     ) -> None:
-        """The configuration search (`tune:`), server by server: each setting it asks for
-        is run (unless a resumed run measured it: its trial ids are the plan's) and read
-        back from its trials.csv row; every step goes to tune.json as the search ends."""
+        """The configuration search (`tune:`), server by server: each set of settings it
+        asks for is measured (in rounds, where the run is replicated; a resumed run's
+        trials are not measured again: their ids are the plan's) and read back from its
+        rows; every step goes to tune.json as the search ends."""
         tune = self.scenario.tune
         assert tune is not None
         searches: dict[str, Any] = {}
+
+        async def run_settings(indices: list[int]) -> None:
+            if self._left_out():
+                return
+            wanted = {id(self.plan.settings[i]) for i in indices}
+            await run_trials([t for t in self.plan.trials if id(t.setting) in wanted])
+            self._write_settings(directory)
+
         for server in self.scenario.servers:
             search = await tune_server(
                 self.plan,
                 server,
                 tune,
-                run_setting,
+                run_settings,
                 rows=lambda: {r.trial_id: r for r in directory.rows},
+                setting_rows=lambda: {r["trial_id"]: r for r in read_setting_rows(directory.path)},
+                replicated=self.scenario.workload.repeats > 1,
                 usd_per_hour=self.price.usd_per_hour if self.price else None,
                 stopped=lambda: self._left_out() and (self.state.interrupted or self.state.paused),
             )
@@ -343,148 +403,6 @@ class ScenarioRunner:
         }
         return price_of(merge_prices(load_prices(), overrides), cost.instance)
 
-    # -- one server setting ---------------------------------------------------------------
-
-    async def _run_setting(
-        self,
-        index: int,
-        setting: ServerSetting,
-        trials: list[Trial],
-        directory: RunDirectory,
-        peak: float,
-        price: InstancePrice | None,
-        progress: Progress,
-        tasks: tuple[TaskID, TaskID],
-    ) -> None:
-        overall, current = tasks
-        models = list({m.id: m for t in trials for m in t.models}.values())
-        server: Server | None = None
-        try:
-            server = await asyncio.to_thread(build_server, setting, index, models, directory.path)
-            # Resumed after its cold start was measured: a start, not a new measurement.
-            measured = any(row.get("setting") == setting.id for row in directory.cold_starts)
-            await self._bring_up(server, setting, models, directory, cold=not measured)
-        except Exception as err:
-            if no_space(err) is not None:
-                raise
-            reason = f"server setting {setting.id} did not come up: {err}"
-            for trial in trials:
-                directory.add_trial(_failed_row(trial, reason))
-                progress.advance(overall)
-            if server is not None:
-                await asyncio.to_thread(server.stop)
-            return
-        ctx = TrialContext(
-            scenario=self.scenario,
-            base_dir=self.path.parent,
-            server=server,
-            records_path=directory.trial_records_path,
-            host_peak_flops=peak,
-            price=price,
-            on_engine=self._set_engine,
-            stop_requested=lambda: self.state.interrupted is not None,
-        )
-        try:
-            for trial in trials:
-                if self._left_out():
-                    break
-                progress.reset(
-                    current,
-                    total=trial.estimated_s,
-                    description=f"{setting.id} · {trial.model.id} · {trial.link.name} · "
-                    f"b{trial.batch_size} · {trial.level.label}",
-                )
-                ticker = asyncio.create_task(_tick(progress, current))
-                try:
-                    row = await self._one_trial(trial, ctx, server, setting, models, directory)
-                finally:
-                    ticker.cancel()
-                progress.update(current, completed=trial.estimated_s)
-                directory.add_trial(row)
-                progress.advance(overall)
-        finally:
-            await asyncio.to_thread(server.stop)
-
-    async def _one_trial(
-        self,
-        trial: Trial,
-        ctx: TrialContext,
-        server: Server,
-        setting: ServerSetting,
-        models: list[ServedModel],
-        directory: RunDirectory,
-    ) -> TrialRow:
-        try:
-            if server.owns_process and not await asyncio.to_thread(_alive, server):
-                await asyncio.to_thread(server.stop)
-                await self._bring_up(server, setting, models, directory, cold=False)
-            outcome = await run_trial(trial, ctx)
-        except Exception as err:
-            full = no_space(err)
-            if full is not None:  # a full disk ends the run; writers name no file
-                where = full.filename or str(directory.trial_records_path(trial.id))
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) from err
-            reason = f"{type(err).__name__}: {err}"
-            if server.owns_process and not await asyncio.to_thread(_alive, server):
-                reason += _log_tail_note(server)
-            return _failed_row(trial, reason)
-        await asyncio.to_thread(
-            directory.write_trial_telemetry, trial.id, rows_to_table(outcome.telemetry)
-        )
-        row = outcome.row
-        if self.state.interrupted:
-            # Cut short: its records stay, but it is not a result; --resume runs it again.
-            row.update(status="interrupted", reason=self.state.interrupted)
-        if server.owns_process and not await asyncio.to_thread(_alive, server):
-            # The records show what the clients saw; the trial cannot stand as a result.
-            row.update(
-                status="failed",
-                reason="the server stopped answering during the trial" + _log_tail_note(server),
-            )
-        return row
-
-    def _set_engine(self, engine: Stoppable | None) -> None:
-        """The load now running (None: none); a gang's comes from its coordinator's thread."""
-        self.state.engine = engine
-        if engine is not None and self.state.interrupted:
-            engine.stop(self.state.interrupted)
-
-    async def _bring_up(
-        self,
-        server: Server,
-        setting: ServerSetting,
-        models: list[ServedModel],
-        directory: RunDirectory,
-        *,
-        cold: bool,
-    ) -> None:
-        """Start the server and load the models; on the first start, time the cold start
-        (`cold_start.repeats` starts, each phase a row of cold_start.csv as it is measured).
-
-        A server servebench did not start has no cold start to measure (its "start" is an
-        attach), and one that serves its own model configuration is only checked, never
-        loaded: its start waited for each model to be ready.
-        """
-        ids = [spec.id for spec in models]
-        if cold and server.owns_process:
-            where = {"server": setting.server.name, "setting": setting.id}
-            probe = client_probe(
-                setting.server.server_kind.api.name,
-                setting.server.protocol,
-                timeout_s=self.scenario.workload.timeout_s,
-                seed=self.scenario.seed,
-            )
-            await asyncio.to_thread(
-                measure_cold_start,
-                server,
-                ids,
-                probe,
-                repeats=self.scenario.cold_start.repeats,
-                on_time=lambda measured: directory.add_cold_start({**where, **measured.row()}),
-            )
-            return
-        await asyncio.to_thread(start_serving, server, ids)
-
     # -- after the trials -------------------------------------------------------------------
 
     def _add_slo_costs(self, directory: RunDirectory) -> None:
@@ -507,71 +425,6 @@ class ScenarioRunner:
                     cost_per_million_at_slo=estimate.cost_at_slo,
                 )
         directory.write_trials()
-
-
-async def _tick(progress: Progress, task: TaskID, every_s: float = 0.25) -> None:
-    """Move the current-load bar with the clock (the estimate is its total)."""
-    started = time.perf_counter()
-    while True:
-        progress.update(task, completed=time.perf_counter() - started)
-        await asyncio.sleep(every_s)
-
-
-def client_probe(api: str, protocol: str, *, timeout_s: float, seed: int = 0) -> Probe:
-    """The cold-start probe for a server of API `api` (`ServerKind.api.name`) over
-    `protocol` ("http", "grpc"): the client the trials use, so the first inference is timed
-    as their requests are sent. It runs its own event loop, as the measurement runs in a
-    thread."""
-    client_protocol = for_server(api, protocol).name
-
-    def probe(server: Server, model: str, count: int) -> list[float]:
-        _, url = client_target(server, protocol)
-        return asyncio.run(_timed_requests(client_protocol, url, model, count, timeout_s, seed))
-
-    return probe
-
-
-async def _timed_requests(
-    protocol: str, url: str, model: str, count: int, timeout_s: float, seed: int
-) -> list[float]:
-    """Latencies of `count` batch-1 requests sent one after another on one connection."""
-    client = create_client(protocol, url, model, timeout=timeout_s)
-    await client.connect()
-    try:
-        payload = client.make_payload(1, seed)
-        times = []
-        for _ in range(count):
-            started = time.perf_counter()
-            await client.infer(payload)
-            times.append(time.perf_counter() - started)
-    finally:
-        await client.close()
-    return times
-
-
-def _log_tail_note(server: Server, lines: int = 5) -> str:
-    """The end of a dead server's log, on one line for trials.csv."""
-    tail = " | ".join(line.strip() for line in server.log_tail(lines).splitlines() if line.strip())
-    return f"; the end of its log: {tail}" if tail else ""
-
-
-def _alive(server: Server, attempts: int = 3) -> bool:
-    """Whether the server still serves: its process exists and its health check answers.
-
-    A busy machine can make one health check time out, so a live process gets a few
-    tries before it is declared dead; a vanished process is dead at once.
-    """
-    if server.pid is not None and not psutil.pid_exists(server.pid):
-        return False
-    for attempt in range(attempts):
-        try:
-            if server.is_ready():
-                return True
-        except ServerError:  # never (re)started: a failed restart must be retried next trial
-            return False
-        if attempt + 1 < attempts:
-            time.sleep(1.0)
-    return False
 
 
 def scenario_hash(scenario: Scenario) -> str:
@@ -601,9 +454,3 @@ def _reason(err: BaseException, run_dir: Path) -> str:
     if full is not None:
         return no_space_reason(full.filename or run_dir)
     return f"{type(err).__name__}: {err}"
-
-
-def _failed_row(trial: Trial, reason: str) -> TrialRow:
-    """A trial that measured nothing usable: which trial, its model's family, and why.
-    (Its model is not counted here: a trial may have failed on that very model.)"""
-    return failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))

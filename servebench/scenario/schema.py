@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, StrictInt, field_validator
 
 from model_zoo.imports import ImportedModel, model_limit, read_model
 from model_zoo.mutate import DEFAULT_INPUT_SHAPES
@@ -41,6 +41,8 @@ from servebench.common.limits import (
     MAX_NAME_CHARS,
     MAX_OUTPUTS,
     MAX_RATE,
+    MAX_REMEASURES,
+    MAX_REPEATS,
     MAX_REQUEST_MB,
     MAX_REQUESTS,
     MAX_SAMPLE_ELEMENTS,
@@ -99,6 +101,7 @@ class Limits(Strict):
     max_trial_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = MAX_TRIAL_S
     max_request_mb: Annotated[float, Field(gt=0, le=65_536)] = MAX_REQUEST_MB
     max_model_mb: Annotated[float, Field(gt=0, le=1_048_576)] = MAX_MODEL_MB
+    max_repeats: Annotated[int, Field(gt=0, le=MAX_REPEATS)] = 50
     warn_trials: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     warn_hours: Annotated[float, Field(gt=0, le=10_000)] = 12.0
 
@@ -496,6 +499,16 @@ class Workload(Strict):
     requests: PositiveInt | None = None
     warmup_s: Annotated[float, Field(ge=0)] = 1.0
     timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 10.0
+    repeats: Annotated[StrictInt, Field(gt=0)] = Field(
+        default=1,
+        description="replicates of every setting, one per round, rounds in a seeded random "
+        "order (docs/scenarios.md); 1 measures each once",
+    )
+    remeasure: Annotated[StrictInt, Field(ge=0, le=MAX_REMEASURES)] = Field(
+        default=MAX_REMEASURES,
+        description="how often a replicate disturbed from outside (interference_* warnings) "
+        "is measured again in a later round, with repeats > 1; 0 keeps it, flagged",
+    )
     # How generator lateness is judged (see servebench.load.summary): a send this late is
     # late; more late sends than late_limit is a warning; sending rate_tolerance short of
     # the schedule, or a lag p99 over lag_ratio of latency p99, makes a trial INVALID.
@@ -590,6 +603,8 @@ class Workload(Strict):
         for name in ("duration_s", "warmup_s"):
             if known(self, name) and (getattr(self, name) or 0) > limits.max_trial_s:
                 yield (name,), over_limit("max_trial_s", limits)
+        if known(self, "repeats") and self.repeats > limits.max_repeats:
+            yield ("repeats",), over_limit("max_repeats", limits)
 
     @field_validator("rates", "concurrency", "batch_sizes")
     @classmethod

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from model_zoo.counting import count
@@ -50,6 +51,8 @@ from servebench.scenario.search import search_max_rate
 from servebench.servers.base import Server
 from servebench.servers.docker_engine import DockerServer, connect_docker
 from servebench.telemetry import ContainerStatsSampler, TelemetryRecorder, TelemetryRow
+from servebench.telemetry.interference import InterferenceRecord, InterferenceSampler
+from servebench.telemetry.sampler import SamplerUnavailable
 from servebench.trial_row import (
     DIRECT,
     ModelColumns,
@@ -78,6 +81,14 @@ class TrialContext:
     price: InstancePrice | None
     on_engine: Callable[[Stoppable | None], None]  # a load's engine, or a gang's stop
     stop_requested: Callable[[], bool]
+    # Model id -> the name the server serves it under for this trial's setting (settings
+    # served side by side have names of their own: `deploy.ServerGroup`); absent: its id.
+    model_names: Mapping[str, str] = field(default_factory=dict)
+    # The run's sampler of what disturbs a measured window from outside (None: not judged).
+    interference: InterferenceSampler | None = None
+
+    def served(self, model: str) -> str:
+        return self.model_names.get(model, model)
 
 
 @dataclass
@@ -175,11 +186,13 @@ class TrialSink:
         return WireBytes(self.rows, self.request_bytes, self.response_bytes)
 
 
-async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
-    """Measure one trial; exceptions propagate (the runner marks the trial failed)."""
+async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None) -> TrialOutcome:
+    """Measure one trial (as the replicate `trial_id`: its records' and row's id, the
+    trial's own by default); exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
     profile = trial.link
-    records_path = ctx.records_path(trial.id)
+    trial_id = trial_id or trial.id
+    records_path = ctx.records_path(trial_id)
     generators = scenario.workload.generators
     async with AsyncExitStack() as stack:
         factory: ClientFactory | None = None  # a gang's: each generator makes its own client
@@ -191,25 +204,29 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
             client, payload = await _connect(trial, ctx, stack)
         sink = TrialSink(records_path)
         stack.callback(sink.close)
-        recorder = server_recorder(ctx.server, trial.id).start()
+        recorder = server_recorder(ctx.server, trial_id).start()
         stack.callback(recorder.stop)
 
         loop = asyncio.get_running_loop()
         closed = trial.level.kind == "concurrency"
+        window = _InterferenceWindow(ctx)
+        stack.callback(window.close)
+
+        def mark_measured() -> None:
+            recorder.mark_measured(quiet=closed)
+            window.open()
 
         async def window_opens() -> None:
             # Before the first measured send (the engine waits for it); off the loop, since
             # a scrape blocks. A search keeps the mark of its first step: its telemetry
             # spans every step.
             if recorder.measured_from is None:
-                await loop.run_in_executor(
-                    None, functools.partial(recorder.mark_measured, quiet=closed)
-                )
+                await loop.run_in_executor(None, mark_measured)
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
             if factory is not None:
-                opened = functools.partial(recorder.mark_measured, quiet=closed)
+                opened = mark_measured
                 try:
                     summary = await loop.run_in_executor(
                         None,
@@ -243,22 +260,27 @@ async def run_trial(trial: Trial, ctx: TrialContext) -> TrialOutcome:
 
         search = None
         if trial.level.kind == "search":
-            summary, search = await _search(trial, ctx, measure)
+            summary, search = await _search(trial, trial_id, ctx, measure)
         else:
-            summary = await measure(None, trial.id)
+            summary = await measure(None, trial_id)
+        interference = window.close()
         recorder.stop()
         sink.close()
         telemetry = recorder.snapshot()
         # A mix's server counters are those of every model (only its models are sent to).
-        model = None if isinstance(trial.model, ModelMix) else trial.model.id
-        row = trial_row(trial, ctx, profile, summary, recorder.summary(model), sink, search)
+        model = None if isinstance(trial.model, ModelMix) else ctx.served(trial.model.id)
+        row = trial_row(
+            trial, ctx, profile, summary, recorder.summary(model), sink, search, interference
+        )
         return TrialOutcome(row, telemetry)
 
 
 def _recipe(trial: Trial, ctx: TrialContext, model: str) -> ClientRecipe:
     """How the trial's client for `model` is made: the protocol its server speaks."""
     return ClientRecipe(
-        trial.setting.server.client_protocol.name, model, ctx.scenario.workload.timeout_s
+        trial.setting.server.client_protocol.name,
+        ctx.served(model),
+        ctx.scenario.workload.timeout_s,
     )
 
 
@@ -325,7 +347,7 @@ def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
     )
 
 
-async def _search(trial, ctx, measure) -> tuple[LoadSummary, Search]:
+async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
     slo = ctx.scenario.slo
     assert slo is not None  # validation requires an SLO for search
     held_to = Slo(slo.percentile, slo.latency_ms / 1e3)
@@ -334,7 +356,7 @@ async def _search(trial, ctx, measure) -> tuple[LoadSummary, Search]:
 
     async def one(rate: float):
         nonlocal steps
-        step_id = f"{trial.id}.s{steps}"
+        step_id = f"{trial_id}.s{steps}"
         steps += 1
         summary = await measure(rate, step_id)
         if gone := _server_gone(summary):
@@ -381,6 +403,7 @@ def trial_row(
     telemetry: dict,
     sink: TrialSink,
     search: Search | None = None,
+    interference: InterferenceRecord | None = None,
 ) -> TrialRow:
     """The trial's trials.csv row, from the one row builder."""
     slo = ctx.scenario.slo
@@ -395,7 +418,36 @@ def trial_row(
         price=ctx.price,
         slo=Slo(slo.percentile, slo.latency_ms / 1e3) if slo is not None else None,
         search=search,
+        interference=interference,
     )
+
+
+class _InterferenceWindow:
+    """The trial's measured window as `ctx.interference` sees it: opened with the load's
+    measured part, closed when the load ends (a search's window spans its steps, as its
+    telemetry does). What is ours is excluded: the server's process tree and this process
+    with its children (a local gang's workers). A server whose processes are not known here
+    (remote, or gone) is not judged: its CPU would read as interference."""
+
+    def __init__(self, ctx: TrialContext) -> None:
+        self.sampler = ctx.interference if ctx.server.pid is not None else None
+        self.server_pid = ctx.server.pid
+        self.opened = False
+
+    def open(self) -> None:
+        if self.sampler is None or self.opened:
+            return
+        try:
+            self.sampler.start(exclude_trees=[self.server_pid, os.getpid()])
+            self.opened = True
+        except SamplerUnavailable:
+            self.sampler = None  # the server is gone: the trial says so, not this window
+
+    def close(self) -> InterferenceRecord | None:
+        if self.sampler is None or not self.opened:
+            return None
+        self.opened = False
+        return self.sampler.stop()
 
 
 def coordinates(trial: Trial) -> TrialCoordinates:

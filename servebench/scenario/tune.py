@@ -129,22 +129,26 @@ def neighbours(point: Point, sizes: Sequence[int]) -> list[Point]:
     return found
 
 
-Measure = Callable[[Hashable], Awaitable[Measured]]
+# Measures settings by key, several at once: a replicated run measures a batch in
+# interleaved rounds (`scenario.rounds`), so the settings a step compares share their rounds.
+Measure = Callable[[list[Hashable]], Awaitable[Mapping[Hashable, Measured]]]
 
 
 async def brute_search(
     sizes: Sequence[int], key: Callable[[Point], str], measure: Measure, *, maximize: bool
 ) -> TuneResult:
-    """Every distinct point of the grid, in the matrix's order."""
+    """Every distinct point of the grid, measured as one batch, recorded in the matrix's
+    order."""
     result = TuneResult("brute", maximize)
+    points: dict[str, Point] = {}
     for point in itertools.product(*(range(n) for n in sizes)):
-        name = key(point)
-        if name in result.measured:
-            continue
-        got = result.measured[name] = await measure(name)
+        points.setdefault(key(point), point)
+    got = await measure(list(points))
+    for name, point in points.items():
+        measured = result.measured[name] = got[name]
         result.steps.append(
-            Step(len(result.steps), list(point), name, got.value, list(got.trials), MEASURED,
-                 got.note or "every setting is measured")
+            Step(len(result.steps), list(point), name, measured.value, list(measured.trials),
+                 MEASURED, measured.note or "every setting is measured")
         )  # fmt: skip
     result.stop_reason = "every setting measured"
     return result
@@ -177,25 +181,30 @@ async def quick_search(
         return budget is not None and result.trials_spent >= budget
 
     here = key(current)
-    result.measured[here] = await measure(here)
+    result.measured[here] = (await measure([here]))[here]
     positions = {here: current}  # where each measured setting was first met
     record(current, here, START, "the first value of every setting's list")
     while True:
-        pending: list[tuple[Point, str, Step | None]] = []
+        candidates: list[tuple[Point, str]] = []
+        batch: list[tuple[Point, str]] = []  # candidates not measured yet
         out_of_budget = False
         for point in neighbours(current, sizes):
             name = key(point)
-            if name == here or any(name == seen for _, seen, _ in pending):
+            if name == here or any(name == seen for _, seen in candidates):
                 continue  # the same setting as another point (e.g. batching off)
-            step = None
             if name not in result.measured:
-                if spent():
+                if budget is not None and result.trials_spent + len(batch) >= budget:
                     out_of_budget = True
                     break
-                result.measured[name] = await measure(name)
-                positions[name] = point
-                step = record(point, name, STAYED, "")
-            pending.append((point, name, step))
+                batch.append((point, name))
+            candidates.append((point, name))
+        got = await measure([name for _, name in batch]) if batch else {}
+        steps: dict[str, Step] = {}
+        for point, name in batch:
+            result.measured[name] = got[name]
+            positions[name] = point
+            steps[name] = record(point, name, STAYED, "")
+        pending = [(point, name, steps.get(name)) for point, name in candidates]
         now = result.measured[here].value
         winner: tuple[Point, str, Step | None] | None = None
         for candidate in pending:
@@ -222,7 +231,7 @@ async def quick_search(
                     " from those measured"
                 )
                 current, here = fresh, key(fresh)
-                result.measured[here] = await measure(here)
+                result.measured[here] = (await measure([here]))[here]
                 positions[here] = current
                 record(current, here, RESTARTED, why)
                 continue
@@ -276,26 +285,33 @@ def _shown(value: float | None) -> str:
 
 
 def objective_of(
-    row: TrialRow | None,
+    row: TrialRow | Mapping[str, Any] | None,
     objective: str,
     *,
     qps: float | None = None,
     usd_per_hour: float | None = None,
 ) -> Measured:
-    """A setting's objective value from its trial's row (None: the trial is missing,
-    failed, or has no usable figure, with why). `max_rate` is the SLO search's highest
-    rate meeting the SLO; `cost_at_qps` prices ceil(qps / max_rate) replicas
+    """A setting's objective value from its trial's row, or from its settings.csv row in a
+    replicated run (None: the trial is missing, failed, or has no usable figure, with why).
+    `max_rate` is the SLO search's highest rate meeting the SLO (a setting row: the median
+    over replicates); `cost_at_qps` prices ceil(qps / max_rate) replicas
     (`pricing.cost_at_qps`); `p99` is the p99's high bound at the trial's rate, the safe
-    end of its interval (its point where a run has no intervals)."""
+    end of its interval — the request-level one of a trial, the one over replicates of a
+    setting (its point where a run has no intervals)."""
     if row is None:
         return Measured(None, (), "no trial: the setting serves none of the batch sizes")
-    trials = (row.trial_id,)
-    if row.status != "ok":
-        return Measured(None, trials, f"trial {row.status}")
+    replicated = not isinstance(row, TrialRow)  # a settings.csv row
+    ids = row.get("replicate_ids") if replicated else row.get("trial_id")
+    trials = tuple(str(ids).split(";")) if ids else ()
+    status = row.get("status")
+    if status not in ("ok", "partial") or (status == "partial" and not replicated):
+        return Measured(None, trials, f"trial {status}")
     if objective == "p99":
         high = _number(row.get("latency_p99_high"))
-        if high is None and _number(row.get("confidence_level")) is not None:
-            return Measured(None, trials, "too few requests to bound the p99")
+        bounded = replicated or _number(row.get("confidence_level")) is not None
+        if high is None and bounded:
+            few = "replicates" if replicated else "requests"
+            return Measured(None, trials, f"too few {few} to bound the p99")
         value = high if high is not None else _number(row.get("latency_p99"))
         return Measured(value, trials, "" if value is not None else "no p99")
     rate = _number(row.get("max_rate"))
@@ -304,7 +320,7 @@ def objective_of(
     if objective == "max_rate":
         return Measured(rate, trials)
     assert qps is not None and usd_per_hour is not None  # the schema requires both
-    return Measured(cost_at_qps(qps, rate, usd_per_hour, row.batch_size), trials)
+    return Measured(cost_at_qps(qps, rate, usd_per_hour, row.get("batch_size")), trials)
 
 
 def _number(value: Any) -> float | None:
@@ -358,28 +374,37 @@ async def tune_server(
     plan: Plan,
     server: ServerSection,
     tune: TuneSection,
-    run_setting: Callable[[int], Awaitable[None]],
+    run_settings: Callable[[list[int]], Awaitable[None]],
     *,
     rows: Callable[[], Mapping[str, TrialRow]],
+    setting_rows: Callable[[], Mapping[str, Mapping[str, Any]]],
+    replicated: bool,
     usd_per_hour: float | None,
     stopped: Callable[[], str | None],
 ) -> dict[str, Any]:
-    """Search one server's settings matrix as `tune` says; `run_setting(i)` runs the trials
-    of `plan.settings[i]` still to run, `rows()` reads the run's rows by trial id. Returns
-    what tune.json keeps for the server: its axes, the search and its steps."""
+    """Search one server's settings matrix as `tune` says; `run_settings(indices)` runs the
+    trials of those `plan.settings` still to run (in interleaved rounds where `replicated`),
+    `rows()` reads the run's trial rows by trial id and `setting_rows()` its settings.csv
+    rows (what a replicated run's values come from). Returns what tune.json keeps for the
+    server: its axes, the search and its steps."""
     space = Space.of(plan, server)
     by_id = space.by_id
 
-    async def measure(name: Hashable) -> Measured:
-        index, setting = by_id[str(name)]
-        if stopped():
-            return Measured(None, (), f"not measured: the run was {stopped()}")
-        await run_setting(index)
+    def value(name: Hashable) -> Measured:
+        _, setting = by_id[str(name)]
         trial = next((t for t in plan.trials if t.setting is setting), None)
-        row = rows().get(trial.id) if trial is not None else None
-        if trial is not None and row is None:
+        if trial is None:
+            return objective_of(None, tune.objective)
+        row = (setting_rows() if replicated else rows()).get(trial.id)
+        if row is None:
             return Measured(None, (), "not measured")
         return objective_of(row, tune.objective, qps=tune.qps, usd_per_hour=usd_per_hour)
+
+    async def measure(names: list[Hashable]) -> dict[Hashable, Measured]:
+        if stopped():
+            return {n: Measured(None, (), f"not measured: the run was {stopped()}") for n in names}
+        await run_settings([by_id[str(name)][0] for name in names])
+        return {name: value(name) for name in names}
 
     maximize = MAXIMIZE[tune.objective]
     if tune.method == "brute":

@@ -99,6 +99,9 @@ class Deployment:
     `values` is one combination of the kind's settings (`{}` for a kind without any);
     `export_dir` the `model_zoo.export.family` folder holding `models` in the kind's
     export format; `workdir` the server's own folder (its repository copy, its log).
+    `side_by_side`, for a kind that `shares_server`: several combinations served at once
+    by one server, each as (values, suffix): every model under `<model id><suffix>`
+    with that combination's settings (empty: `values` alone, under the models' ids).
     """
 
     options: ServerOptions
@@ -106,10 +109,15 @@ class Deployment:
     models: Sequence[ServedModel]
     export_dir: Path
     workdir: Path
+    side_by_side: Sequence[tuple[Mapping[str, Any], str]] = ()
 
     @property
     def names(self) -> list[str]:
-        return [spec.id for spec in self.models]
+        return [spec.id + suffix for _, suffix in self.variants() for spec in self.models]
+
+    def variants(self) -> list[tuple[Mapping[str, Any], str]]:
+        """Each combination the server serves, with the suffix of its models' names."""
+        return list(self.side_by_side) or [(self.values, "")]
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,10 @@ class ServerKind:
     servebench may do to it). `settings` is the matrix a scenario's `settings:` is
     validated with (None: servebench cannot change the server's settings);
     `export_format` the `model_zoo` export format it serves (None: it serves its own
-    models); `export_s_per_model` that export's rough cost per model, for the plan's
+    models); `shares_server`: every setting it varies is a model's own (Triton's model
+    config), so one server can serve several settings side by side under distinct model
+    names (`Deployment.side_by_side`) and a replicated run switches between them without a
+    restart; `export_s_per_model` that export's rough cost per model, for the plan's
     wall-time estimate; `model_control` the scenario `model_control` values it accepts;
     `preset` the constructor arguments the kind itself fixes; `builder` makes the server
     for a `Deployment`.
@@ -134,6 +145,7 @@ class ServerKind:
     builder: Callable[[ServerKind, Deployment], Server]
     settings: type[SettingsMatrix] | None = None
     export_format: str | None = None
+    shares_server: bool = False
     export_s_per_model: float = 0.0
     model_control: tuple[str, ...] = ("none",)
     preset: Mapping[str, Any] = field(default_factory=dict)
@@ -215,21 +227,25 @@ def _triton_repository(deployment: Deployment, form: str) -> Path:
     )
     from model_zoo.spec import ModelSpec
 
-    settings = TritonSettingsMatrix.model_config_of(deployment.values)
     repository = deployment.workdir / REPOSITORY_DIR
-    for model in deployment.models:
-        if isinstance(model, ModelSpec):
-            exported = deployment.export_dir / STANDARD_REPOSITORY / model.id
-            onnx = sorted(exported.glob(f"*/{ONNX_FILENAME}"))[-1]
-            write_triton_model(onnx, model, repository, settings, form=form, force=True)
-            continue
-        exported = deployment.export_dir / FORM_REPOSITORY[form] / model.id
-        if not exported.is_dir():
-            raise ServerKindError(
-                f"model {model.id!r} ({model.source_format}) has no {form} form for this "
-                f"Triton (its platform runs only where its backend is: the official image)"
-            )
-        write_settings_copy(exported, repository, settings)
+    for values, suffix in deployment.variants():
+        settings = TritonSettingsMatrix.model_config_of(values)
+        for model in deployment.models:
+            name = model.id + suffix
+            if isinstance(model, ModelSpec):
+                exported = deployment.export_dir / STANDARD_REPOSITORY / model.id
+                onnx = sorted(exported.glob(f"*/{ONNX_FILENAME}"))[-1]
+                write_triton_model(
+                    onnx, model, repository, settings, name=name, form=form, force=True
+                )
+                continue
+            exported = deployment.export_dir / FORM_REPOSITORY[form] / model.id
+            if not exported.is_dir():
+                raise ServerKindError(
+                    f"model {model.id!r} ({model.source_format}) has no {form} form for this "
+                    f"Triton (its platform runs only where its backend is: the official image)"
+                )
+            write_settings_copy(exported, repository, settings, name=name if suffix else None)
     return repository
 
 
@@ -294,6 +310,7 @@ def _image(image: str | None) -> dict[str, str]:
 _STARTED_TRITON: dict[str, Any] = {
     "settings": TritonSettingsMatrix,
     "export_format": "triton",
+    "shares_server": True,
     "export_s_per_model": 5.0,
 }
 

@@ -1,0 +1,258 @@
+"""Measure trials as replicates in rounds: the loop at the heart of `scenario run`.
+
+`RoundRunner.run(trials)` measures each trial `workload.repeats` times, one replicate per
+round, in the rounds `scenario.rounds` draws (or the ones a resumed run recorded), server
+group by server group (`scenario.serving.ServerPool`), and writes a trials.csv row per
+replicate as it ends. A failing replicate is a failed row with its reason and the run goes
+on; a server that died is restarted for the next replicate; a replicate disturbed by
+something outside the measurement (`telemetry.interference`) is measured again at the end
+of the next round, at most twice, the first kept and marked `remeasured`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import Progress, TaskID
+
+from servebench.load.engine import Stoppable
+from servebench.pricing import InstancePrice
+from servebench.results import RunDirectory, TrialRow, no_space
+from servebench.scenario.deploy import ServerGroup, server_groups
+from servebench.scenario.plan import Plan, Trial
+from servebench.scenario.rounds import (
+    ROUNDS_KEY,
+    Replicate,
+    draw_rounds,
+    rounds_from_json,
+    rounds_to_json,
+)
+from servebench.scenario.serving import ServerPool, alive, log_tail_note
+from servebench.scenario.trial import TrialContext, coordinates, model_columns, run_trial
+from servebench.telemetry import rows_to_table
+from servebench.telemetry.interference import InterferenceSampler
+from servebench.trial_row import disturbed, failed_row
+
+
+@dataclass
+class RunControl:
+    """What the scenario runner lends the loop: whether it is stopping, and where the
+    running load's engine goes (so Ctrl-C can stop it)."""
+
+    interrupted: Callable[[], str | None]  # the reason, once stopped by a signal
+    left_out: Callable[[], bool]  # stopping: the next replicate is left out (noted)
+    on_engine: Callable[[Stoppable | None], None]
+
+
+class RoundRunner:
+    def __init__(
+        self,
+        plan: Plan,
+        base_dir: Path,
+        directory: RunDirectory,
+        *,
+        peak_flops: float | None,
+        price: InstancePrice | None,
+        progress: Progress,
+        control: RunControl,
+    ) -> None:
+        self.plan = plan
+        self.scenario = plan.scenario
+        self.base_dir = base_dir
+        self.directory = directory
+        self.peak_flops = peak_flops
+        self.price = price
+        self.progress = progress
+        self.control = control
+        self.repeats = self.scenario.workload.repeats
+        self.pool = ServerPool(plan, directory)
+        groups = server_groups(plan, side_by_side=self.repeats > 1)
+        self.group_of: dict[str, ServerGroup] = {
+            setting.id: group for group in groups for setting in group.settings
+        }
+        self.rounds: list[list[Replicate]] = []  # every round drawn so far, in order
+        self.interference = InterferenceSampler()
+        for note in self.interference.notes:
+            progress.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        self.overall = progress.add_task("trials", total=0)
+        self.current = progress.add_task("current load", total=1.0)
+
+    async def run(self, trials: list[Trial]) -> None:
+        """Measure every replicate of `trials` not measured yet (a resumed run's are)."""
+        rounds = self._draw(trials)
+        done = self.directory.completed_trials()
+        pending = [r for one in rounds for r in one if r.id not in done]
+        total = len(pending)
+        self.progress.update(self.overall, total=total)
+        while pending:
+            replicate = pending.pop(0)
+            if self.control.left_out():
+                return
+            row = await self._measure(replicate)
+            self.directory.add_trial(row)
+            self.progress.advance(self.overall)
+            again = self._again(replicate, row)
+            if again is not None:
+                row.update(remeasured=True)
+                self.directory.write_trials()
+                pending.insert(_after_round(pending, again.round), again)
+                total += 1
+                self.progress.update(self.overall, total=total)
+
+    def _again(self, replicate: Replicate, row: TrialRow) -> Replicate | None:
+        """The re-measurement of a replicate disturbed from outside, placed at the end of
+        the next round (a round of its own after the last), recorded in run.json; None
+        where it stands: undisturbed, not ok, one round only, or measured again enough
+        (`workload.remeasure`)."""
+        if (
+            row.status != "ok"
+            or not disturbed(row)
+            or self.repeats == 1
+            or replicate.attempt >= self.scenario.workload.remeasure
+        ):
+            return None
+        number = replicate.round + 1
+        while len(self.rounds) < number:
+            self.rounds.append([])
+        target = self.rounds[number - 1]
+        again = Replicate(
+            replicate.trial, replicate.replicate, number, len(target) + 1, replicate.attempt + 1
+        )
+        target.append(again)
+        self.directory.run[ROUNDS_KEY] = rounds_to_json(self.rounds)
+        self.directory.write_run()
+        return again
+
+    def _draw(self, trials: list[Trial]) -> list[list[Replicate]]:
+        """The rounds of `trials`: for the whole plan, those a resumed run recorded; else
+        drawn after the rounds drawn so far (a configuration search asks for its settings
+        batch by batch, the same batches when resumed, so the same draws), and recorded in
+        run.json."""
+        if not self.rounds and len(trials) == len(self.plan.trials):
+            recorded = rounds_from_json(self.directory.run.get(ROUNDS_KEY), self.plan.trials)
+            covered = {r.trial.id for one in recorded or [] for r in one}
+            if recorded and covered == {t.id for t in trials}:
+                self.rounds = recorded
+                return recorded
+        drawn = draw_rounds(
+            trials,
+            self.repeats,
+            self.scenario.seed,
+            lambda t: id(self.group_of[t.setting.id]),
+            first=len(self.rounds) + 1,
+        )
+        self.rounds += drawn
+        self.directory.run[ROUNDS_KEY] = rounds_to_json(self.rounds)
+        self.directory.write_run()
+        return drawn
+
+    async def _measure(self, replicate: Replicate) -> TrialRow:
+        trial = replicate.trial
+        group = self.group_of[trial.setting.id]
+        server = await self.pool.serve(group)
+        if server is None or trial.setting.id in self.pool.dead:
+            return failed_replicate_row(replicate, self.pool.dead[trial.setting.id])
+        self.progress.reset(
+            self.current,
+            total=trial.estimated_s,
+            description=f"{trial.setting.id} · {trial.model.id} · {trial.link.name} · "
+            f"b{trial.batch_size} · {trial.level.label}"
+            + (f" · round {replicate.round}/{self.repeats}" if self.repeats > 1 else ""),
+        )
+        ticker = asyncio.create_task(_tick(self.progress, self.current))
+        try:
+            row = await self._one(replicate, group, server)
+        finally:
+            ticker.cancel()
+        self.progress.update(self.current, completed=trial.estimated_s)
+        return row
+
+    async def _one(self, replicate: Replicate, group: ServerGroup, server) -> TrialRow:
+        trial, directory = replicate.trial, self.directory
+        ctx = TrialContext(
+            scenario=self.scenario,
+            base_dir=self.base_dir,
+            server=server,
+            records_path=directory.trial_records_path,
+            host_peak_flops=self.peak_flops,
+            price=self.price,
+            on_engine=self.control.on_engine,
+            stop_requested=lambda: self.control.interrupted() is not None,
+            model_names=group.names(trial.setting),
+            interference=self.interference,
+        )
+        try:
+            await self.pool.revive(group, server)
+            outcome = await run_trial(trial, ctx, trial_id=replicate.id)
+        except Exception as err:
+            full = no_space(err)
+            if full is not None:  # a full disk ends the run; writers name no file
+                where = full.filename or str(directory.trial_records_path(replicate.id))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) from err
+            reason = f"{type(err).__name__}: {err}"
+            if server.owns_process and not await asyncio.to_thread(alive, server):
+                reason += log_tail_note(server)
+            return failed_replicate_row(replicate, reason)
+        await asyncio.to_thread(
+            directory.write_trial_telemetry, replicate.id, rows_to_table(outcome.telemetry)
+        )
+        row = outcome.row
+        row.update(**_replicate_columns(replicate))
+        interrupted = self.control.interrupted()
+        if interrupted:
+            # Cut short: its records stay, but it is not a result; --resume runs it again.
+            row.update(status="interrupted", reason=interrupted)
+        if server.owns_process and not await asyncio.to_thread(alive, server):
+            # The records show what the clients saw; the trial cannot stand as a result.
+            row.update(
+                status="failed",
+                reason="the server stopped answering during the trial" + log_tail_note(server),
+            )
+        return row
+
+
+def failed_replicate_row(replicate: Replicate, reason: str) -> TrialRow:
+    """A replicate that measured nothing usable: which one, and why. (Its model is not
+    counted here: a trial may have failed on that very model.)"""
+    trial = replicate.trial
+    row = failed_row(coordinates(trial), reason, model_columns(trial.model, counted=False))
+    row.update(**_replicate_columns(replicate))
+    return row
+
+
+def _after_round(pending: list[Replicate], number: int) -> int:
+    """Where in `pending` the replicates of rounds up to `number` end (insert there to be
+    measured last in round `number`)."""
+    for index, replicate in enumerate(pending):
+        if replicate.round > number:
+            return index
+    return len(pending)
+
+
+def _replicate_columns(replicate: Replicate) -> dict[str, object]:
+    return {
+        "trial_id": replicate.id,
+        "replicate_of": replicate.trial.id,
+        "replicate": replicate.replicate,
+        "round": replicate.round,
+        "position": replicate.position,
+        "remeasure_of": (
+            None
+            if replicate.attempt == 0
+            else Replicate(replicate.trial, replicate.replicate, 0, 0, replicate.attempt - 1).id
+        ),
+    }
+
+
+async def _tick(progress: Progress, task: TaskID, every_s: float = 0.25) -> None:
+    """Move the current-load bar with the clock (the estimate is its total)."""
+    started = time.perf_counter()
+    while True:
+        progress.update(task, completed=time.perf_counter() - started)
+        await asyncio.sleep(every_s)
