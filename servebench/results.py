@@ -482,10 +482,12 @@ SETTING_SCHEMA = pa.schema(
         ),
         _column("count", _INT, "requests", "requests measured, over the counted replicates"),
         _column("errors", _INT, "requests", "failed requests, over the counted replicates"),
-        _column("instance", _TEXT, "", "cloud instance type priced"),
-        _column("usd_per_hour", _FLOAT, "USD/h", "the instance's on-demand price"),
-        _column("slo_percentile", _FLOAT, "%", "the SLO's latency percentile"),
-        _column("slo_bound_s", _FLOAT, "s", "the SLO's latency bound"),
+        # The same columns as a trial's, copied from its replicates.
+        *(
+            f
+            for f in _COST
+            if f.name in ("instance", "usd_per_hour", "slo_percentile", "slo_bound_s")
+        ),
         _column(
             "slo_met",
             _TEXT,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.scenario.runner import client_probe
+from servebench.scenario.serving import client_probe
 from servebench.servers.local import LocalTritonServer
 from servebench.telemetry import (
     PrometheusSampler,
