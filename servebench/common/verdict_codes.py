@@ -52,8 +52,6 @@ replicate's measured window; a replicate with one is measured again in a later r
 ========================== ==============================================================
 code                       when
 ========================== ==============================================================
-interference_cpu_pressure  the share of the window in which a task waited for a CPU
-                           (PSI `some`)
 interference_other_load    the share of all cores' time used by processes other than the
                            server and the generator
 interference_steal         the share of all cores' time the hypervisor took (steal)
@@ -83,7 +81,6 @@ class VerdictCode(StrEnum):
     UNSTABLE_REPLICATES = "unstable_replicates"
     REPLICATES_MISSING = "replicates_missing"
     REMEASURED = "remeasured"
-    INTERFERENCE_CPU_PRESSURE = "interference_cpu_pressure"
     INTERFERENCE_OTHER_LOAD = "interference_other_load"
     INTERFERENCE_STEAL = "interference_steal"
     INTERFERENCE_GENERATOR_LAG = "interference_generator_lag"
@@ -98,7 +95,6 @@ UNUSABLE_STEP = frozenset({VerdictCode.ERRORS, VerdictCode.NO_REQUESTS})
 # What disturbed a measurement from outside: a replicate with one is measured again.
 INTERFERENCE_CODES = frozenset(
     {
-        VerdictCode.INTERFERENCE_CPU_PRESSURE,
         VerdictCode.INTERFERENCE_OTHER_LOAD,
         VerdictCode.INTERFERENCE_STEAL,
         VerdictCode.INTERFERENCE_GENERATOR_LAG,

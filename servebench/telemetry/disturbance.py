@@ -31,26 +31,31 @@ from servebench.telemetry.interference import InterferenceRecord
 #   CPU pressure  1 burner  6.9 [4.9-15.6] % /  6.8 [4.3-19.9] %    2 burners 11.9 [8.5-18.7] / 22.3 [17.6-27.6]
 #   lag p99       1 burner  0.4 [0.1-0.7] ms /  2.1 [0.4-5.5] ms    2 burners 0.6 [0.3-14.3] / 4.1 [3.8-56.6]
 #   steal         0.0-0.1 % in every window
-# Each limit is the 1-burner run's: the A windows' p99 (their largest) times 1.5. With
-# them, none of that run's A windows is disturbed, one of the 2-burner run's is (lag
-# 14.3 ms beside another session's burst; its p99 21 ms against 2-3 ms), and every B
-# window of both is. Other CPU separates the conditions; CPU pressure only rises once more tasks
-# want a CPU than there are (one busy core more still fits on two): it is the figure of an
-# oversubscribed machine (21-61 % with other sessions on 62-86 % of the cores). Steal is
-# the hypervisor's, which no burner in the guest makes: its limit, 5 % of the cores, is
-# set above all of the above, not measured. Re-run the benchmark on the machine that
-# measures, as quiet as it will be then, and take its limits.
-CPU_PRESSURE_LIMIT = 0.23  # share of the window (15.6 % x 1.5)
+# Other CPU's limit is the 1-burner run's A windows' largest value times 1.5: with it no A
+# window of that run is disturbed and every B window of both runs is. Steal is the
+# hypervisor's, which no burner in the guest makes: its limit, 5 % of the cores, is set
+# above all of the above, not measured.
+#
+# CPU pressure is recorded, not judged: it counts every task that waited for a CPU, the
+# server's and the generator's own included, so it measures how hard the benchmark itself
+# drives two cores as much as what else runs. Checked on the quiet machine (nothing else
+# running: other CPU 0.0 % in every window) with benchmarks/aa.py's scenario at 40 % of
+# its capacity (Poisson 3,673 req/s, 8 settings x 2 replicates, 4 s windows): pressure
+# 22-38 % in 16 windows of 16, above the 1-burner windows' 4-20 %; it separates nothing.
+# The generator's lag p99 in those quiet windows was 0.50-1.48 ms (the 500 req/s
+# calibration's 0.1-0.7 ms limit of 1.1 ms flagged 7 of 16 undisturbed windows): its
+# limit is 5 ms, over three times the quiet largest and inside the burner windows'
+# 3.8-56.6 ms with two burners. Re-run both on the machine that measures, as quiet as it
+# will be then, and take its limits.
 OTHER_CPU_LIMIT = 0.38  # share of all cores' time (25.5 % x 1.5)
 STEAL_LIMIT = 0.05  # share of all cores' time (set, see above)
-SCHEDULE_LAG_LIMIT_S = 1.1e-3  # seconds (0.72 ms x 1.5)
+SCHEDULE_LAG_LIMIT_S = 5e-3  # seconds (quiet at 40 % of capacity: at most 1.48 ms)
 
 
 @dataclass(frozen=True)
 class InterferenceLimits:
     """Over which figure a window is disturbed; shares 0-1, the lag in seconds."""
 
-    cpu_pressure: float = CPU_PRESSURE_LIMIT
     other_cpu: float = OTHER_CPU_LIMIT
     steal: float = STEAL_LIMIT
     schedule_lag_s: float = SCHEDULE_LAG_LIMIT_S
@@ -83,13 +88,6 @@ def judge_interference(
             codes.append(str(code))
             reasons.append(text)
 
-    over(
-        VerdictCode.INTERFERENCE_CPU_PRESSURE,
-        record.cpu_pressure,
-        limits.cpu_pressure,
-        f"interference: a task waited for a CPU {_pct(record.cpu_pressure)} of the window "
-        f"(limit {_pct(limits.cpu_pressure)})",
-    )
     over(
         VerdictCode.INTERFERENCE_OTHER_LOAD,
         record.other_cpu,
