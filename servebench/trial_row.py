@@ -186,11 +186,7 @@ def build_row(
     values["host_peak_flops"] = host_peak_flops
     values["client_cpu_s"] = client_cpu_s
     if interference is not None:
-        values.update(
-            interference_cpu_pressure=interference.cpu_pressure,
-            interference_steal=interference.steal,
-            interference_other_cpu=interference.other_cpu,
-        )
+        values.update(_interference_columns(interference))
     if price is not None:
         ips = values.get("throughput_ips") or 0.0
         values.update(
@@ -204,6 +200,14 @@ def build_row(
     if search is not None:
         values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
     return TrialRow.from_record(values)
+
+
+def _interference_columns(record: InterferenceRecord) -> dict[str, float | None]:
+    return {
+        "interference_cpu_pressure": record.cpu_pressure,
+        "interference_steal": record.steal,
+        "interference_other_cpu": record.other_cpu,
+    }
 
 
 def _open_loop_lag(summary: LoadSummary) -> float | None:
