@@ -568,3 +568,21 @@ def test_the_top_two_within_each_others_intervals_are_a_tie_within_the_noise(
     b_invalid[1].update(latency_p99_high=None, verdict="INVALID", verdict_reasons="rate short")
     unsure = decide([write_run(tmp_path, "invalid", a + b_invalid)], qps=600.0)
     assert not unsure.rankings[0].tie_within_noise
+
+
+def test_a_p95_slo_is_decided_on_p95_without_being_told(tmp_path: Path) -> None:
+    """The runs' own SLO is the default, on its own percentile (issue 34: a p95 SLO is p95
+    everywhere): at 300 req/s p95 is 40 ms (within 50) while p99 is 90 ms (over it)."""
+    rows = [
+        trial("A", rate, p99, slo_percentile=95.0, latency_p95=p95 / 1e3)
+        for rate, p95, p99 in ((100.0, 10.0, 20.0), (300.0, 40.0, 90.0), (400.0, 70.0, 95.0))
+    ]
+    run = write_run(tmp_path, "a", rows)
+    text = run_cli(str(run), "--qps", "300")
+    assert text.exit_code == 0, text.output
+    assert "p95 ≤ 50 ms" in text.output
+    assert "max 300 req/s per replica within the SLO" in text.output
+    # Told a p99 bound, it decides on p99: 300 req/s is then over it.
+    told = run_cli(str(run), "--qps", "300", "--slo-p99-ms", "50")
+    assert told.exit_code == 0, told.output
+    assert "p99 ≤ 50 ms" in told.output and "max 100 req/s per replica" in told.output

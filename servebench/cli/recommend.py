@@ -56,7 +56,7 @@ def recommend(
         float | None,
         typer.Option(
             "--slo-p99-ms",
-            help="p99 bound (default: the runs' p99 SLO)",
+            help="a p99 bound to decide on (default: the runs' SLO, on its own percentile)",
             parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
         ),
     ] = None,
@@ -103,9 +103,9 @@ def recommend(
     ] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for machines")] = False,
 ) -> None:
-    """The cheapest measured setting × instance × replica count that keeps p99 within the
-    SLO at the target load, the runners-up and why they lose, and the settings that
-    cannot meet the SLO at any replica count."""
+    """The cheapest measured setting × instance × replica count that keeps the SLO's
+    percentile within its bound at the target load, the runners-up and why they lose, and
+    the settings that cannot meet the SLO at any replica count."""
     from servebench.analysis.loader import ResultDirError, load_run
     from servebench.analysis.recommend import (
         Query,
@@ -124,9 +124,10 @@ def recommend(
         mapping = _as_instance(as_instance or [], run_dirs, runs)
         prices = load_prices()
         priced = [price_run(run, prices, mapping.get(n)) for n, run in enumerate(runs)]
-        slo_s = slo_p99_ms / 1e3 if slo_p99_ms is not None else _runs_slo(runs)
+        percentile, slo_s = (99.0, slo_p99_ms / 1e3) if slo_p99_ms is not None else _runs_slo(runs)
         query = Query(
             slo_s=slo_s,
+            percentile=percentile,
             qps=qps,
             link=link,
             headroom=headroom,
@@ -204,19 +205,22 @@ def _check_measured(runs: list[RunData], query: Query) -> None:
         )
 
 
-def _runs_slo(runs: list[RunData]) -> float:
-    """The p99 bound every run's scenario named, or an error asking for --slo-p99-ms."""
+def _runs_slo(runs: list[RunData]) -> tuple[float, float]:
+    """(percentile, bound in s) of the SLO every run's scenario named — on its own
+    percentile: a p95 SLO is decided on p95 — or an error asking for --slo-p99-ms."""
     from servebench.analysis.recommend import RecommendError
 
-    bounds = set()
+    slos = set()
     for run in runs:
-        trials = run.trials
-        p99 = trials[(trials["slo_percentile"] == 99) & trials["slo_bound_s"].notna()]
-        bounds |= set(p99["slo_bound_s"].round(9))
-    if len(bounds) != 1:
-        found = ", ".join(f"{b * 1e3:g} ms" for b in sorted(bounds)) or "none"
-        raise RecommendError(f"give --slo-p99-ms (the runs' p99 SLOs: {found})")
-    return float(bounds.pop())
+        trials = run.trials.dropna(subset=["slo_percentile", "slo_bound_s"])
+        slos |= {
+            (float(q), round(float(b), 9))
+            for q, b in zip(trials["slo_percentile"], trials["slo_bound_s"], strict=True)
+        }
+    if len(slos) != 1:
+        found = ", ".join(f"p{q:g} ≤ {b * 1e3:g} ms" for q, b in sorted(slos)) or "none"
+        raise RecommendError(f"give --slo-p99-ms (the runs' SLOs: {found})")
+    return slos.pop()
 
 
 def _link_cost(link: str) -> LinkCost:
