@@ -226,3 +226,38 @@ def test_a_paused_run_leaves_its_report_to_the_resumed_run(
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
     assert (run / "report.html").is_file()
+
+
+def test_a_replicated_quick_search_measures_each_batch_in_rounds(
+    tmp_path: Path, triton_install
+) -> None:
+    """With repeats, each step's batch of settings is measured in interleaved rounds (the
+    start alone, then its neighbours together), only that batch's settings are served, and
+    each setting is valued on its settings.csv row: the p99's high end over replicates."""
+    from servebench.results import TUNE_FILE, RunDirectory, read_setting_rows
+    from servebench.scenario.runner import ScenarioRunner
+
+    workload = {"rates": [40], "duration_s": 0.5, "warmup_s": 0.1, "timeout_s": 2,
+                "repeats": 2, "remeasure": 0}  # fmt: skip
+    # Start (batching off, one instance); its neighbours: batching on, and two instances.
+    settings = {"max_batch_size": 4, "dynamic_batching": [False, True], "instance_count": [1, 2]}
+    text = tiny_scenario(
+        "replicated", settings=settings, workload={**workload, "batch_sizes": [1]},
+        slo=SLO, tune={"method": "quick", "objective": "p99", "qps": 40},
+    )  # fmt: skip
+    outcome = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results").run()
+    assert outcome.status in ("complete", "partial"), outcome.reason
+    run = RunDirectory.open(outcome.directory.path)
+    rounds = run.run["rounds"]
+    # The start's two rounds, then the neighbours' two, each round both neighbours.
+    assert [len(r) for r in rounds[:4]] == [1, 1, 2, 2], rounds
+    assert {i.split(".")[0] for i in rounds[2]} == {i.split(".")[0] for i in rounds[3]}
+    rows = {row["trial_id"]: row for row in read_setting_rows(run.path)}
+    assert len(rows) >= 3 and all(r["replicates_planned"] == 2 for r in rows.values())
+    steps = json.loads((run.path / TUNE_FILE).read_text())["servers"]["triton"]["steps"]
+    for step in steps:
+        if step["trials"] and step["value"] is not None:
+            (row,) = [r for r in rows.values() if step["trials"][0] in r["replicate_ids"]]
+            assert step["value"] == pytest.approx(row["latency_p99_high"])
+    # One server per batch: each batch's settings side by side in one folder.
+    assert (run.path / "repos" / "shared-triton").is_dir()

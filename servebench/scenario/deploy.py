@@ -24,7 +24,7 @@ from model_zoo.export.triton import PYTHON_REPOSITORY, STANDARD_REPOSITORY
 from model_zoo.imports import IMPORT_FILE, ImportedModel, ServedModel, import_model
 from model_zoo.spec import ModelSpec
 from servebench.scenario.export_cache import cache_entry, keep
-from servebench.scenario.plan import Plan, ServerSetting
+from servebench.scenario.plan import Plan, ServerSetting, Trial
 from servebench.servers.base import Server
 from servebench.servers.kinds import Deployment, ServerKind
 
@@ -142,18 +142,23 @@ class ServerGroup:
         return {model.id: model.id + suffix for model in self.models}
 
 
-def server_groups(plan: Plan, *, side_by_side: bool) -> list[ServerGroup]:
-    """The plan's settings as server groups (`side_by_side`: share servers where the kind
-    allows), in the plan's order; each with every model its settings' trials send to."""
+def server_groups(plan: Plan, trials: Sequence[Trial], *, side_by_side: bool) -> list[ServerGroup]:
+    """The settings of `trials` as server groups (`side_by_side`: share servers where the
+    kind allows), in the plan's order; each with every model its settings' trials send to.
+    (A configuration search measures a batch at a time: only the batch's settings are
+    loaded and have their cold start timed, not the whole matrix.)"""
+    wanted = {id(t.setting) for t in trials}
     members: dict[tuple[str, int], list[int]] = {}
     for index, setting in enumerate(plan.settings):
+        if id(setting) not in wanted:
+            continue
         shared = side_by_side and setting.server.server_kind.shares_server
         key = (setting.server.name, -1) if shared else ("", index)
         members.setdefault(key, []).append(index)
     groups = []
     for key, indices in members.items():
         settings = tuple(plan.settings[i] for i in indices)
-        models = {m.id: m for t in plan.trials if t.setting in settings for m in t.models}
+        models = {m.id: m for t in trials if t.setting in settings for m in t.models}
         folder = f"{indices[0]:02d}" if len(indices) == 1 else f"shared-{key[0]}"
         groups.append(ServerGroup(folder, settings, tuple(models.values())))
     return groups

@@ -72,10 +72,7 @@ class RoundRunner:
         self.control = control
         self.repeats = self.scenario.workload.repeats
         self.pool = ServerPool(plan, directory)
-        groups = server_groups(plan, side_by_side=self.repeats > 1)
-        self.group_of: dict[str, ServerGroup] = {
-            setting.id: group for group in groups for setting in group.settings
-        }
+        self.group_of: dict[str, ServerGroup] = {}  # each setting's, for the trials run now
         self.rounds: list[list[Replicate]] = []  # every round drawn so far, in order
         self.interference = InterferenceSampler()
         for note in self.interference.notes:
@@ -85,6 +82,8 @@ class RoundRunner:
 
     async def run(self, trials: list[Trial]) -> None:
         """Measure every replicate of `trials` not measured yet (a resumed run's are)."""
+        groups = server_groups(self.plan, trials, side_by_side=self.repeats > 1)
+        self.group_of = {setting.id: group for group in groups for setting in group.settings}
         rounds = self._draw(trials)
         done = self.directory.completed_trials()
         pending = [r for one in rounds for r in one if r.id not in done]
