@@ -51,6 +51,7 @@ from servebench.analysis.slo import (
     requests_needed,
     too_few,
 )
+from servebench.common.paired import HIGHER, Comparison, compare_paired
 from servebench.common.verdict_codes import UNUSABLE_STEP
 from servebench.pricing import (
     InstancePrice,
@@ -166,6 +167,9 @@ class PricedRun:
     instance: str
     usd_per_hour: float
     price_source: str  # "the scenario's price" | "prices.csv" ...
+    # A replicated run's replicate rows (trials.csv), for paired comparisons over rounds;
+    # None for a run of one round.
+    replicates: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,9 @@ class Point:
     needed: int | None = None  # the answered requests that would decide it (`slo`)
     rate_source: str = ""  # what the rate is: the offered rate, or the throughput
     value_s: float = math.nan  # the percentile itself (link included), between the bounds
+    # A replicated run's setting: the percentile in each round, (round, seconds), for
+    # paired comparisons with another setting measured in the same rounds.
+    rounds: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if math.isnan(self.optimistic_s):
@@ -252,6 +259,8 @@ class Candidate:
     # The cost priced on the points' low bounds: the other end of its cost interval (the
     # same unit as the ranking's cost: USD/h with a target rate, else USD per million).
     optimistic_cost: float | None = None
+    # Its max-rate point's percentile in each round (a replicated run): `Point.rounds`.
+    rounds: tuple[tuple[int, float], ...] = ()
 
     @property
     def cost(self) -> float:
@@ -341,8 +350,20 @@ def tie(first: Candidate, other: Candidate, percentile: float) -> str | None:
     - the same cost, and their latency intervals at that load overlap: the margin that
       would order them is inside the noise (without intervals: the same latency);
     - a higher cost whose optimistic end (priced on the points' low bounds) is no higher
-      than `first`'s safe cost: more requests could order them either way."""
+      than `first`'s safe cost: more requests could order them either way.
+
+    In a replicated run two settings of the same cost, at the same rate, measured in the
+    same rounds, are compared round by round instead (`paired`): tied unless `other`'s
+    percentile is higher beyond the noise of the rounds."""
     if math.isclose(other.cost, first.cost, rel_tol=1e-9, abs_tol=1e-12):
+        comparison = paired(first, other)
+        if comparison is not None:
+            if comparison.verdict == HIGHER:
+                return None
+            return (
+                f"the same cost, and their p{percentile:g} over the same rounds is "
+                f"{comparison.describe(f'p{percentile:g}')}"
+            )
         if (
             other.expected_low_s <= first.expected_latency_s
             and first.expected_low_s <= other.expected_latency_s
@@ -359,6 +380,18 @@ def tie(first: Candidate, other: Candidate, percentile: float) -> str | None:
             "is no higher"
         )
     return None
+
+
+def paired(first: Candidate, other: Candidate) -> Comparison | None:
+    """`other`'s percentile against `first`'s, round by round (`common.paired`), where
+    both come from a replicated run, at one rate, with rounds in common; else None."""
+    if not first.rounds or not other.rounds or first.max_rate != other.max_rate:
+        return None
+    mine, theirs = dict(first.rounds), dict(other.rounds)
+    shared = sorted(set(mine) & set(theirs))
+    if not shared:
+        return None
+    return compare_paired([mine[r] for r in shared], [theirs[r] for r in shared])
 
 
 def _interval_ms(c: Candidate) -> str:
@@ -415,13 +448,17 @@ def price_run(
     own = trials.loc[trials["instance"] == instance, "usd_per_hour"].dropna()
     if not own.empty:
         return PricedRun(
-            data.run_id, data.path, trials, instance, float(own.iloc[0]), "the run's price"
-        )
+            data.run_id, data.path, trials, instance, float(own.iloc[0]), "the run's price",
+            data.trials if data.replicated else None,
+        )  # fmt: skip
     try:
         price = price_of(prices, instance)
     except PriceError as err:
         raise RecommendError(f"{data.path}: {err}") from None
-    return PricedRun(data.run_id, data.path, trials, instance, price.usd_per_hour, "prices.csv")
+    return PricedRun(
+        data.run_id, data.path, trials, instance, price.usd_per_hour, "prices.csv",
+        data.trials if data.replicated else None,
+    )  # fmt: skip
 
 
 # -- measured points ----------------------------------------------------------------------
@@ -456,6 +493,7 @@ def options(runs: Sequence[PricedRun], query: Query) -> tuple[list[Option], list
             continue
         if (on_link["load_kind"] == "trace").any():
             warnings.append(f"{run.run_id}: trace-driven trials left out (no single rate)")
+        per_round = _per_round(run.replicates, LATENCY_COLUMNS[query.percentile])
         groups = on_link.groupby(["setting", "protocol", "model", "batch_size"], dropna=False)
         for (setting, protocol, model, batch), rows in groups:
             option = Option(
@@ -471,11 +509,31 @@ def options(runs: Sequence[PricedRun], query: Query) -> tuple[list[Option], list
             if not query.wants(option):
                 continue
             points = [p for row in rows.to_dict("records") for p in _points(row, query)]
+            points = [replace(p, rounds=per_round.get(p.trial_id, ())) for p in points]
             opened = [p for p in points if p.kind != CLOSED]
             option.points = opened or points  # closed loop only where nothing else exists
             if option.points:
                 found.append(option)
     return found, warnings
+
+
+def _per_round(replicates: pd.DataFrame | None, column: str) -> dict[str, tuple]:
+    """Each setting's `column` in each round it was counted in (VALID, ok, not measured
+    again), by its trial id: what a paired comparison of two settings reads."""
+    if replicates is None or replicates.empty:
+        return {}
+    counted = replicates[
+        (replicates["status"] == "ok")
+        & (replicates["verdict"] == "VALID")
+        & (replicates["remeasured"] != True)  # noqa: E712 - NaN is not measured again
+        & replicates[column].notna()
+    ]
+    found: dict[str, tuple] = {}
+    for trial_id, rows in counted.groupby("replicate_of"):
+        found[str(trial_id)] = tuple(
+            sorted((int(r), float(v)) for r, v in zip(rows["round"], rows[column], strict=True))
+        )
+    return found
 
 
 def _has_points(trials: pd.DataFrame, percentile: float) -> bool:
@@ -750,6 +808,7 @@ def evaluate(option: Option, query: Query, *, optimistic: bool = False) -> Candi
         usd_per_million=per_million,
         margin_s=query.slo_s - latency,
         highest_measured=best is curve.points[-1],
+        rounds=best.rounds,
     )
 
 
@@ -885,10 +944,22 @@ def headline(ranking: Ranking, query: Query) -> str:
             else "their costs overlap within the noise of the latency intervals"
         )
         target = f" at {q.qps:,.6g} req/s" if q.qps is not None else ""
+        comparison = paired(c, tied[0][0])
+        if comparison is not None:
+            said = comparison.describe(f"p{q.percentile:g}", more=False)
+            why = f"the same cost, and the first two compared round by round: {said}"
+            more = comparison.rounds_to_separate
+            might = (
+                f"about {more} more round{'s' * (more != 1)} would likely separate the first two"
+                if more
+                else "more rounds might"
+            )
+        else:
+            might = "more requests might"
         return (
             f"A tie for the cheapest {what_model} on {c.option.instance} with {slo}{target} "
             f"{over}, between {len(tied) + 1} settings: {listed} — {why}, so the "
-            "measurement does not order them (more requests might)."
+            f"measurement does not order them ({might})."
         )
     o = c.option
     what = f"{o.setting} ({o.model}, batch {o.batch_size}) on {o.instance}"

@@ -56,12 +56,15 @@ class Comparison:
     def different(self) -> bool:
         return self.verdict in (LOWER, HIGHER)
 
-    def describe(self, figure: str = "p99") -> str:
-        """`B's p99 is 12 % lower (7–18 %)`, or why it is not said."""
+    def describe(self, figure: str = "p99", *, more: bool = True) -> str:
+        """`p99 12 % lower (7–18 %, R=10)`, or why it is not said (`more`: with how many
+        more rounds would likely decide)."""
         n = f"R={self.count}" if self.paired else f"{self.count} replicates"
         if self.verdict == TOO_FEW:
-            more = self.rounds_to_separate
-            need = f"; about {more} more round{'s' * (more != 1)} would decide" if more else ""
+            rounds = self.rounds_to_separate if more else None
+            need = (
+                f"; about {rounds} more round{'s' * (rounds != 1)} would decide" if rounds else ""
+            )
             return f"too few to tell at {self.level:.0%} ({n}){need}"
         if self.verdict == INDISTINGUISHABLE:
             return f"indistinguishable ({n}; {figure} ratio {_interval(self)})"
