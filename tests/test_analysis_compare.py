@@ -151,3 +151,30 @@ def test_cli_compare_warns_when_the_scenarios_differ(runs, tmp_path: Path) -> No
         (path / "run.json").write_text(json.dumps({**meta, "scenario_hash": digest}))
     result = CliRunner().invoke(app, ["report", "compare", *map(str, hashed)])
     assert "(scenario hash 6521f96419fb vs 9a0ee62d425f)" in result.output
+
+
+def test_two_replicated_runs_compare_setting_by_setting_on_their_replicates(
+    tmp_path: Path,
+) -> None:
+    """`report compare` of two replicated runs: each setting's replicates in A against
+    B's (unpaired: the runs were measured apart). A setting slowed 40 % in every replicate
+    is a regression; one measured alike is within noise; runs of two replicates each are
+    too short to decide."""
+    from replicated_runs import replicated_run
+
+    from servebench.analysis.compare import compare_settings
+    from servebench.analysis.loader import load_run
+
+    base = [10.0, 12.0, 9.0, 14.0, 11.0, 13.0]
+    a = replicated_run(tmp_path, "a", {"S": base, "T": base})
+    b = replicated_run(tmp_path, "b", {"S": [v * 1.4 for v in base], "T": base[::-1]})
+    rows = compare_settings(load_run(a), load_run(b)).set_index("trial_id")
+    assert rows.loc["tS", "p99_flag"] == "regression" and rows.loc["tS", "p99_said"] == "+40%"
+    assert rows.loc["tT", "p99_flag"] == "" and rows.loc["tT", "p99_said"] == "within noise"
+    short_a = replicated_run(tmp_path, "sa", {"S": base[:2]})
+    short_b = replicated_run(tmp_path, "sb", {"S": [v * 2 for v in base[:2]]})
+    short = compare_settings(load_run(short_a), load_run(short_b)).set_index("trial_id")
+    assert short.loc["tS", "p99_said"] == "too few to tell"
+    result = CliRunner().invoke(app, ["report", "compare", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    assert "settings in both runs, 1 beyond noise" in result.output

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cli_checks import assert_one_line_error
+from replicated_runs import replicated_run
 from typer.testing import CliRunner
 
 from servebench.analysis.loader import LEGACY_UNKNOWN, legacy_codes, load_run
@@ -588,52 +589,19 @@ def test_a_p95_slo_is_decided_on_p95_without_being_told(tmp_path: Path) -> None:
     assert "p99 ≤ 50 ms" in told.output and "max 100 req/s per replica" in told.output
 
 
-def _replicated_run(root: Path, name: str, p99_ms: dict[str, list[float]]) -> Path:
-    """A replicated run: each setting at 100 req/s in len(rounds) rounds, p99 as given per
-    round, with its settings.csv as the runner writes it."""
-    from servebench.results import RunDirectory, TrialRow
-    from servebench.setting_row import build_setting_row
-
-    path = root / name
-    path.mkdir()
-    (path / "run.json").write_text(json.dumps({"run_id": name, "status": "complete"}))
-    directory = RunDirectory(path)
-    price = load_prices()[C6I].usd_per_hour
-    for setting, values in p99_ms.items():
-        base = f"t{setting}"
-        for k, p99 in enumerate(values, start=1):
-            row = trial(setting, 100.0, p99, target_rate=100.0, instance=C6I, usd_per_hour=price)
-            row.update(
-                trial_id=base if k == 1 else f"{base}.r{k}", replicate_of=base, replicate=k,
-                round=k, position=1, latency_p99_low=p99 * 0.9e-3, latency_p99_high=p99 * 1.1e-3,
-                slo_latency_s=p99 / 1e3, slo_latency_low=p99 * 0.9e-3,
-                slo_latency_high=p99 * 1.1e-3, slo_met="met",
-            )  # fmt: skip
-            directory.rows.append(TrialRow.from_record(row))
-    directory.write_trials()
-    by_setting: dict[str, list] = {}
-    for row in directory.rows:
-        by_setting.setdefault(row.replicate_of, []).append(row)
-    planned = len(next(iter(p99_ms.values())))
-    directory.write_settings(
-        [build_setting_row(t, rows, planned=planned) for t, rows in by_setting.items()]
-    )
-    return path
-
-
 def test_a_replicated_run_names_its_tied_set_from_paired_rounds(tmp_path: Path) -> None:
     """Two settings of one cost in the same rounds: alike round by round, they tie (with
     how many more rounds would likely separate them); B 30 % slower in every one of
     eight rounds, it does not."""
     drift = [10.0, 12.0, 9.0, 14.0, 11.0, 13.0, 10.5, 12.5]
-    alike = _replicated_run(
+    alike = replicated_run(
         tmp_path, "alike",
         {"A": drift, "B": [v * f for v, f in zip(drift, (1.02, 0.99, 1.01, 0.98) * 2, strict=True)]},
     )  # fmt: skip
     text = run_cli(str(alike), "--qps", "100").output
     assert "A tie for the cheapest" in text, text
     assert "compared round by round" in text and "ties with #1" in text
-    apart = _replicated_run(tmp_path, "apart", {"A": drift, "B": [v * 1.3 for v in drift]})
+    apart = replicated_run(tmp_path, "apart", {"A": drift, "B": [v * 1.3 for v in drift]})
     text = run_cli(str(apart), "--qps", "100").output
     assert "A tie" not in text and "ties with #1" not in text, text
     assert "Run 1 replica of A " in text
@@ -643,7 +611,7 @@ def test_a_replicated_run_too_short_to_separate_says_how_many_more_rounds(
     tmp_path: Path,
 ) -> None:
     five = [10.0, 12.0, 9.0, 14.0, 11.0]
-    run = _replicated_run(tmp_path, "five", {"A": five, "B": [v * 1.3 for v in five]})
+    run = replicated_run(tmp_path, "five", {"A": five, "B": [v * 1.3 for v in five]})
     text = run_cli(str(run), "--qps", "100").output
     assert "too few to tell at 95% (R=5)" in text
     assert "1 more round would likely separate the first two" in text, text

@@ -32,7 +32,14 @@ import pandas as pd
 from servebench.analysis.labels import trial_label
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import trial_records
-from servebench.common.quantiles import percentiles
+from servebench.common.paired import (
+    HIGHER,
+    INDISTINGUISHABLE,
+    TOO_FEW,
+    Comparison,
+    compare_unpaired,
+)
+from servebench.common.quantiles import CONFIDENCE, percentiles
 
 NOISE_FLOOR = 0.10
 # Two-sided 99.9 % nominal. A bootstrap of a tail quantile is too narrow when only a
@@ -180,6 +187,70 @@ def compare_trials(
             row[f"{metric.name}_flag"] = flag
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+REPLICATE_BANDS = "each setting's replicates in A against B's: an exact Mann-Whitney test at 95 %"
+
+
+def compare_settings(a: RunData, b: RunData, level: float = CONFIDENCE) -> pd.DataFrame:
+    """Two replicated runs, setting by setting: per metric the medians over replicates,
+    their ratio B/A and a verdict from the replicates themselves (`common.paired.
+    compare_unpaired`: the two runs were measured apart, so their rounds do not pair).
+    The columns are `compare_trials`'s, with `m_said` saying the comparison in a few
+    words ("too few to tell" where the runs are too short to decide, "within noise", or
+    the difference) and `m_band` empty."""
+    ids = list(dict.fromkeys([*_setting_ids(a), *_setting_ids(b)]))
+    by_a, by_b = _replicates_by_setting(a), _replicates_by_setting(b)
+    rows = []
+    for trial_id in ids:
+        in_a, in_b = trial_id in by_a, trial_id in by_b
+        source = (by_a if in_a else by_b)[trial_id].iloc[0].to_dict()
+        row: dict[str, object] = {
+            "trial_id": trial_id,
+            "label": trial_label(source),
+            "presence": "both" if in_a and in_b else ("only A" if in_a else "only B"),
+            "note": "",
+        }
+        for metric in METRICS:
+            xs = by_a[trial_id][metric.column].tolist() if in_a else []
+            ys = by_b[trial_id][metric.column].tolist() if in_b else []
+            result = compare_unpaired(xs, ys, level)
+            row[f"{metric.name}_a"] = float(np.median(xs)) if xs else math.nan
+            row[f"{metric.name}_b"] = float(np.median(ys)) if ys else math.nan
+            row[f"{metric.name}_ratio"] = result.ratio if in_a and in_b else math.nan
+            row[f"{metric.name}_band"] = math.nan
+            flag = ""
+            if result.different:
+                better = (result.verdict == HIGHER) == metric.higher_is_better
+                flag = "improvement" if better else "regression"
+            row[f"{metric.name}_flag"] = flag
+            row[f"{metric.name}_said"] = _said(result) if in_a and in_b else ""
+        if in_a and in_b and not any(row[f"{m.name}_said"] for m in METRICS):
+            row["note"] = "no counted replicate in one of the runs"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _said(result: Comparison) -> str:
+    """A comparison in a table cell: criterion's words, or the difference the test found."""
+    if result.verdict == TOO_FEW:
+        return "too few to tell"
+    if result.verdict == INDISTINGUISHABLE:
+        return "within noise"
+    return f"{result.ratio - 1:+.0%}"
+
+
+def _setting_ids(run: RunData) -> list[str]:
+    return [] if run.settings is None else [str(i) for i in run.settings["trial_id"]]
+
+
+def _replicates_by_setting(run: RunData) -> dict[str, pd.DataFrame]:
+    """Each setting's counted replicates (ok, VALID, not measured again), by trial id."""
+    trials = run.trials
+    counted = trials[
+        (trials["status"] == "ok") & (trials["verdict"] == "VALID") & (trials["remeasured"] != True)  # noqa: E712 - NaN: not measured again
+    ]
+    return {str(k): rows for k, rows in counted.groupby("replicate_of")}
 
 
 def scenario_difference(a: RunData, b: RunData) -> str | None:

@@ -92,7 +92,14 @@ def compare(
     ] = True,
 ) -> None:
     """Trial-by-trial ratios B/A of throughput, p50 and p99; flags what exceeds the noise."""
-    from servebench.analysis.compare import BANDS, METRICS, compare_trials, scenario_difference
+    from servebench.analysis.compare import (
+        BANDS,
+        METRICS,
+        REPLICATE_BANDS,
+        compare_settings,
+        compare_trials,
+        scenario_difference,
+    )
     from servebench.analysis.loader import ResultDirError, load_run
 
     try:
@@ -104,13 +111,19 @@ def compare(
         console.print(
             f"[yellow]warning:[/yellow] {escape(differs)}", highlight=False, soft_wrap=True
         )
-    result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
+    # Replicated runs compare setting by setting on their replicates; otherwise trial by
+    # trial on each trial's requests (a bootstrap and the noise floor).
+    replicated = a.replicated and b.replicated
+    if replicated:
+        result = compare_settings(a, b)
+    else:
+        result = compare_trials(a.trials, b.trials, a.records, b.records, floor=floor)
     table = Table(title=f"B/A: {b.run_id} vs {a.run_id}", title_justify="left")
     table.add_column("trial")
     table.add_column("what", overflow="fold")
     for metric in METRICS:
         table.add_column(f"{metric.name} B/A", justify="right")
-        table.add_column("noise ±", justify="right", style="dim")
+        table.add_column("verdict" if replicated else "noise ±", justify="right", style="dim")
     table.add_column("verdict")
     flagged = 0
     for row in result.to_dict("records"):
@@ -122,7 +135,7 @@ def compare(
         for metric in METRICS:
             cells += [
                 _ratio(row[f"{metric.name}_ratio"], row[f"{metric.name}_flag"]),
-                _band(row[f"{metric.name}_band"]),
+                row[f"{metric.name}_said"] if replicated else _band(row[f"{metric.name}_band"]),
             ]
         verdict = ", ".join(flags) or (
             row["note"] or ("" if row["presence"] == "both" else row["presence"])
@@ -131,11 +144,9 @@ def compare(
         table.add_row(row["trial_id"], escape(row["label"]), *cells, escape(verdict), style=style)
     console.print(table)
     both = int((result["presence"] == "both").sum()) if len(result) else 0
-    console.print(
-        f"{both} trials in both runs, {flagged} beyond noise "
-        f"(noise: at least {floor:.0%}; {BANDS})",
-        highlight=False,
-    )
+    what = "settings" if replicated else "trials"
+    noise = REPLICATE_BANDS if replicated else f"noise: at least {floor:.0%}; {BANDS}"
+    console.print(f"{both} {what} in both runs, {flagged} beyond noise ({noise})", highlight=False)
 
 
 @app.command("host-peak")
