@@ -45,7 +45,7 @@ def _run(
         points.setdefault(key(point), point)
     calls: list[str] = []
 
-    async def measure(names: list[str]) -> dict[str, Measured]:
+    async def measure(names: list[str], rounds: int) -> dict[str, Measured]:
         calls.extend(names)
         return {name: Measured(table(points[name]), (f"t-{name}",)) for name in names}
 
@@ -160,7 +160,7 @@ def test_unusable_settings_never_win() -> None:
 def test_brute_measures_every_distinct_setting_once() -> None:
     calls: list[str] = []
 
-    async def measure(names: list[str]) -> dict[str, Measured]:
+    async def measure(names: list[str], rounds: int) -> dict[str, Measured]:
         found = {}
         for name in names:
             calls.append(name)
