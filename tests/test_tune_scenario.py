@@ -268,9 +268,11 @@ def test_a_paused_run_leaves_its_report_to_the_resumed_run(
 def test_a_replicated_quick_search_measures_each_batch_in_rounds(
     tmp_path: Path, triton_install
 ) -> None:
-    """With repeats, each step's batch of settings is measured in interleaved rounds (the
-    start alone, then its neighbours together), only that batch's settings are served, and
-    each setting is valued on its settings.csv row: the p99's high end over replicates."""
+    """With repeats, each step's batch is measured in interleaved rounds — the start alone,
+    then the start again beside its neighbours, its replicates numbered on, so each
+    neighbour is compared with it over rounds they share — only that batch's settings are
+    served, and each setting is valued on its settings.csv row: the p99's high end over
+    replicates."""
     from servebench.results import TUNE_FILE, RunDirectory, read_setting_rows
     from servebench.scenario.runner import ScenarioRunner
 
@@ -286,16 +288,22 @@ def test_a_replicated_quick_search_measures_each_batch_in_rounds(
     assert outcome.status in ("complete", "partial"), outcome.reason
     run = RunDirectory.open(outcome.directory.path)
     rounds = run.run["rounds"]
-    # The start's two rounds, then the neighbours' two, each round both neighbours.
-    assert [len(r) for r in rounds[:4]] == [1, 1, 2, 2], rounds
+    # The start's two rounds, then start and both neighbours in two rounds (and, if a
+    # neighbour looked better, one round of the start and it: two rounds never decide).
+    assert [len(r) for r in rounds[:4]] == [1, 1, 3, 3], rounds
+    start = rounds[0][0]
     assert {i.split(".")[0] for i in rounds[2]} == {i.split(".")[0] for i in rounds[3]}
+    assert {f"{start}.r3", f"{start}.r4"} <= set(rounds[2] + rounds[3])
     rows = {row["trial_id"]: row for row in read_setting_rows(run.path)}
     assert len(rows) >= 3 and all(r["replicates_planned"] == 2 for r in rows.values())
-    steps = json.loads((run.path / TUNE_FILE).read_text())["servers"]["triton"]["steps"]
-    for step in steps:
+    search = json.loads((run.path / TUNE_FILE).read_text())["servers"]["triton"]
+    assert search["replicate_trials"] == sum(len(r) for r in rounds)
+    assert search["finalists"] == [search["best"]["setting"]]
+    for step in search["steps"]:
         if step["trials"] and step["value"] is not None:
             (row,) = [r for r in rows.values() if step["trials"][0] in r["replicate_ids"]]
-            assert step["value"] == pytest.approx(row["latency_p99_high"])
+            if len(step["trials"]) == row["replicates"]:  # not measured again since
+                assert step["value"] == pytest.approx(row["latency_p99_high"])
     # One server per batch: each batch's settings side by side in one folder.
     assert (run.path / "repos" / "shared-triton").is_dir()
 

@@ -20,6 +20,17 @@ far — the part of the grid the search knows least, chosen without a random dra
 search is reproducible — and the answer is the best setting of all the climbs. Without
 a budget it stops at the first local optimum, as Model Analyzer's does.
 
+Measured once (one round), a neighbour that measured better is moved to, as Model
+Analyzer does (its threshold is 0): one draw has no measure of the noise. Measured in
+rounds (`workload.repeats`), the climb moves only on an improvement beyond the noise: the
+current point is measured again beside its new neighbours, each neighbour is compared with
+it round by round (`common.paired`: the median of their per-round ratios, drift shared by
+a round cancelled), the one that looked best is measured once more beside it, and the
+climb moves only if the comparison over all their shared rounds finds it better at the
+level (`_confirmed`). Its answer is where its climb ended — each move there was a
+confirmed improvement — or, after restarts, the best median of the climbs' ends: never a
+neighbour's lucky draw.
+
 The search is sans-I/O about what a measurement is: `measure(names, rounds)` is the
 caller's (the scenario runner runs the settings' trials; tests and `benchmarks/tune.py`
 read a table), and every step it takes — which setting, the measurement, its objective
@@ -35,6 +46,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servebench.common.paired import HIGHER, LOWER, Comparison, compare_paired
 from servebench.pricing import cost_at_qps
 from servebench.results import TrialRow
 from servebench.scenario.plan import Plan, ServerSetting
@@ -110,13 +122,17 @@ async def quick_search(
     budget: int | None = None,
     start: Point | None = None,
     rounds: int = 1,
+    alpha: float = 0.05,
 ) -> TuneResult:
     """Steepest-ascent hill climbing from `start` (default: the first value of each axis)
     over the grid `sizes`; `key(point)` names the setting a point means (points with one
-    key are one setting) and `measure` measures it, `rounds` rounds at a time, at most
-    once per key."""
+    key are one setting) and `measure` measures it, `rounds` rounds at a time; no setting
+    is measured as a neighbour twice. With `rounds` > 1 a move needs a paired improvement
+    at `alpha`, confirmed by one more round (`_confirmed`), and the answer is the best of
+    the points where the climbs ended."""
     result = TuneResult("quick", maximize)
     ask = result.counting(measure)
+    paired = rounds > 1
     current = start if start is not None else tuple(0 for _ in sizes)
 
     def record(point: Point, name: str, decision: str, reason: str, *, new: bool = True) -> Step:
@@ -133,6 +149,7 @@ async def quick_search(
     here = key(current)
     result.measured[here] = (await ask([here], rounds))[here]
     positions = {here: current}  # where each measured setting was first met
+    ends: list[str] = []  # where each climb ended: a replicated search's finalists
     record(current, here, START, "the first value of every setting's list")
     while True:
         candidates: list[tuple[Point, str]] = []
@@ -148,7 +165,10 @@ async def quick_search(
                     break
                 batch.append((point, name))
             candidates.append((point, name))
-        got = await ask([name for _, name in batch], rounds) if batch else {}
+        names = [name for _, name in batch]
+        # Replicated, the current point is measured again beside its new neighbours, so
+        # each is compared with it over rounds they share.
+        got = await ask([here, *names] if paired else names, rounds) if batch else {}
         result.measured.update({str(name): measured for name, measured in got.items()})
         steps: dict[str, Step] = {}
         for point, name in batch:
@@ -156,12 +176,17 @@ async def quick_search(
             steps[name] = record(point, name, STAYED, "")
         pending = [(point, name, steps.get(name)) for point, name in candidates]
         now = result.measured[here].value
-        winner, why = _improves_most(result, here, pending)
+        if paired and now is not None:
+            winner, why = await _confirmed(result, ask, here, pending, alpha)
+        else:
+            winner, why = _improves_most(result, here, pending)
         if winner is not None:
             point, name, step = winner
             if step is None:
                 record(point, name, MOVED, why + ", measured before", new=False)
             else:
+                moved = result.measured[name]  # a confirmation may have measured it again
+                step.value, step.trials = moved.value, list(moved.trials)
                 step.decision, step.reason = MOVED, why
             current, here = point, name
         if winner is None and not out_of_budget and budget is not None and not spent():
@@ -172,6 +197,7 @@ async def quick_search(
                     " of the budget's trials left: restart from the unmeasured setting farthest"
                     " from those measured"
                 )
+                ends.append(here)
                 current, here = fresh, key(fresh)
                 result.measured[here] = (await ask([here], rounds))[here]
                 positions[here] = current
@@ -180,11 +206,15 @@ async def quick_search(
         if winner is None or out_of_budget or spent():
             if winner is None and not out_of_budget:
                 reason = f"local optimum: no neighbour of {here} improves on {shown(now)}"
+                if paired:
+                    reason += " beyond the noise"
                 if budget is not None and not spent():  # no setting left to restart from
                     reason = f"every setting measured; {reason}"
             else:
                 reason = f"budget of {budget} trials spent"
             result.stop_reason = reason
+            if paired:
+                result.finalists = [*ends, here]
             record(current, here, STOPPED, reason, new=False)
             return result
 
@@ -208,6 +238,64 @@ def _improves_most(
         if step is not None and (winner is None or name != winner[1]):
             step.reason = _compared(result.measured[name], now, here, winner, result.maximize)
     return winner, f"improves most on {here} ({shown(now)})"
+
+
+async def _confirmed(
+    result: TuneResult, ask: Measure, here: str, pending: list[Candidate], alpha: float
+) -> tuple[Candidate | None, str]:
+    """The neighbour a replicated climb moves to, and why: each neighbour is compared with
+    the current point round by round over the rounds they share (`common.paired`); the
+    one whose median ratio leans furthest its way, if any leans its way at all, is
+    measured once more beside the current point (one more round of both), and the climb
+    moves only if the comparison over all their shared rounds then finds it better at
+    `alpha` — a draw that merely looked better does not move it. Only that one is
+    confirmed: confirming each in turn would give every neighbour its own chance to pass
+    by luck. Each other new neighbour's step says how it compared."""
+    compared = {name: _paired(result, here, name, alpha) for _, name, _ in pending}
+    looked = [c for c in pending if _favours(compared[c[1]], result.maximize)]
+    sign = -1 if result.maximize else 1
+    choice = min(looked, key=lambda c: sign * compared[c[1]].ratio) if looked else None
+    for _, name, step in pending:
+        if step is not None and (choice is None or name != choice[1]):
+            step.reason = _described(result, here, name, compared[name])
+    if choice is None:
+        return None, ""
+    got = await ask([here, choice[1]], 1)
+    result.measured.update({str(name): measured for name, measured in got.items()})
+    verdict = _paired(result, here, choice[1], alpha)
+    said = f"against {here}: {verdict.describe('objective')}"
+    if verdict.verdict != (HIGHER if result.maximize else LOWER):
+        if choice[2] is not None:
+            choice[2].reason = f"looked better; one more round of both did not confirm it, {said}"
+        return None, ""
+    return choice, f"confirmed by one more round of both, {said}"
+
+
+def _described(result: TuneResult, here: str, name: str, comparison: Comparison) -> str:
+    """Why a measured neighbour of a replicated climb was not moved to."""
+    got = result.measured[name]
+    if got.value is None:
+        return f"no usable value ({got.note or 'nothing measured'})"
+    return f"{shown(got.value)}; against {here}: {comparison.describe('objective')}"
+
+
+def _paired(result: TuneResult, here: str, name: str, alpha: float) -> Comparison:
+    """`name` against the current point over the rounds both were measured in."""
+    mine, theirs = result.measured[here].rounds, result.measured[name].rounds
+    shared = sorted(set(mine) & set(theirs))
+
+    def figures(rounds: Mapping[int, float | None]) -> list[float]:
+        values = (rounds[r] for r in shared)
+        return [math.nan if value is None else value for value in values]
+
+    # A round where either has no value (NaN) is left out by the comparison.
+    return compare_paired(figures(mine), figures(theirs), 1 - alpha)
+
+
+def _favours(comparison: Comparison, maximize: bool) -> bool:
+    """Whether the median ratio leans the candidate's way (NaN: nothing to compare)."""
+    ratio = comparison.ratio
+    return not math.isnan(ratio) and (ratio > 1 if maximize else ratio < 1)
 
 
 def _farthest(
@@ -435,6 +523,6 @@ async def tune_server(
     else:
         result = await quick_search(
             space.sizes, space.key, measure, maximize=maximize, budget=tune.budget_trials,
-            start=start, rounds=repeats,
+            start=start, rounds=repeats, alpha=tune.level,
         )  # fmt: skip
     return {"axes": space.axes, "settings": len(by_id), **result.to_json()}

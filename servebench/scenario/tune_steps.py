@@ -68,7 +68,8 @@ class Step:
 class TuneResult:
     """A search as it went: its steps, every setting's latest measurement, why it stopped,
     the replicate trials it asked for, the settings its answer is chosen among
-    (`finalists`: the race's survivors, leader first; None: any setting measured) and, for a race, each look's test."""
+    (`finalists`: the race's survivors, leader first, where a replicated climb's climbs
+    ended; None: any setting measured) and, for a race, each look's test."""
 
     method: str
     maximize: bool
