@@ -268,7 +268,7 @@ class Table:
         """Quick search over this table from `start`: (best value, trials, its setting)."""
         space = self.space()
 
-        async def measure(names: list[object]) -> dict[object, Measured]:
+        async def measure(names: list[object], rounds: int) -> dict[object, Measured]:
             missing = Measured(None, (), "not in the brute-force run")
             return {name: self.values.get(str(name), missing) for name in names}
 

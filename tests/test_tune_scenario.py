@@ -47,7 +47,26 @@ def _problems(tmp_path: Path, text: str) -> str:
         (
             {"method": "brute", "budget_trials": 3},
             {"slo": SLO},
-            "tune.budget_trials: 3 — only for method quick",
+            "tune.budget_trials: 3 — only for methods quick and race",
+        ),
+        ({"method": "brute", "level": 0.1}, {"slo": SLO}, "tune.level: 0.1 — only for methods"),
+        ({"level": 0.5}, {"slo": SLO}, "tune.level: 0.5 — must be <= 0.2"),
+        ({"first_rounds": 3}, {"slo": SLO}, "tune.first_rounds: 3 — only for method race"),
+        ({"over": "all"}, {"slo": SLO}, "tune.over: 'all' — only for method race"),
+        (
+            {"method": "race", "first_rounds": 1},
+            {"slo": SLO},
+            "tune.first_rounds: 1 — must be >= 2",
+        ),
+        (
+            {"method": "race", "start": {"max_queue_delay_us": 500}},
+            {"slo": SLO},
+            "tune.start: {'max_queue_delay_us': 500} — a race over all settings has no start",
+        ),
+        (
+            {"method": "race"},
+            {"slo": SLO},
+            "workload.repeats: tune method race measures every setting in 5 rounds",
         ),
         ({"objective": "max_rate", "qps": 10}, {"slo": SLO}, "tune.qps: 10 — only for objectives"),
         ({"objective": "p99", "qps": 10}, {}, "slo: tune objective p99 is judged against an slo"),
@@ -80,6 +99,24 @@ def test_tune_errors_name_the_line_and_why(
         text = text.replace("cost:\n  instance: x\n", "")
     # Each problem names the file and a line, then the field and why.
     assert re.search(r"s\.yaml:\d+ " + re.escape(expected), _problems(tmp_path, text))
+
+
+def test_a_race_budget_must_hold_its_first_block(tmp_path: Path) -> None:
+    race = {"method": "race", "first_rounds": 2, "budget_trials": 5}
+    text = tiny_scenario(
+        "t", settings=SETTINGS, workload={**SEARCH, "repeats": 3}, slo=SLO, tune=race
+    )
+    # Batching off, or on with 0 or 500 µs: three settings, two rounds of them first.
+    assert re.search(
+        r"s\.yaml:\d+ tune\.budget_trials: 5 — less than the race's first block on server "
+        r"'triton': 2 rounds of 3 settings = 6 replicate trials",
+        _problems(tmp_path, text),
+    )
+    fits = tiny_scenario(
+        "t", settings=SETTINGS, workload={**SEARCH, "repeats": 3}, slo=SLO,
+        tune={**race, "budget_trials": 6},
+    )  # fmt: skip
+    assert load_scenario(write(tmp_path, fits)).tune.budget_trials == 6
 
 
 def test_tune_needs_what_it_compares(tmp_path: Path) -> None:
@@ -231,9 +268,11 @@ def test_a_paused_run_leaves_its_report_to_the_resumed_run(
 def test_a_replicated_quick_search_measures_each_batch_in_rounds(
     tmp_path: Path, triton_install
 ) -> None:
-    """With repeats, each step's batch of settings is measured in interleaved rounds (the
-    start alone, then its neighbours together), only that batch's settings are served, and
-    each setting is valued on its settings.csv row: the p99's high end over replicates."""
+    """With repeats, each step's batch is measured in interleaved rounds — the start alone,
+    then the start again beside its neighbours, its replicates numbered on, so each
+    neighbour is compared with it over rounds they share — only that batch's settings are
+    served, and each setting is valued on its settings.csv row: the p99's high end over
+    replicates."""
     from servebench.results import TUNE_FILE, RunDirectory, read_setting_rows
     from servebench.scenario.runner import ScenarioRunner
 
@@ -249,15 +288,133 @@ def test_a_replicated_quick_search_measures_each_batch_in_rounds(
     assert outcome.status in ("complete", "partial"), outcome.reason
     run = RunDirectory.open(outcome.directory.path)
     rounds = run.run["rounds"]
-    # The start's two rounds, then the neighbours' two, each round both neighbours.
-    assert [len(r) for r in rounds[:4]] == [1, 1, 2, 2], rounds
+    # The start's two rounds, then start and both neighbours in two rounds (and, if a
+    # neighbour looked better, one round of the start and it: two rounds never decide).
+    assert [len(r) for r in rounds[:4]] == [1, 1, 3, 3], rounds
+    start = rounds[0][0]
     assert {i.split(".")[0] for i in rounds[2]} == {i.split(".")[0] for i in rounds[3]}
+    assert {f"{start}.r3", f"{start}.r4"} <= set(rounds[2] + rounds[3])
     rows = {row["trial_id"]: row for row in read_setting_rows(run.path)}
     assert len(rows) >= 3 and all(r["replicates_planned"] == 2 for r in rows.values())
-    steps = json.loads((run.path / TUNE_FILE).read_text())["servers"]["triton"]["steps"]
-    for step in steps:
+    search = json.loads((run.path / TUNE_FILE).read_text())["servers"]["triton"]
+    assert search["replicate_trials"] == sum(len(r) for r in rounds)
+    assert search["finalists"] == [search["best"]["setting"]]
+    for step in search["steps"]:
         if step["trials"] and step["value"] is not None:
             (row,) = [r for r in rows.values() if step["trials"][0] in r["replicate_ids"]]
-            assert step["value"] == pytest.approx(row["latency_p99_high"])
+            if len(step["trials"]) == row["replicates"]:  # not measured again since
+                assert step["value"] == pytest.approx(row["latency_p99_high"])
     # One server per batch: each batch's settings side by side in one folder.
     assert (run.path / "repos" / "shared-triton").is_dir()
+
+
+# A race of three settings on the real Triton: batching on with no queue delay, 0.1 ms and
+# 20 ms. At 40 req/s the last holds requests up to 20 ms for a batch: always the slowest.
+RACE_SETTINGS = {"max_batch_size": 4, "dynamic_batching": True,
+                 "max_queue_delay_us": [0, 100, 20000]}  # fmt: skip
+RACE_WORKLOAD = {"rates": [40], "batch_sizes": [1], "duration_s": 0.5, "warmup_s": 0.1,
+                 "timeout_s": 2, "repeats": 3, "remeasure": 0}  # fmt: skip
+RACE = {"method": "race", "objective": "p99", "qps": 40, "first_rounds": 2}
+
+
+def _race_scenario(tmp_path: Path) -> Path:
+    text = tiny_scenario(
+        "raced", settings=RACE_SETTINGS, workload=RACE_WORKLOAD, slo=SLO, tune=RACE
+    )
+    return write(tmp_path, text)
+
+
+def _check_race(run: Path) -> dict:
+    """What every race leaves: its looks and steps in tune.json, one trials.csv row per
+    replicate it asked for, each setting's replicates numbered on from 1 and all in the
+    rounds run.json records; the report draws its path."""
+    from servebench.analysis.loader import read_trials
+    from servebench.results import TRIALS_FILE, TUNE_FILE, read_run_json
+
+    tune = json.loads((run / TUNE_FILE).read_text())
+    assert (tune["method"], tune["level"], tune["first_rounds"], tune["over"]) == (
+        "race", 0.05, 2, "all",
+    )  # fmt: skip
+    search = tune["servers"]["triton"]
+    trials = read_trials(run / TRIALS_FILE)
+    assert search["replicate_trials"] == len(trials) == len(set(trials["trial_id"]))
+    rounds = read_run_json(run / "run.json")["rounds"]
+    assert sorted(i for one in rounds for i in one) == sorted(trials["trial_id"])
+    assert [len(one) for one in rounds[:2]] == [3, 3]  # the first block: every setting
+    looks = search["looks"]
+    assert looks and looks[0]["round"] == 2 and looks[0]["settings"] == 3
+    for look in looks:
+        assert 0 <= look["p"] <= 1 and look["level"] == pytest.approx(0.0498, abs=1e-4)
+    steps = search["steps"]
+    dropped = {s["setting"] for s in steps if s["decision"] == "dropped"}
+    assert dropped == {n for look in looks for n in look["dropped"]}
+    assert [s["setting"] for s in steps if s["decision"] in ("best", "tied")] == search["finalists"]
+    assert search["best"]["setting"] == search["finalists"][0]
+    # Each setting measured in every round until it was dropped, numbered on: .r2, .r3.
+    for step in steps:
+        last = next((lk["round"] for lk in looks if step["setting"] in lk["dropped"]), None)
+        assert len(step["trials"]) == (last or len(rounds))
+    # The 20 ms queue delay is the slowest in every round: never the answer.
+    slow = next(s["setting"] for s in steps if "20000" in s["setting"])
+    assert search["best"]["setting"] != slow
+    report = subprocess.run(
+        [sys.executable, "-m", "servebench.cli", "report", "html", str(run)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    html = (run / "report.html").read_text()
+    assert "Friedman" in html and search["finalists"][0] in html
+    return search
+
+
+def test_a_race_on_the_real_triton_keeps_its_path(tmp_path: Path, triton_install) -> None:
+    """Three settings in two rounds, then a look after each round up to three: tune.json
+    keeps every look (its statistic, p-value, level, rank sums, drops, survivors) and
+    every setting's fate; the report draws them."""
+    from servebench.scenario.runner import ScenarioRunner
+
+    outcome = ScenarioRunner(_race_scenario(tmp_path), output=tmp_path / "results").run()
+    assert outcome.status == "complete", outcome.reason
+    search = _check_race(outcome.directory.path)
+    assert search["stop_reason"]
+
+
+def test_an_interrupted_race_resumes_with_the_same_replicates(
+    tmp_path: Path, triton_install
+) -> None:
+    """Paused (a cluster's SIGUSR1) when its fourth replicate starts, a race leaves three
+    measured; resumed, it replays its asks — the same rounds, the same replicate ids —
+    measures only what is missing, and ends as a race does."""
+    from servebench.results import RunDirectory
+    from servebench.scenario.runner import ScenarioRunner
+
+    path = _race_scenario(tmp_path)
+    runner = ScenarioRunner(path, output=tmp_path / "results")
+    set_engine, loads = runner._set_engine, []
+
+    def pause_at_the_fourth_load(engine: object) -> None:
+        set_engine(engine)
+        if engine is not None:
+            loads.append(engine)
+            if len(loads) == 4:
+                runner._pause()
+
+    runner._set_engine = pause_at_the_fourth_load
+    paused = runner.run()
+    assert paused.status == "interrupted", paused.reason
+    run = paused.directory.path
+    first = RunDirectory.open(run)
+    assert len(first.rows) == 4  # the paused replicate finishes
+    drawn = first.run["rounds"]
+    resumed = ScenarioRunner(path, resume=run).run()
+    assert resumed.status == "complete", resumed.reason
+    again = RunDirectory.open(run)
+    # The rounds drawn before the pause are drawn again, the same; nothing measured twice.
+    assert again.run["rounds"][: len(drawn)] == drawn
+    written = {r.trial_id: first.trial_records_path(r.trial_id).stat().st_mtime_ns
+               for r in first.rows if r.status == "ok"}  # fmt: skip
+    for trial_id, when in written.items():
+        assert again.trial_records_path(trial_id).stat().st_mtime_ns == when, (
+            f"{trial_id}, measured before the pause, was measured again"
+        )
+    _check_race(run)

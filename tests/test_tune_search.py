@@ -45,7 +45,7 @@ def _run(
         points.setdefault(key(point), point)
     calls: list[str] = []
 
-    async def measure(names: list[str]) -> dict[str, Measured]:
+    async def measure(names: list[str], rounds: int) -> dict[str, Measured]:
         calls.extend(names)
         return {name: Measured(table(points[name]), (f"t-{name}",)) for name in names}
 
@@ -160,7 +160,7 @@ def test_unusable_settings_never_win() -> None:
 def test_brute_measures_every_distinct_setting_once() -> None:
     calls: list[str] = []
 
-    async def measure(names: list[str]) -> dict[str, Measured]:
+    async def measure(names: list[str], rounds: int) -> dict[str, Measured]:
         found = {}
         for name in names:
             calls.append(name)
@@ -195,3 +195,108 @@ def test_objectives_from_a_trial_row() -> None:
     assert objective_of(failed, "max_rate") == Measured(None, ("t4",), "trial failed")
     assert objective_of(None, "max_rate").value is None
     assert objective_of(TrialRow(trial_id="t5", status="ok"), "max_rate").value is None
+
+
+# -- a replicated climb: paired moves, confirmed -------------------------------------------------
+
+
+class _Scripted:
+    """A `Measure` whose replicate in round n of setting s is `value(s, n)` (rounds counted
+    over every ask), recording each ask."""
+
+    def __init__(self, value: Callable[[str, int], float]) -> None:
+        self.value = value
+        self.rounds: dict[str, dict[int, float | None]] = {}
+        self.asked: list[tuple[list[str], int]] = []
+        self.number = 0
+
+    async def __call__(self, names: list[str], count: int) -> dict[str, Measured]:
+        self.asked.append((list(names), count))
+        for _ in range(count):
+            self.number += 1
+            for name in names:
+                self.rounds.setdefault(name, {})[self.number] = self.value(name, self.number)
+        found = {}
+        for name in names:
+            values = sorted(v for v in self.rounds[name].values() if v is not None)
+            trials = tuple(f"{name}.r{k}" for k in range(1, len(self.rounds[name]) + 1))
+            found[name] = Measured(
+                values[(len(values) - 1) // 2], trials, "", dict(self.rounds[name])
+            )
+        return found
+
+
+def _climb(measure: _Scripted, sizes: tuple[int, ...], rounds: int = 5) -> TuneResult:
+    return asyncio.run(quick_search(sizes, _name, measure, maximize=False, rounds=rounds))
+
+
+@pytest.mark.parametrize(("confirming", "moves"), [(0.95, True), (1.1, False)])
+def test_a_replicated_climb_moves_only_once_one_more_round_confirms(
+    confirming: float, moves: bool
+) -> None:
+    """Two settings, five rounds: the neighbour measures 10 % cheaper in all five rounds
+    it shares with the start, so it looks better; one more round of both decides. Cheaper
+    again: six of six rounds, the move is made. Dearer in that round: the six ratios'
+    interval holds 1, the climb stays."""
+
+    def value(name: str, number: int) -> float:
+        if name == "s0":
+            return 1.0
+        return confirming if number == 11 else 0.9
+
+    measure = _Scripted(value)
+    result = _climb(measure, (2,))
+    # The start alone, then start and neighbour together, then one round of both.
+    assert measure.asked == [(["s0"], 5), (["s0", "s1"], 5), (["s0", "s1"], 1)]
+    step = next(s for s in result.steps if s.setting == "s1")
+    if moves:
+        assert step.decision == MOVED and "confirmed by one more round" in step.reason
+        assert "lower" in step.reason and result.best is not None and result.best[0] == "s1"
+    else:
+        assert step.decision == STAYED and "did not confirm" in step.reason
+        assert "indistinguishable" in step.reason
+        assert result.best is not None and result.best[0] == "s0"
+        assert result.stop_reason.endswith("beyond the noise")
+    assert result.replicate_trials == 5 + 10 + 2
+
+
+def test_a_replicated_climb_answers_where_it_ended() -> None:
+    """A neighbour whose median is lowest but whose rounds do not beat the start's paired
+    (its good draws came in rounds the start was dear too) is not the answer."""
+
+    def value(name: str, number: int) -> float:
+        drift = 0.8 if number % 2 else 1.25  # odd rounds cheap for everybody
+        return {"s0": 1.0, "s1": 1.02}[name] * drift
+
+    result = _climb(_Scripted(value), (2,))
+    assert result.finalists == ["s0"] and result.best is not None and result.best[0] == "s0"
+    assert result.to_json()["finalists"] == ["s0"]
+
+
+def test_a_replicated_climb_finds_a_peak_well_beyond_the_noise() -> None:
+    from landscapes import Rounds
+
+    truth = {_name(p): 200.0 - _unimodal(p) for p in itertools.product(*map(range, SIZES))}
+    measure = Rounds(truth, cv=0.01, drift=0.1, seed=1)
+    result = asyncio.run(quick_search(SIZES, _name, measure, maximize=False, rounds=5))
+    assert result.best is not None and result.best[0] == "s2110"
+    moves = [s for s in result.steps if s.decision == MOVED]
+    assert moves and all("confirmed by one more round" in s.reason for s in moves)
+    # Each move was confirmed by one round of the current point and the neighbour.
+    assert sum(1 for names, count in measure.asked if count == 1) >= len(moves)
+    assert result.replicate_trials == measure.spent
+
+
+def test_a_replicated_climb_rarely_moves_on_a_flat_landscape() -> None:
+    """Every setting the same, noise of CV 5 % and a 10 % drift between rounds: a move is
+    a difference called where there is none. Five rounds per batch and a confirmation
+    round: it moves in at most 5 % of seeds (6 of 300 when written), where the climb of
+    one round moves on whatever draw was lowest."""
+    from landscapes import Rounds, grid
+
+    moved = 0
+    for seed in range(300):
+        measure = Rounds(dict.fromkeys(grid(SIZES), 1.0), cv=0.05, drift=0.1, seed=seed)
+        result = asyncio.run(quick_search(SIZES, _name, measure, maximize=False, rounds=5))
+        moved += any(s.decision == MOVED for s in result.steps)
+    assert moved <= 0.05 * 300, moved

@@ -458,7 +458,8 @@ def _mix_sections(trials: pd.DataFrame) -> list[_Section]:
 
 def _tune_sections(data: RunData) -> list[_Section]:
     """The configuration search's path (tune.json), one table per server: each step's
-    setting, objective value, decision and why, in the order the search took them."""
+    setting, objective value, decision and why, in the order the search took them; for a
+    race, also its looks — which settings each round's test dropped and which survived."""
     if not data.tune:
         return []
     search = data.tune
@@ -468,12 +469,15 @@ def _tune_sections(data: RunData) -> list[_Section]:
     section = _Section("tune", "Configuration search")
     for server, found in search["servers"].items():
         best = found.get("best") or {}
+        replicates = found.get("replicate_trials")
+        spent = f" ({replicates} replicate trials)" if isinstance(replicates, int) else ""
         section.body.append(
             f'<p class="caption">{_e(server)}: {_e(found.get("method", "?"))} search for '
             f"{_e(objective)}{_e(at)} ({'higher' if found.get('maximize') else 'lower'} is "
             f"better) over {_e(found.get('settings', '?'))} settings: "
-            f"{_e(found.get('trials_spent', '?'))} measured; best {_e(best.get('setting', 'none'))}"
-            f" ({_e(_tune_value(best.get('value')))}); stopped: {_e(found.get('stop_reason', ''))}.</p>"
+            f"{_e(found.get('trials_spent', '?'))} measured{_e(spent)}; best "
+            f"{_e(best.get('setting', 'none'))} ({_e(_tune_value(best.get('value')))}); "
+            f"stopped: {_e(found.get('stop_reason', ''))}.</p>"
         )
         rows = [
             [
@@ -485,7 +489,7 @@ def _tune_sections(data: RunData) -> list[_Section]:
             ]
             for step in found["steps"]
         ]
-        classes = ["path" if row[3] in ("start", "moved") else "" for row in rows]
+        classes = ["path" if row[3] in ("start", "moved", "best") else "" for row in rows]
         section.body.append(
             html_table(
                 ["step", "setting", objective, "decision", "why"],
@@ -494,7 +498,49 @@ def _tune_sections(data: RunData) -> list[_Section]:
                 row_classes=classes,
             )
         )
+        if isinstance(found.get("looks"), list) and found["looks"]:
+            section.body += _race_looks(found["looks"], search.get("level"))
     return [section]
+
+
+def _race_looks(looks: list[object], level: object) -> list[str]:
+    """A race's looks, round by round: the Friedman test over the survivors, Conover's
+    critical difference from the leader where it rejected, and who was dropped and who
+    survived."""
+    alpha = f"{level:g}" if isinstance(level, int | float) else "?"
+    caption = (
+        '<p class="caption">The race, look by look: after each round the survivors are '
+        "ranked within every round so far (drift shared by a round cancels) and a Friedman "
+        "test asks whether their rank sums differ; where it does, a setting whose rank sum "
+        "is farther from the leader's than Conover's critical difference is dropped. Each "
+        "look's level is set so that a race of equal settings drops one at most "
+        f"{_e(alpha)} of the time over all its looks.</p>"
+    )
+    rows = []
+    for look in looks:
+        if not isinstance(look, dict):
+            continue
+        critical = look.get("critical")
+        rows.append(
+            [
+                str(look.get("round", "")),
+                str(look.get("settings", "")),
+                _tune_value(look.get("statistic")),
+                _tune_value(look.get("p")),
+                _tune_value(look.get("level")),
+                "—" if critical is None else _tune_value(critical),
+                str(look.get("leader", "")),
+                ", ".join(map(str, look.get("dropped") or [])) or "—",
+                ", ".join(map(str, look.get("survivors") or [])),
+            ]
+        )
+    table = html_table(
+        ["round", "settings", "Friedman χ²", "p", "level", "critical", "leader", "dropped",
+         "survivors"],
+        rows,
+        text_columns=(6, 7, 8),
+    )  # fmt: skip
+    return [caption, table]
 
 
 def _tune_value(value: object) -> str:

@@ -27,6 +27,11 @@ MAX_SEED = 2**64 - 1  # numpy's generators take no other
 MAX_STABILITY_WINDOWS = 1000
 MAX_SEARCH_STEPS = 100
 MAX_TUNE_TRIALS = 100_000  # settings a configuration search may measure
+# A search's level (tune.level: how often it may call equal settings different). Below
+# 0.001 a race's look level is beyond what its 10,000 simulated A/A races can resolve;
+# above 0.2 the word "significant" no longer means anything.
+MIN_TUNE_LEVEL = 0.001
+MAX_TUNE_LEVEL = 0.2
 # A weighted mix of models in one trial (`workload.mix`): a weight is a relative share, so a
 # ratio past a million to one is a slip; its models travel in the records as 1-byte codes.
 MAX_MIX_WEIGHT = 1e6

@@ -3,7 +3,8 @@
 `RoundRunner.run(trials)` measures each trial `workload.repeats` times, one replicate per
 round, in the rounds `scenario.rounds` draws (or the ones a resumed run recorded), server
 group by server group (`scenario.serving.ServerPool`), and writes a trials.csv row per
-replicate as it ends. A failing replicate is a failed row with its reason and the run goes
+replicate as it ends. A configuration search asks instead for so many more rounds of the
+settings it is comparing (`RoundRunner.more`), its replicates numbered on. A failing replicate is a failed row with its reason and the run goes
 on; a server that died is restarted for the next replicate; a replicate disturbed by
 something outside the measurement (`telemetry.interference`) is measured again at the end
 of the next round, at most twice, the first kept and marked `remeasured`.
@@ -82,9 +83,45 @@ class RoundRunner:
 
     async def run(self, trials: list[Trial]) -> None:
         """Measure every replicate of `trials` not measured yet (a resumed run's are)."""
+        self._serve(trials)
+        await self._measure_rounds(self._draw(trials), last=None)
+
+    async def more(self, trials: list[Trial], count: int) -> None:
+        """Measure `count` more rounds of `trials`, what a configuration search asks for:
+        each trial's replicates numbered on from those drawn for it so far (R + 1, R + 2,
+        …), the rounds drawn after every round so far and recorded in run.json like the
+        others. The same asks in the same order — a resumed search replaying its path —
+        draw the same replicates, and those measured are not measured again. A replicate
+        disturbed in the last round asked is measured again at the end of that round
+        (not in a round of its own after it), so that the next ask's rounds are numbered
+        the same whether or not a resumed run meets the disturbance again."""
+        self._serve(trials)
+        before: dict[str, int] = {}
+        for replicate in (r for one in self.rounds for r in one):
+            before[replicate.trial.id] = max(before.get(replicate.trial.id, 0), replicate.replicate)
+        ended = next((one[-1].trial for one in reversed(self.rounds) if one), None)
+        drawn = draw_rounds(
+            trials,
+            count,
+            self.scenario.seed,
+            lambda t: id(self.group_of[t.setting.id]),
+            first=len(self.rounds) + 1,
+            before=before,
+            after=ended,
+            shuffled=self.repeats > 1,
+        )
+        self._record(drawn)
+        await self._measure_rounds(drawn, last=len(self.rounds))
+
+    def _serve(self, trials: list[Trial]) -> None:
+        """The server groups that serve `trials`: only theirs are started."""
         groups = server_groups(self.plan, trials, side_by_side=self.repeats > 1)
         self.group_of = {setting.id: group for group in groups for setting in group.settings}
-        rounds = self._draw(trials)
+
+    async def _measure_rounds(self, rounds: list[list[Replicate]], last: int | None) -> None:
+        """Measure the replicates of `rounds` not measured yet, in order; a disturbed one
+        again at the end of the next round, at most round `last` (None: a round of its own
+        after the last, if need be)."""
         done = self.directory.completed_trials()
         pending = [r for one in rounds for r in one if r.id not in done]
         total = len(pending)
@@ -96,7 +133,7 @@ class RoundRunner:
             row = await self._measure(replicate)
             self.directory.add_trial(row)
             self.progress.advance(self.overall)
-            again = self._again(replicate, row)
+            again = self._again(replicate, row, last)
             if again is not None:
                 row.update(remeasured=True)
                 self.directory.write_trials()
@@ -104,11 +141,11 @@ class RoundRunner:
                 total += 1
                 self.progress.update(self.overall, total=total)
 
-    def _again(self, replicate: Replicate, row: TrialRow) -> Replicate | None:
+    def _again(self, replicate: Replicate, row: TrialRow, last: int | None) -> Replicate | None:
         """The re-measurement of a replicate disturbed from outside, placed at the end of
-        the next round (a round of its own after the last), recorded in run.json; None
-        where it stands: undisturbed, not ok, one round only, or measured again enough
-        (`workload.remeasure`)."""
+        the next round (a round of its own after the last; with `last`, at most that
+        round), recorded in run.json; None where it stands: undisturbed, not ok, one round
+        only, or measured again enough (`workload.remeasure`)."""
         if (
             row.status != "ok"
             or not disturbed(row)
@@ -116,7 +153,7 @@ class RoundRunner:
             or replicate.attempt >= self.scenario.workload.remeasure
         ):
             return None
-        number = replicate.round + 1
+        number = replicate.round + 1 if last is None else min(replicate.round + 1, last)
         while len(self.rounds) < number:
             self.rounds.append([])
         target = self.rounds[number - 1]
@@ -124,21 +161,17 @@ class RoundRunner:
             replicate.trial, replicate.replicate, number, len(target) + 1, replicate.attempt + 1
         )
         target.append(again)
-        self.directory.run[ROUNDS_KEY] = rounds_to_json(self.rounds)
-        self.directory.write_run()
+        self._record([])
         return again
 
     def _draw(self, trials: list[Trial]) -> list[list[Replicate]]:
-        """The rounds of `trials`: for the whole plan, those a resumed run recorded; else
-        drawn after the rounds drawn so far (a configuration search asks for its settings
-        batch by batch, the same batches when resumed, so the same draws), and recorded in
-        run.json."""
-        if not self.rounds and len(trials) == len(self.plan.trials):
-            recorded = rounds_from_json(self.directory.run.get(ROUNDS_KEY), self.plan.trials)
-            covered = {r.trial.id for one in recorded or [] for r in one}
-            if recorded and covered == {t.id for t in trials}:
-                self.rounds = recorded
-                return recorded
+        """The rounds of the plan's `trials`: those a resumed run recorded, else drawn and
+        recorded in run.json."""
+        recorded = rounds_from_json(self.directory.run.get(ROUNDS_KEY), self.plan.trials)
+        covered = {r.trial.id for one in recorded or [] for r in one}
+        if recorded and covered == {t.id for t in trials}:
+            self.rounds = recorded
+            return recorded
         drawn = draw_rounds(
             trials,
             self.repeats,
@@ -146,10 +179,14 @@ class RoundRunner:
             lambda t: id(self.group_of[t.setting.id]),
             first=len(self.rounds) + 1,
         )
+        self._record(drawn)
+        return drawn
+
+    def _record(self, drawn: list[list[Replicate]]) -> None:
+        """Add `drawn` to the rounds so far and keep them all in run.json."""
         self.rounds += drawn
         self.directory.run[ROUNDS_KEY] = rounds_to_json(self.rounds)
         self.directory.write_run()
-        return drawn
 
     async def _measure(self, replicate: Replicate) -> TrialRow:
         trial = replicate.trial

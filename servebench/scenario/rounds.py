@@ -64,20 +64,32 @@ def draw_rounds(
     group: Callable[[Trial], Hashable],
     *,
     first: int = 1,
+    before: Mapping[str, int] | None = None,
+    after: Trial | None = None,
+    shuffled: bool | None = None,
 ) -> list[list[Replicate]]:
-    """R rounds over `trials` (the plan's order), each a random order kept within groups,
-    numbered from `first` (a configuration search draws its batches' rounds one after
-    another); round n's order is drawn from the seed and n alone."""
-    if repeats == 1:
-        return [[Replicate(t, 1, first, i + 1) for i, t in enumerate(trials)]]
+    """`repeats` rounds over `trials` (the plan's order), each a random order kept within
+    groups, numbered from `first`; round n's order is drawn from the seed and n alone.
+
+    A configuration search asks for its rounds a few at a time (`RoundRunner.more`):
+    `before` says how many replicates each trial (by id) has already, so its next are
+    numbered on; `after` is the trial the previous round ended with (no round begins with
+    it); `shuffled` draws the order even for one round (a replicated run's further round),
+    where by default a single round keeps the plan's order, as runs of one round always
+    did."""
+    done = before or {}
+    if not (repeats > 1 if shuffled is None else shuffled):
+        return [[Replicate(t, done.get(t.id, 0) + 1, first, i + 1) for i, t in enumerate(trials)]]
     rounds: list[list[Replicate]] = []
-    previous: Trial | None = None
-    for replicate in range(1, repeats + 1):
-        number = first + replicate - 1
+    previous = after
+    for k in range(1, repeats + 1):
+        number = first + k - 1
         order = _round_order(trials, random.Random(f"servebench-rounds:{seed}:{number}"), group)
         if previous is not None and order[0] is previous:
             order = _not_first(order, group)
-        rounds.append([Replicate(t, replicate, number, i + 1) for i, t in enumerate(order)])
+        rounds.append(
+            [Replicate(t, done.get(t.id, 0) + k, number, i + 1) for i, t in enumerate(order)]
+        )
         previous = order[-1]
     return rounds
 

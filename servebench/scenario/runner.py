@@ -59,7 +59,7 @@ from servebench.scenario.deploy import export_models
 from servebench.scenario.plan import Plan, Trial, expand
 from servebench.scenario.round_runner import RoundRunner, RunControl
 from servebench.scenario.rounds import ROUNDS_KEY, replicate_id, rounds_from_json
-from servebench.scenario.schema import Scenario
+from servebench.scenario.schema import Scenario, TuneSection
 from servebench.scenario.tune import tune_server
 from servebench.scenario.validate import load_scenario
 from servebench.setting_row import build_setting_row
@@ -125,7 +125,7 @@ class ScenarioRunner:
         tune = self.scenario.tune
         searched = (
             f" (a {tune.method} search runs only those it asks for)"
-            if tune is not None and tune.method == "quick"
+            if tune is not None and tune.method != "brute"
             else ""
         )
         replicated = (
@@ -244,7 +244,7 @@ class ScenarioRunner:
                     if self.scenario.tune is None:
                         await measuring.run(self.plan.trials)
                     else:
-                        await self._tune(directory, measuring.run)
+                        await self._tune(directory, measuring.more)
                 finally:
                     await measuring.pool.stop()
                     self._write_settings(directory)
@@ -309,21 +309,21 @@ class ScenarioRunner:
     async def _tune(
         self,
         directory: RunDirectory,
-        run_trials: Callable[[list[Trial]], Awaitable[None]],
+        more_rounds: Callable[[list[Trial], int], Awaitable[None]],
     ) -> None:
-        """The configuration search (`tune:`), server by server: each set of settings it
-        asks for is measured (in rounds, where the run is replicated; a resumed run's
-        trials are not measured again: their ids are the plan's) and read back from its
-        rows; every step goes to tune.json as the search ends."""
+        """The configuration search (`tune:`), server by server: each ask — so many more
+        rounds of these settings — is measured (`RoundRunner.more`; a resumed run's
+        replicates are not measured again: the same asks give the same ids) and read back
+        from its rows; every step goes to tune.json as the search ends."""
         tune = self.scenario.tune
         assert tune is not None
         searches: dict[str, Any] = {}
 
-        async def run_settings(indices: list[int]) -> None:
+        async def run_settings(indices: list[int], rounds: int) -> None:
             if self._left_out():
                 return
             wanted = {id(self.plan.settings[i]) for i in indices}
-            await run_trials([t for t in self.plan.trials if id(t.setting) in wanted])
+            await more_rounds([t for t in self.plan.trials if id(t.setting) in wanted], rounds)
             self._write_settings(directory)
 
         for server in self.scenario.servers:
@@ -334,23 +334,22 @@ class ScenarioRunner:
                 run_settings,
                 rows=lambda: {r.trial_id: r for r in directory.rows},
                 setting_rows=lambda: {r["trial_id"]: r for r in read_setting_rows(directory.path)},
-                replicated=self.scenario.workload.repeats > 1,
+                repeats=self.scenario.workload.repeats,
                 usd_per_hour=self.price.usd_per_hour if self.price else None,
                 stopped=lambda: self._left_out() and (self.state.interrupted or self.state.paused),
             )
             searches[server.name] = search
             best = search["best"] or {"setting": "none usable", "value": None}
             shown = "" if best["value"] is None else f" ({tune.objective} {best['value']:,.6g})"
+            tied = search.get("finalists") if tune.method == "race" else None
+            among = f", tied with {len(tied) - 1} more" if tied and len(tied) > 1 else ""
             self.console.print(
-                f"tune {server.name}: {tune.method} search, best {best['setting']}{shown} "
-                f"after {search['trials_spent']} of {search['settings']} settings; "
-                f"{search['stop_reason']}",
+                f"tune {server.name}: {tune.method} search, best {best['setting']}{shown}"
+                f"{among} after {search['trials_spent']} of {search['settings']} settings "
+                f"({search['replicate_trials']} replicate trials); {search['stop_reason']}",
                 highlight=False,
             )
-            directory.write_tune(
-                {"method": tune.method, "objective": tune.objective, "qps": tune.qps,
-                 "budget_trials": tune.budget_trials, "servers": searches}
-            )  # fmt: skip
+            directory.write_tune(_tune_json(tune, searches))
 
     def _interrupt(self, signum: int) -> None:
         """First Ctrl-C: stop the current load, keep its records, end after this trial."""
@@ -425,6 +424,19 @@ class ScenarioRunner:
                     cost_per_million_at_slo=estimate.cost_at_slo,
                 )
         directory.write_trials()
+
+
+def _tune_json(tune: TuneSection, searches: dict[str, Any]) -> dict[str, Any]:
+    """tune.json: the search's options, then each server's search."""
+    options: dict[str, Any] = {
+        "method": tune.method, "objective": tune.objective, "qps": tune.qps,
+        "budget_trials": tune.budget_trials,
+    }  # fmt: skip
+    if tune.method != "brute":
+        options["level"] = tune.level
+    if tune.method == "race":
+        options.update(first_rounds=tune.first_rounds, over=tune.over)
+    return {**options, "servers": searches}
 
 
 def scenario_hash(scenario: Scenario) -> str:

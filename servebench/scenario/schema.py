@@ -53,9 +53,11 @@ from servebench.common.limits import (
     MAX_STABILITY_WINDOWS,
     MAX_THREADS,
     MAX_TRIAL_S,
+    MAX_TUNE_LEVEL,
     MAX_TUNE_TRIALS,
     MAX_WIDTH,
     MIN_RATE,
+    MIN_TUNE_LEVEL,
 )
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.validation import OnePassModel, Problem, known, rule
@@ -648,26 +650,52 @@ class TuneSection(Strict):
     start (the first value of each list, or `start`) one setting at a time to the
     neighbouring value that improves `objective` most, until `budget_trials` settings are
     measured (a local optimum with trials left restarts the climb elsewhere) or, without a
-    budget, no neighbour improves. Objectives: `max_rate` (the SLO search's highest
-    rate, higher is better), `cost_at_qps` (USD per million inferences of serving `qps`
-    with ceil(qps / max_rate) replicas, lower is better) and `p99` (the p99's high bound at
-    `qps`, lower is better)."""
+    budget, no neighbour improves; measured in rounds it moves only on a paired
+    improvement at `level`, confirmed by one more round. `race` (`scenario/race.py`)
+    measures every setting (`over: all`) or the start and its neighbours (`over:
+    neighbourhood`) in `first_rounds` rounds, then drops those a Friedman test finds worse
+    than the leader at `level`, one round of the survivors at a time, until one is left,
+    `workload.repeats` rounds are measured or `budget_trials` replicate trials are spent.
+    Objectives: `max_rate` (the SLO search's highest rate, higher is better), `cost_at_qps`
+    (USD per million inferences of serving `qps` with ceil(qps / max_rate) replicas, lower
+    is better) and `p99` (the p99's high bound at `qps`, lower is better)."""
 
-    method: Literal["quick", "brute"] = "quick"
+    method: Literal["quick", "brute", "race"] = "quick"
     objective: Literal["max_rate", "cost_at_qps", "p99"] = "max_rate"
     qps: Annotated[float, Field(gt=0, le=MAX_RATE * MAX_THREADS)] | None = None
     budget_trials: Annotated[int, Field(ge=1, le=MAX_TUNE_TRIALS)] | None = None
     start: dict[str, Any] = Field(
         default_factory=dict,
-        description="quick's starting setting: a value from each named setting's list",
+        description="quick's (or a race over the neighbourhood's) starting setting: a value "
+        "from each named setting's list",
+    )
+    level: Annotated[float, Field(ge=MIN_TUNE_LEVEL, le=MAX_TUNE_LEVEL)] = Field(
+        default=0.05,
+        description="how often a search may call settings that are the same different: a "
+        "race drops one, a replicated quick climb moves",
+    )
+    first_rounds: Annotated[int, Field(ge=2, le=MAX_REPEATS)] = Field(
+        default=5, description="race: the rounds of every candidate before the first test"
+    )
+    over: Literal["all", "neighbourhood"] = Field(
+        default="all", description="race: every setting, or the start and its neighbours"
     )
 
-    @rule("method", "budget_trials", "start")
-    def _quick_only(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+    @rule("method", "budget_trials", "start", "level")
+    def _searches_only(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if self.method == "brute":
-            for name in ("budget_trials", "start"):
-                if known(self, name) and getattr(self, name):
-                    yield (name,), "only for method quick (brute measures every setting)"
+            for name in ("budget_trials", "start", "level"):
+                if known(self, name) and name in self.model_fields_set:
+                    yield (name,), "only for methods quick and race (brute measures every setting)"
+
+    @rule("method", "first_rounds", "over", "start")
+    def _race_only(self, context: Mapping[str, Any]) -> Iterator[Problem]:
+        if self.method != "race":
+            for name in ("first_rounds", "over"):
+                if known(self, name) and name in self.model_fields_set:
+                    yield (name,), "only for method race"
+        elif self.over == "all" and known(self, "start") and self.start:
+            yield ("start",), "a race over all settings has no start: only with over: neighbourhood"
 
     @rule("objective", "qps")
     def _qps(self, context: Mapping[str, Any]) -> Iterator[Problem]:
@@ -809,15 +837,23 @@ class Scenario(Strict):
             yield ("slo", "percentile"), "early stop needs a percentile under 100"
 
     @rule(
-        "tune", "workload.search", "workload.rates", "workload.batch_sizes", "slo", "cost", "links",
-        "servers",
+        "tune", "workload.search", "workload.rates", "workload.batch_sizes", "workload.repeats",
+        "slo", "cost", "links", "servers",
     )  # fmt: skip
     def _tune_measurable(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         """What a tuned setting is measured with: one trial per setting (one batch size,
-        link and model), by the SLO search or at `qps`, against an SLO, priced."""
+        link and model), by the SLO search or at `qps`, against an SLO, priced; a race's
+        rounds."""
         tune, w = self.tune, self.workload
         if tune is None:
             return
+        if tune.method == "race" and w.repeats < tune.first_rounds:
+            yield (
+                ("workload", "repeats"),
+                f"tune method race measures every setting in {tune.first_rounds} rounds "
+                f"(tune.first_rounds) before its first test, and at most repeats rounds: "
+                f"give repeats >= {tune.first_rounds}",
+            )
         if self.slo is None:
             yield ("slo",), f"tune objective {tune.objective} is judged against an slo: give one"
         if tune.objective == "p99":

@@ -513,8 +513,9 @@ class _Checks:
         return []
 
     def tune(self) -> list[str]:
-        """A tuned server varies something, quick's start names values its matrix lists,
-        and one model is tuned (or one mix): the search compares one trial per setting."""
+        """A tuned server varies something, quick's start names values its matrix lists, a
+        race over every setting can afford its first block of rounds, and one model is
+        tuned (or one mix): the search compares one trial per setting."""
         tune = self.scenario.__dict__.get("tune")
         if tune is None or not known(self.scenario, "tune"):
             return []
@@ -530,6 +531,22 @@ class _Checks:
                     )
                 )  # fmt: skip
                 continue
+            settings = len(matrix.combinations())
+            first_block = tune.first_rounds * settings
+            if (
+                tune.method == "race"
+                and tune.over == "all"
+                and tune.budget_trials is not None
+                and tune.budget_trials < first_block
+            ):
+                problems.append(
+                    self.problem(
+                        ("tune", "budget_trials"), tune.budget_trials,
+                        f"less than the race's first block on server {server.name!r}: "
+                        f"{tune.first_rounds} rounds of {settings} settings "
+                        f"= {first_block} replicate trials",
+                    )
+                )  # fmt: skip
             for name, value in tune.start.items():
                 if name not in axes:
                     problems.append(
