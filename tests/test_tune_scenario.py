@@ -351,9 +351,13 @@ def _check_race(run: Path) -> dict:
     assert [s["setting"] for s in steps if s["decision"] in ("best", "tied")] == search["finalists"]
     assert search["best"]["setting"] == search["finalists"][0]
     # Each setting measured in every round until it was dropped, numbered on: .r2, .r3.
+    # Its step names the replicates that count (VALID, not disturbed): a replicate the
+    # load generator's lag made INVALID is measured but gives no value in its round.
     for step in steps:
         last = next((lk["round"] for lk in looks if step["setting"] in lk["dropped"]), None)
-        assert len(step["trials"]) == (last or len(rounds))
+        measured = trials[trials["setting"] == step["setting"]]
+        assert len(measured) == (last or len(rounds)), (step, list(measured["trial_id"]))
+        assert set(step["trials"]) <= set(measured["trial_id"])
     # The 20 ms queue delay is the slowest in every round: never the answer.
     slow = next(s["setting"] for s in steps if "20000" in s["setting"])
     assert search["best"]["setting"] != slow
