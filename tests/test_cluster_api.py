@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from servebench.cli import app as cli
 from servebench.cluster.api import make_app
-from servebench.cluster.follower import resources
 from servebench.cluster.job import FollowerInfo, Needs, why_unschedulable
 from servebench.cluster.leader import Leader
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
+from servebench.common.dask_cluster import worker_resources
 
 GOOD = tiny_scenario(
     "api-test", settings=None, workload={"rates": [10], "batch_sizes": [1], "duration_s": 1}
@@ -56,7 +56,9 @@ async def api(
     ):
         if follower:
             await workers.enter_async_context(
-                Worker(scheduler.address, nthreads=1, resources=resources(0), name="cpu-only")
+                Worker(
+                    scheduler.address, nthreads=1, resources=worker_resources(0), name="cpu-only"
+                )
             )
         store = JobStore(tmp_path / "jobs.sqlite")
         leader = Leader(store, make_policy("two-tier"), client, tmp_path / "results")

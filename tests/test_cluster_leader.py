@@ -23,11 +23,12 @@ from servebench.analysis.loader import load_run
 from servebench.cli import app as cli
 from servebench.cluster import execute
 from servebench.cluster.archive import ArchiveError, pack, travels, unpack
-from servebench.cluster.follower import PRELOAD, preload_argv, resources
+from servebench.cluster.follower import PRELOAD, preload_argv
 from servebench.cluster.job import TERMINAL, JobState, new_job
 from servebench.cluster.leader import Leader, adopt_results, judge
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
+from servebench.common.dask_cluster import worker_resources
 
 
 @asynccontextmanager
@@ -40,7 +41,7 @@ async def running_leader(
 
     async with (
         LocalCluster(
-            n_workers=followers, processes=True, threads_per_worker=1, resources=resources(0),
+            n_workers=followers, processes=True, threads_per_worker=1, resources=worker_resources(0),
             host="127.0.0.1", dashboard_address="127.0.0.1:0", preload=[PRELOAD],
             preload_argv=preload_argv(labels or {}), asynchronous=True,
         ) as cluster,

@@ -20,11 +20,12 @@ from typer.testing import CliRunner
 
 from servebench.analysis.loader import load_run
 from servebench.cli import app as cli
-from servebench.cluster.follower import PRELOAD, resources
+from servebench.cluster.follower import PRELOAD
 from servebench.cluster.job import TERMINAL, JobState, validate_text
 from servebench.cluster.leader import PAUSED_DIR, Leader
 from servebench.cluster.policy import make_policy
 from servebench.cluster.store import JobStore
+from servebench.common.dask_cluster import worker_resources
 
 LONG_TRIALS = 12
 
@@ -90,7 +91,7 @@ async def test_a_long_job_paused_twice_for_short_ones_ends_with_exactly_its_tria
     long_text = remote_scenario("long", triton_dense_model, duration=0.3, trials=LONG_TRIALS)
     async with (
         LocalCluster(
-            n_workers=1, processes=True, threads_per_worker=1, resources=resources(0),
+            n_workers=1, processes=True, threads_per_worker=1, resources=worker_resources(0),
             host="127.0.0.1", dashboard_address="127.0.0.1:0", preload=[PRELOAD],
             asynchronous=True,
         ) as cluster,

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
+from servebench.common.dask_cluster import local_cluster
 from servebench.load import LoadSettings, constant, poisson, read_records, run
-from servebench.load.gang import local_cluster
 
 # Seconds: rounding of epoch float64 times (2.4e-7 s) through a few sums.
 EPS = 1e-5
@@ -80,7 +80,7 @@ def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(
     warning names, not on the terminal."""
     from distributed import Client
 
-    from servebench.load.gang import local_cluster
+    from servebench.common.dask_cluster import local_cluster
 
     path = tmp_path / "records.parquet"
     with local_cluster(2) as cluster, Client(cluster) as client:

@@ -257,21 +257,21 @@ def up(
 ) -> None:
     """A leader and a Dask LocalCluster of FOLLOWERS followers on this machine; Ctrl-C
     stops all of them and leaves the store consistent."""
-    from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv, resources
+    from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv
 
     labels = _labels(label)
 
     @asynccontextmanager
     async def local_cluster() -> AsyncIterator[tuple[Any, str]]:
-        from distributed import Client, LocalCluster
+        from distributed import Client
+
+        from servebench.common.dask_cluster import local_cluster
 
         # The machine's GPUs are shared out: a follower never claims one another also claims.
-        gpus = gpu_count() // followers
         async with (
-            LocalCluster(
-                n_workers=followers, processes=True, threads_per_worker=1,
-                resources=resources(gpus), host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                preload=[PRELOAD], preload_argv=preload_argv(labels), asynchronous=True,
+            local_cluster(
+                followers, gpus=gpu_count() // followers, asynchronous=True,
+                preload=[PRELOAD], preload_argv=preload_argv(labels),
             ) as cluster,
             Client(cluster, asynchronous=True) as client,
         ):  # fmt: skip
@@ -298,12 +298,12 @@ def leader(
 
     @asynccontextmanager
     async def existing() -> AsyncIterator[tuple[Any, str]]:
-        from distributed import Client
+        from servebench.common.dask_cluster import SchedulerUnreachable, connect_async
 
         try:
-            client = await Client(scheduler, asynchronous=True, timeout=30)
-        except (OSError, TimeoutError) as err:
-            raise fail(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+            client = await connect_async(scheduler)
+        except SchedulerUnreachable as err:
+            raise fail(str(err)) from None
         async with client:
             yield client, scheduler
 

@@ -28,10 +28,9 @@ from typing import Any
 import click
 
 from servebench.cluster import execute
+from servebench.common.dask_cluster import worker_resources
 
 META_KEY = "servebench-followers"
-SLOT = "slot"
-GPU = "GPU"
 PRELOAD = __name__
 # How long a closing follower waits for its interrupted run to finish the current trial.
 CLOSE_TIMEOUT_S = execute.STOP_GRACE_S + 30
@@ -66,11 +65,6 @@ def parse_labels(items: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"label {key!r} given twice")
         labels[key] = value
     return labels
-
-
-def resources(gpus: int) -> dict[str, float]:
-    """The Dask worker resources of a follower with `gpus` GPUs."""
-    return {SLOT: 1, GPU: gpus}
 
 
 def preload_argv(labels: Mapping[str, str]) -> list[str]:
@@ -115,7 +109,7 @@ async def run_follower(
         scheduler,
         name=name or socket.gethostname(),
         nthreads=1,
-        resources=resources(gpu_count() if gpus is None else gpus),
+        resources=worker_resources(gpu_count() if gpus is None else gpus),
         host=host,
         local_directory=local_directory,
         preload=[PRELOAD],

@@ -48,7 +48,7 @@ from typing import IO, Any
 
 from servebench.cluster import archive, execute
 from servebench.cluster.errors import ClusterError
-from servebench.cluster.follower import GPU, META_KEY, SLOT
+from servebench.cluster.follower import META_KEY
 from servebench.cluster.job import (
     TERMINAL,
     FollowerInfo,
@@ -60,6 +60,7 @@ from servebench.cluster.job import (
 )
 from servebench.cluster.policy import FollowerPool, Policy
 from servebench.cluster.store import JobStore
+from servebench.common.dask_cluster import GPU, SLOT
 
 log = logging.getLogger("servebench.cluster")
 

@@ -57,6 +57,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from servebench.common.dask_cluster import (
+    SCHEDULER_TIMEOUT,
+    SLOT,
+    SchedulerUnreachable,
+    connect,
+    free_slot_workers,
+    local_cluster,
+)
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine, Stoppable
@@ -83,8 +91,6 @@ CLOCK_EXCHANGES = 10
 START_MARGIN = 0.5
 # Seconds the generators get to connect and say they are ready.
 READY_TIMEOUT = 120.0
-# Seconds to reach a scheduler, and to wait for enough of its workers.
-SCHEDULER_TIMEOUT = 10.0
 # How often the coordinator looks for lost workers and stop requests while the load runs,
 # and a generator for a stop (s).
 POLL = 0.25
@@ -95,10 +101,6 @@ _TIME_COLUMNS = ("intended_time", "send_time", "completion_time")
 
 class GangError(ServebenchError, RuntimeError):
     """The gang could not start: a generator failed before the start, or none answered."""
-
-
-class SchedulerUnreachable(ServebenchError, ValueError):
-    """The Dask scheduler address does not answer, or has too few workers."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def _run(
                 key=f"{run_id}-{i}",
                 workers=[workers[i]],
                 allow_other_workers=False,  # a generator is never re-run elsewhere
+                resources={SLOT: 1},  # nothing else measures on its worker meanwhile
                 pure=False,
             )
             for i in range(n)
@@ -257,26 +260,6 @@ def _run(
     summary.gang = _describe(settings, workers, clocks, outcomes, reports, summary)
     _judge_gang(summary, settings)
     return summary
-
-
-def local_cluster(n: int) -> Any:
-    """A LocalCluster of `n` generator processes on loopback, no dashboard (ENVIRONMENT.md).
-    One thread per worker: a generator owns its process. No memory limit: a generator
-    holds its records, not Dask data, and must not be paused for them."""
-    from distributed import LocalCluster
-
-    return LocalCluster(
-        n_workers=n,
-        processes=True,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # Without a dashboard the scheduler still serves its health and metrics pages, on
-        # port 8787 unless told otherwise: a second gang (or anything on 8787) then got
-        # "Port 8787 is already in use" warnings. Any free loopback port will do.
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        memory_limit=0,
-    )
 
 
 def check_local_gang(n: int, option: str = "load.generators") -> None:
@@ -397,38 +380,42 @@ def _dask_client(n: int, scheduler: str | None, dask_log: Path) -> Iterator[Any]
             client.run(_generator_process, str(dask_log))
             yield client
         return
-    try:
-        client = Client(scheduler, timeout=SCHEDULER_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise SchedulerUnreachable(
-            f"scheduler {scheduler}: the Dask scheduler does not answer "
-            f"within {SCHEDULER_TIMEOUT:g} s ({first})"
-        ) from None
-    with client:
+    with connect(scheduler) as client:
         yield client
 
 
 def _pick_workers(client: Any, n: int, scheduler: str | None) -> list[str]:
-    try:
-        client.wait_for_workers(n, timeout=SCHEDULER_TIMEOUT)
-    except TimeoutError:
-        have = len(_workers(client))
-        where = scheduler or "the local cluster"
-        raise SchedulerUnreachable(
-            f"load.generators: {n} generators need {n} Dask workers, {where} has {have} "
-            f"after {SCHEDULER_TIMEOUT:g} s"
-        ) from None
-    return sorted(_workers(client))[:n]
+    """`n` workers whose slot is free (`common.dask_cluster`), waiting up to
+    SCHEDULER_TIMEOUT for workers that are still starting or finishing a job."""
+    deadline = time.monotonic() + SCHEDULER_TIMEOUT
+    while True:
+        identity = _identity(client)
+        free = free_slot_workers(identity, client.processing())
+        if len(free) >= n:
+            return free[:n]
+        if time.monotonic() > deadline:
+            raise SchedulerUnreachable(
+                f"load.generators: {n} generators need {n} Dask workers with a free "
+                f"{SLOT}, {scheduler or 'the local cluster'} has {len(free)} of "
+                f"{len(identity['workers'])} after {SCHEDULER_TIMEOUT:g} s (a worker offers "
+                f"one with --resources {SLOT}=1, as `servebench cluster follower` does; one "
+                "running a benchmark job or another gang's generator is busy)"
+            )
+        time.sleep(POLL)
+
+
+def _identity(client: Any) -> dict[str, Any]:
+    """The scheduler's description of itself and its workers now, asked of the scheduler
+    itself: `Client.scheduler_info()` returns the client's cached copy, which the client's
+    own periodic refresh (asking for no workers) can overwrite between the fetch and the
+    read, so a look now and then finds no workers at all (2 looks in 1160 measured), and a
+    generator would be taken for lost."""
+    return client.sync(client.scheduler.identity, n_workers=-1)
 
 
 def _workers(client: Any) -> set[str]:
-    """The addresses of the scheduler's workers now, asked of the scheduler itself:
-    `Client.scheduler_info()` returns the client's cached copy, which the client's own
-    periodic refresh (asking for no workers) can overwrite between the fetch and the read,
-    so a look now and then finds no workers at all (2 looks in 1160 measured), and a
-    generator would be taken for lost."""
-    return set(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    """The addresses of the scheduler's workers now (`_identity`)."""
+    return set(_identity(client)["workers"])
 
 
 def _event(client: Any, name: str) -> Any:
