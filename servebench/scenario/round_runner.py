@@ -199,7 +199,11 @@ class RoundRunner:
             total=trial.estimated_s,
             description=f"{trial.setting.id} · {trial.model.id} · {trial.link.name} · "
             f"b{trial.batch_size} · {trial.level.label}"
-            + (f" · round {replicate.round}/{self.repeats}" if self.repeats > 1 else ""),
+            + (
+                f" · round {_round_label(replicate.round, self.repeats)}"
+                if self.repeats > 1
+                else ""
+            ),
         )
         ticker = asyncio.create_task(_tick(self.progress, self.current))
         try:
@@ -292,3 +296,10 @@ async def _tick(progress: Progress, task: TaskID, every_s: float = 0.25) -> None
     while True:
         progress.update(task, completed=time.perf_counter() - started)
         await asyncio.sleep(every_s)
+
+
+def _round_label(number: int, repeats: int) -> str:
+    """ "3/5" within the planned rounds; past them (the rounds a search asks for as it goes:
+    a quick climb's neighbours, a confirmation) just the round's number, since no total is
+    planned for those."""
+    return f"{number}/{repeats}" if number <= repeats else str(number)
