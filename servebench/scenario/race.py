@@ -200,10 +200,7 @@ def _finish(
         else:
             decision = TIED
             reason = f"not significantly worse than the leader after {done} rounds"
-        result.steps.append(
-            Step(len(result.steps), list(candidates[name]), name, measured.value,
-                 list(measured.trials), decision, reason)
-        )  # fmt: skip
+        result.record(candidates[name], name, decision, reason)
 
 
 def _ranked(result: TuneResult, survivors: list[str]) -> list[str]:

@@ -104,11 +104,8 @@ async def brute_search(
     points = distinct_points(sizes, key)
     got = await result.counting(measure)(list(points), rounds)
     for name, point in points.items():
-        measured = result.measured[name] = got[name]
-        result.steps.append(
-            Step(len(result.steps), list(point), name, measured.value, list(measured.trials),
-                 MEASURED, measured.note or "every setting is measured")
-        )  # fmt: skip
+        result.measured[name] = got[name]
+        result.record(point, name, MEASURED, got[name].note or "every setting is measured")
     result.stop_reason = "every setting measured"
     return result
 
@@ -131,17 +128,9 @@ async def quick_search(
     at `alpha`, confirmed by one more round (`_confirmed`), and the answer is the best of
     the points where the climbs ended."""
     result = TuneResult("quick", maximize)
-    ask = result.counting(measure)
+    ask, record = result.counting(measure), result.record
     paired = rounds > 1
     current = start if start is not None else tuple(0 for _ in sizes)
-
-    def record(point: Point, name: str, decision: str, reason: str, *, new: bool = True) -> Step:
-        """A step; `new` is false for one that measured nothing (its trials are elsewhere)."""
-        got = result.measured.get(name, Measured(None))
-        trials = list(got.trials) if new else []
-        step = Step(len(result.steps), list(point), name, got.value, trials, decision, reason)
-        result.steps.append(step)
-        return step
 
     def spent() -> bool:
         return budget is not None and result.trials_spent >= budget
@@ -152,19 +141,7 @@ async def quick_search(
     ends: list[str] = []  # where each climb ended: a replicated search's finalists
     record(current, here, START, "the first value of every setting's list")
     while True:
-        candidates: list[tuple[Point, str]] = []
-        batch: list[tuple[Point, str]] = []  # candidates not measured yet
-        out_of_budget = False
-        for point in neighbours(current, sizes):
-            name = key(point)
-            if name == here or any(name == seen for _, seen in candidates):
-                continue  # the same setting as another point (e.g. batching off)
-            if name not in result.measured:
-                if budget is not None and result.trials_spent + len(batch) >= budget:
-                    out_of_budget = True
-                    break
-                batch.append((point, name))
-            candidates.append((point, name))
+        candidates, batch, out_of_budget = _neighbour_settings(current, sizes, key, result, budget)
         names = [name for _, name in batch]
         # Replicated, the current point is measured again beside its new neighbours, so
         # each is compared with it over rounds they share.
@@ -185,9 +162,7 @@ async def quick_search(
             if step is None:
                 record(point, name, MOVED, why + ", measured before", new=False)
             else:
-                moved = result.measured[name]  # a confirmation may have measured it again
-                step.value, step.trials = moved.value, list(moved.trials)
-                step.decision, step.reason = MOVED, why
+                step.moved(result.measured[name], why)
             current, here = point, name
         if winner is None and not out_of_budget and budget is not None and not spent():
             fresh = _farthest(sizes, key, positions)
@@ -204,19 +179,58 @@ async def quick_search(
                 record(current, here, RESTARTED, why)
                 continue
         if winner is None or out_of_budget or spent():
-            if winner is None and not out_of_budget:
-                reason = f"local optimum: no neighbour of {here} improves on {shown(now)}"
-                if paired:
-                    reason += " beyond the noise"
-                if budget is not None and not spent():  # no setting left to restart from
-                    reason = f"every setting measured; {reason}"
-            else:
-                reason = f"budget of {budget} trials spent"
-            result.stop_reason = reason
+            result.stop_reason = reason = _stop_reason(
+                here, now, paired, budget, optimum=winner is None and not out_of_budget,
+                restarts_left=budget is not None and not spent(),
+            )  # fmt: skip
             if paired:
                 result.finalists = [*ends, here]
             record(current, here, STOPPED, reason, new=False)
             return result
+
+
+def _neighbour_settings(
+    current: Point,
+    sizes: Sequence[int],
+    key: Callable[[Point], str],
+    result: TuneResult,
+    budget: int | None,
+) -> tuple[list[tuple[Point, str]], list[tuple[Point, str]], bool]:
+    """The distinct settings next to `current` (points meaning the setting of `current`
+    or of an earlier neighbour, e.g. batching off, are skipped), those of them not measured
+    yet, and whether the budget ran out before every one of those fitted."""
+    here = key(current)
+    candidates: list[tuple[Point, str]] = []
+    batch: list[tuple[Point, str]] = []
+    for point in neighbours(current, sizes):
+        name = key(point)
+        if name == here or any(name == seen for _, seen in candidates):
+            continue
+        if name not in result.measured:
+            if budget is not None and result.trials_spent + len(batch) >= budget:
+                return candidates, batch, True
+            batch.append((point, name))
+        candidates.append((point, name))
+    return candidates, batch, False
+
+
+def _stop_reason(
+    here: str,
+    now: float | None,
+    paired: bool,
+    budget: int | None,
+    *,
+    optimum: bool,
+    restarts_left: bool,
+) -> str:
+    """Why a climb stopped: a local optimum (`optimum`; with budget left but no unmeasured
+    setting to restart from, `restarts_left`, every setting has been measured), or the
+    budget."""  # fmt: skip
+    if not optimum:
+        return f"budget of {budget} trials spent"
+    reason = f"local optimum: no neighbour of {here} improves on {shown(now)}"
+    reason += " beyond the noise" if paired else ""
+    return f"every setting measured; {reason}" if restarts_left else reason
 
 
 Candidate = tuple[Point, str, Step | None]  # a neighbour, its setting, its step if new

@@ -11,7 +11,7 @@ is what `tune.json` keeps and the report draws.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,6 +63,12 @@ class Step:
     decision: str  # start | moved | stayed | restarted | stopped | measured | dropped | ...
     reason: str
 
+    def moved(self, measured: Measured, reason: str) -> None:
+        """Make this step the one a climb moved to, valued on `measured` (its setting's
+        latest measurement: a confirmation may have measured it again)."""
+        self.value, self.trials = measured.value, list(measured.trials)
+        self.decision, self.reason = MOVED, reason
+
 
 @dataclass
 class TuneResult:
@@ -80,6 +86,17 @@ class TuneResult:
     finalists: list[str] | None = None
     answer: str | None = None  # chosen by the search itself (the race's leader)
     looks: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(
+        self, point: Sequence[int], name: str, decision: str, reason: str, *, new: bool = True
+    ) -> Step:
+        """Add a step for the setting `name` at `point`, valued on its latest measurement;
+        `new` is false for a step that measured nothing (its trials are an earlier step's)."""
+        got = self.measured.get(name, Measured(None))
+        trials = list(got.trials) if new else []
+        step = Step(len(self.steps), list(point), name, got.value, trials, decision, reason)
+        self.steps.append(step)
+        return step
 
     @property
     def trials_spent(self) -> int:
