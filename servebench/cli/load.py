@@ -420,7 +420,13 @@ def load(
     from servebench.clients.base import InferenceError
     from servebench.clients.factory import create_client
     from servebench.clients.input_data import read_input_data
-    from servebench.load import EarlyStopSettings, LoadSettings, StabilitySettings, run
+    from servebench.load import (
+        EarlyStopSettings,
+        LoadSettings,
+        StabilitySettings,
+        per_generator,
+        run,
+    )
     from servebench.load.gang import check_local_gang
 
     try:
@@ -448,7 +454,7 @@ def load(
             body_file,
             header,
             expect_status,
-            -(-connections // generators),  # each generator's share, rounded up
+            per_generator(connections, generators),
             option,
         )
         options.setdefault("transport", transport)
