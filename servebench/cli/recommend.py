@@ -111,9 +111,11 @@ def recommend(
         Query,
         RecommendError,
         price_run,
+        runs_slo,
         to_json,
     )
     from servebench.analysis.recommend import recommend as decide
+    from servebench.analysis.slo import RunSlo
     from servebench.pricing import PriceError, load_prices
 
     try:
@@ -124,10 +126,10 @@ def recommend(
         mapping = _as_instance(as_instance or [], run_dirs, runs)
         prices = load_prices()
         priced = [price_run(run, prices, mapping.get(n)) for n, run in enumerate(runs)]
-        percentile, slo_s = (99.0, slo_p99_ms / 1e3) if slo_p99_ms is not None else _runs_slo(runs)
+        slo = RunSlo(99.0, slo_p99_ms / 1e3) if slo_p99_ms is not None else runs_slo(runs)
         query = Query(
-            slo_s=slo_s,
-            percentile=percentile,
+            slo_s=slo.bound_s,
+            percentile=slo.percentile,
             qps=qps,
             link=link,
             headroom=headroom,
@@ -203,24 +205,6 @@ def _check_measured(runs: list[RunData], query: Query) -> None:
             f"{option}: no run measured a trial over link {wanted} "
             f"(measured: {', '.join(links)}){hint}"
         )
-
-
-def _runs_slo(runs: list[RunData]) -> tuple[float, float]:
-    """(percentile, bound in s) of the SLO every run's scenario named — on its own
-    percentile: a p95 SLO is decided on p95 — or an error asking for --slo-p99-ms."""
-    from servebench.analysis.recommend import RecommendError
-
-    slos = set()
-    for run in runs:
-        trials = run.trials.dropna(subset=["slo_percentile", "slo_bound_s"])
-        slos |= {
-            (float(q), round(float(b), 9))
-            for q, b in zip(trials["slo_percentile"], trials["slo_bound_s"], strict=True)
-        }
-    if len(slos) != 1:
-        found = ", ".join(f"p{q:g} ≤ {b * 1e3:g} ms" for q, b in sorted(slos)) or "none"
-        raise RecommendError(f"give --slo-p99-ms (the runs' SLOs: {found})")
-    return slos.pop()
 
 
 def _link_cost(link: str) -> LinkCost:
