@@ -146,6 +146,20 @@ def price_of(prices: Mapping[str, InstancePrice], instance_type: str) -> Instanc
         ) from None
 
 
+def scenario_price(
+    instance_type: str, overrides: Mapping[str, Mapping[str, object]]
+) -> InstancePrice:
+    """What a scenario's `cost` section prices its trials at: `instance_type`'s entry in
+    the shipped table with the section's `prices` merged over it (each override's fields;
+    one given as None is not given, so the shipped entry's value stays). The one builder:
+    the scenario runner prices its trials here and `servebench ui` its swarm, so alike."""
+    given = {
+        name: {field: value for field, value in values.items() if value is not None}
+        for name, values in overrides.items()
+    }
+    return price_of(merge_prices(load_prices(), given), instance_type)
+
+
 def cost_per_million(inferences_per_s: float, usd_per_hour: float) -> float:
     """Dollars for one million inferences at a sustained throughput on one machine."""
     if not (math.isfinite(inferences_per_s) and inferences_per_s > 0):

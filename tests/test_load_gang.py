@@ -23,7 +23,7 @@ import pytest
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
 from servebench.common.dask_cluster import local_cluster
-from servebench.load import LoadSettings, constant, poisson, read_records, run
+from servebench.load import LoadSettings, constant, per_generator, poisson, read_records, run
 
 # Seconds: rounding of epoch float64 times (2.4e-7 s) through a few sums.
 EPS = 1e-5
@@ -67,6 +67,12 @@ def test_closed_loop_splits_concurrency_and_count_and_skew_is_judged(server):  #
     assert [g["count"] for g in s.gang["generators"]] == [60, 60]
     assert s.verdict == "INVALID" and s.reason_codes == ["start_skew"]
     assert s.gang["start_skew_s"] >= max(g["clock_uncertainty_s"] for g in s.gang["generators"])
+
+
+def test_a_client_pool_given_for_the_load_is_shared_out_rounded_up():
+    """`servebench load --connections` is the gang's total: each generator gets its share,
+    rounded up, so the gang never has fewer connections than asked and each has one."""
+    assert [per_generator(64, n) for n in (1, 2, 3, 64, 100)] == [64, 32, 22, 1, 1]
 
 
 def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(

@@ -59,6 +59,24 @@ def test_a_scenario_price_override_is_the_price(tmp_path: Path) -> None:
     assert (facts.instance, facts.usd_per_hour) == ("my.box", 0.05)
 
 
+def test_the_swarm_is_priced_as_the_scenario_runner_prices(tmp_path: Path) -> None:
+    """One price builder (`CostSection.price`, the scenario runner's): an override of a
+    shipped instance's price keeps the shipped entry's vcpus, and `servebench ui` says
+    what it says."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        QUICKSTART.read_text().replace(
+            "cost: {instance: c6i.xlarge}",
+            "cost: {instance: c6i.xlarge, prices: {c6i.xlarge: {usd_per_hour: 0.2}}}",
+        )
+    )
+    loaded = load_scenario(scenario)
+    price = loaded.cost.price()
+    assert (price.usd_per_hour, price.vcpus) == (0.2, load_prices()["c6i.xlarge"].vcpus)
+    facts = scenario_facts(loaded, [])
+    assert (facts.instance, facts.usd_per_hour) == (price.instance_type, price.usd_per_hour)
+
+
 def test_the_launcher_passes_the_facts_file() -> None:
     argv = locust_argv(
         Target(host="http://h:1", model="m"), results_dir=Path("out"), run_id="r",

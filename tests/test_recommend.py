@@ -589,6 +589,20 @@ def test_a_p95_slo_is_decided_on_p95_without_being_told(tmp_path: Path) -> None:
     assert "p99 ≤ 50 ms" in told.output and "max 100 req/s per replica" in told.output
 
 
+def test_runs_held_to_different_slos_ask_for_a_bound(tmp_path: Path) -> None:
+    """Without --slo-p99-ms the runs' one SLO decides; runs held to two SLOs (or none) name
+    what they hold and ask for a bound, one line, exit 2."""
+    a = write_run(tmp_path, "a", curve("A", A))
+    b = write_run(tmp_path, "b", curve("B", A, slo_percentile=95.0))
+    assert run_cli(str(a), "--qps", "100").exit_code == 0
+    assert_one_line_error(
+        run_cli(str(a), str(b), "--qps", "100"),
+        "give --slo-p99-ms (the runs' SLOs: p95 ≤ 50 ms, p99 ≤ 50 ms)",
+    )
+    bare = write_run(tmp_path, "c", curve("C", A, slo_percentile=None, slo_bound_s=None))
+    assert_one_line_error(run_cli(str(bare)), "give --slo-p99-ms (the runs' SLOs: none)")
+
+
 def test_a_replicated_run_names_its_tied_set_from_paired_rounds(tmp_path: Path) -> None:
     """Two settings of one cost in the same rounds: alike round by round, they tie (with
     how many more rounds would likely separate them); B 30 % slower in every one of

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -38,7 +37,7 @@ from servebench.analysis.recommend import (
     price_run,
     recommend,
 )
-from servebench.analysis.slo import decide
+from servebench.analysis.slo import RunSlo, decide, run_slo
 from servebench.analysis.svg import NoData, render
 from servebench.pricing import load_prices
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
@@ -76,24 +75,6 @@ if(x===null||y===null)return x===y?0:(x===null?1:-1);return up?x-y:y-x;});
 rows.forEach(function(r){body.appendChild(r);});});});
 })();
 """
-
-
-@dataclass(frozen=True)
-class RunSlo:
-    percentile: float
-    bound_s: float
-
-    @property
-    def words(self) -> str:
-        return f"p{self.percentile:g} ≤ {self.bound_s * 1e3:,.4g} ms"
-
-
-def run_slo(trials: pd.DataFrame) -> RunSlo | None:
-    """The SLO the scenario named, as its trial rows carry it (None: it named none)."""
-    rows = trials.dropna(subset=["slo_percentile", "slo_bound_s"])
-    if rows.empty:
-        return None
-    return RunSlo(float(rows["slo_percentile"].iloc[0]), float(rows["slo_bound_s"].iloc[0]))
 
 
 def _links(trials: pd.DataFrame) -> list[str]:

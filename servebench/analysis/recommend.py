@@ -46,10 +46,12 @@ from servebench.analysis.search import search_steps
 from servebench.analysis.slo import (
     SLO_MISSED,
     SLO_UNDECIDED,
+    RunSlo,
     decide,
     holds,
     requests_needed,
     too_few,
+    trial_slos,
 )
 from servebench.common.paired import HIGHER, Comparison, compare_paired
 from servebench.common.verdict_codes import UNUSABLE_STEP
@@ -459,6 +461,20 @@ def price_run(
         data.run_id, data.path, trials, instance, price.usd_per_hour, "prices.csv",
         data.trials if data.replicated else None,
     )  # fmt: skip
+
+
+def runs_slo(runs: Sequence[RunData]) -> RunSlo:
+    """The one SLO every run's scenario named, as their rows carry it (`slo.trial_slos`),
+    to be decided on its own percentile: a p95 SLO is decided on p95. RecommendError
+    asking for a bound where the runs name none, or several."""
+    slos = {slo for run in runs for slo in trial_slos(run.trials)}
+    if len(slos) != 1:
+        found = ", ".join(
+            f"p{s.percentile:g} ≤ {s.bound_s * 1e3:g} ms"
+            for s in sorted(slos, key=lambda s: (s.percentile, s.bound_s))
+        )
+        raise RecommendError(f"give --slo-p99-ms (the runs' SLOs: {found or 'none'})")
+    return slos.pop()
 
 
 # -- measured points ----------------------------------------------------------------------

@@ -9,6 +9,9 @@ is undecided otherwise — a side too few requests bound decides nothing, so a s
 trial's p99 is never read as a failure. Rows without an interval (runs written before
 intervals) are an interval of their one value.
 
+The SLO a run was held to is read from its rows here too (`run_slo`, `trial_slos`): the
+report's box and `recommend` without `--slo-p99-ms` ask the same reader.
+
 When the SLO asked about is the one the row was run with, its `slo_met` and
 `slo_requests_to_decide` say the same on the same requests; for another bound, the count
 that would at least bound the percentile comes from `common.quantiles`.
@@ -17,22 +20,54 @@ that would at least bound the percentile comes from `common.quantiles`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from servebench.analysis.labels import missing
 from servebench.common.quantiles import CONFIDENCE, requests_to_decide
 from servebench.common.slo_judge import judge_slo
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = [
     "SLO_MET",
     "SLO_MISSED",
     "SLO_UNDECIDED",
+    "RunSlo",
     "decide",
     "holds",
     "requests_needed",
+    "run_slo",
     "too_few",
+    "trial_slos",
 ]
+
+
+@dataclass(frozen=True)
+class RunSlo:
+    """An SLO as trial rows carry it: the latency percentile and its bound (s)."""
+
+    percentile: float
+    bound_s: float
+
+    @property
+    def words(self) -> str:
+        return f"p{self.percentile:g} ≤ {self.bound_s * 1e3:,.4g} ms"
+
+
+def trial_slos(trials: pd.DataFrame) -> list[RunSlo]:
+    """The SLOs the rows were run with, each once, in the rows' order (bounds to the ns:
+    a bound read back from a CSV is the same SLO); none where the scenario named none."""
+    rows = trials.dropna(subset=["slo_percentile", "slo_bound_s"])
+    pairs = zip(rows["slo_percentile"], rows["slo_bound_s"], strict=True)
+    return list(dict.fromkeys(RunSlo(float(q), round(float(b), 9)) for q, b in pairs))
+
+
+def run_slo(trials: pd.DataFrame) -> RunSlo | None:
+    """The SLO the scenario named, as its trial rows carry it (None: it named none)."""
+    return next(iter(trial_slos(trials)), None)
 
 
 def decide(low: float, high: float, bound_s: float, percentile: float) -> str:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from servebench.cli.cluster import SCHEDULER
+from servebench.cli.command import with_options
 from servebench.cli.usage import fail
 from servebench.cli.values import (
     Endpoint,
@@ -59,8 +62,11 @@ from servebench.load.summary import (
 )
 
 if TYPE_CHECKING:
-    from servebench.load import LoadSummary
+    from servebench.cli.load_server import ServerMetrics
+    from servebench.clients.base import InferenceClient
+    from servebench.load import ArrivalProcess, LoadSettings, LoadSummary
     from servebench.load.live import LiveFigures
+    from servebench.load.settings import EarlyStopSettings, StabilitySettings
 
 EXIT_FAILED = 1
 EXIT_INVALID = 3
@@ -84,27 +90,30 @@ RATE = Number(float, ge=MIN_RATE, le=MAX_RATE, limit="max_rate", unit=" req/s")
 TRIAL_SECONDS = Number(float, gt=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s")
 
 
-def load(
+@dataclass(frozen=True)
+class LoadOptions:
+    """`servebench load`'s options, as parsed: the command's parameters (`cli.command`)."""
+
     url: Annotated[
         str,
         typer.Option(help="Server URL (the full endpoint for protocol http).", parser=Endpoint()),
-    ],
-    model: Annotated[str, typer.Option(help="Model name.")] = "",
+    ]
+    model: Annotated[str, typer.Option(help="Model name.")] = ""
     protocol: Annotated[
         str | None,
         typer.Option(
             help=f"Client protocol: {', '.join(protocol_names())} (default: with --model, "
             "the model protocol the address answers, asked once; without, http)."
         ),
-    ] = None,
-    model_version: Annotated[str | None, typer.Option(help="Model version.")] = None,
+    ] = None
+    model_version: Annotated[str | None, typer.Option(help="Model version.")] = None
     rate: Annotated[
         float | None,
         typer.Option(help="Open loop: requests per second.", rich_help_panel=_LOAD, parser=RATE),
-    ] = None,
+    ] = None
     poisson: Annotated[
         bool, typer.Option(help="Poisson arrivals instead of evenly spaced.", rich_help_panel=_LOAD)
-    ] = False,
+    ] = False
     request_intervals: Annotated[
         Path | None,
         typer.Option(
@@ -112,10 +121,10 @@ def load(
             rich_help_panel=_LOAD,
             parser=InputFile(),
         ),
-    ] = None,
+    ] = None
     load_schedule: Annotated[
         Schedule, typer.Option(help="Rate schedule, as ghz.", rich_help_panel=_LOAD)
-    ] = Schedule.const,
+    ] = Schedule.const
     load_start: Annotated[
         float | None,
         typer.Option(
@@ -123,7 +132,7 @@ def load(
             rich_help_panel=_LOAD,
             parser=Number(float, ge=0, le=MAX_RATE, limit="max_rate", unit=" req/s"),
         ),
-    ] = None,
+    ] = None
     load_step: Annotated[
         float | None,
         typer.Option(
@@ -131,15 +140,15 @@ def load(
             rich_help_panel=_LOAD,
             parser=Number(float, ge=-MAX_RATE, le=MAX_RATE, nonzero=True, limit="max_rate"),
         ),
-    ] = None,
+    ] = None
     load_end: Annotated[
         float | None,
         typer.Option(help="step/line: rate to hold (req/s).", rich_help_panel=_LOAD, parser=RATE),
-    ] = None,
+    ] = None
     load_step_duration: Annotated[
         float,
         typer.Option(help="step: seconds per step.", rich_help_panel=_LOAD, parser=TRIAL_SECONDS),
-    ] = 5.0,
+    ] = 5.0
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -147,7 +156,7 @@ def load(
             rich_help_panel=_LOAD,
             parser=Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency"),
         ),
-    ] = None,
+    ] = None
     think_time: Annotated[
         float,
         typer.Option(
@@ -155,16 +164,16 @@ def load(
             rich_help_panel=_LOAD,
             parser=Number(float, ge=0, le=MAX_SECONDS, unit=" s"),
         ),
-    ] = 0.0,
+    ] = 0.0
     batch_size: Annotated[
         int,
         typer.Option(
             help="Batch size.", rich_help_panel=_LOAD, parser=Number(int, ge=1, le=MAX_BATCH)
         ),
-    ] = 1,
+    ] = 1
     seed: Annotated[
         int, typer.Option(help="Seed (data, Poisson).", rich_help_panel=_LOAD, parser=seed_type())
-    ] = 0,
+    ] = 0
     input_data: Annotated[
         Path | None,
         typer.Option(
@@ -173,7 +182,7 @@ def load(
             rich_help_panel=_LOAD,
             parser=InputFile(text=False),
         ),
-    ] = None,
+    ] = None
     generators: Annotated[
         int,
         typer.Option(
@@ -185,7 +194,7 @@ def load(
             rich_help_panel=_LOAD,
             parser=Number(int, ge=1, le=MAX_THREADS),
         ),
-    ] = 1,
+    ] = 1
     scheduler: Annotated[
         str | None,
         typer.Option(
@@ -194,7 +203,7 @@ def load(
             rich_help_panel=_LOAD,
             parser=SCHEDULER,
         ),
-    ] = None,
+    ] = None
     duration: Annotated[
         float | None,
         typer.Option(
@@ -202,7 +211,7 @@ def load(
             rich_help_panel=_STOP,
             parser=TRIAL_SECONDS,
         ),
-    ] = None,
+    ] = None
     count: Annotated[
         int | None,
         typer.Option(
@@ -210,7 +219,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(int, ge=1, le=MAX_REQUESTS, limit="max_requests"),
         ),
-    ] = None,
+    ] = None
     warmup: Annotated[
         float,
         typer.Option(
@@ -218,7 +227,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(float, ge=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s"),
         ),
-    ] = 0.0,
+    ] = 0.0
     timeout: Annotated[
         float,
         typer.Option(
@@ -226,7 +235,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(float, gt=0, le=MAX_SECONDS, unit=" s"),
         ),
-    ] = 10.0,
+    ] = 10.0
     max_in_flight: Annotated[
         int | None,
         typer.Option(
@@ -234,7 +243,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(int, ge=1, le=100 * MAX_CONCURRENCY),
         ),
-    ] = 10_000,
+    ] = 10_000
     late_threshold_ms: Annotated[
         float,
         typer.Option(
@@ -242,7 +251,7 @@ def load(
             rich_help_panel=_VERDICT,
             parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
         ),
-    ] = LATE_THRESHOLD * 1e3,
+    ] = LATE_THRESHOLD * 1e3
     late_limit: Annotated[
         float,
         typer.Option(
@@ -250,7 +259,7 @@ def load(
             rich_help_panel=_VERDICT,
             parser=Number(float, ge=0, le=1),
         ),
-    ] = LATE_LIMIT,
+    ] = LATE_LIMIT
     rate_tolerance: Annotated[
         float,
         typer.Option(
@@ -258,7 +267,7 @@ def load(
             rich_help_panel=_VERDICT,
             parser=Number(float, ge=0, lt=1),
         ),
-    ] = RATE_TOLERANCE,
+    ] = RATE_TOLERANCE
     lag_ratio: Annotated[
         float,
         typer.Option(
@@ -266,7 +275,7 @@ def load(
             rich_help_panel=_VERDICT,
             parser=Number(float, gt=0, le=1000),
         ),
-    ] = LAG_RATIO,
+    ] = LAG_RATIO
     early_stop_ms: Annotated[
         float | None,
         typer.Option(
@@ -275,7 +284,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
         ),
-    ] = None,
+    ] = None
     confidence: Annotated[
         float,
         typer.Option(
@@ -283,7 +292,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(float, ge=0.5, lt=1),
         ),
-    ] = CONFIDENCE,
+    ] = CONFIDENCE
     min_duration: Annotated[
         float,
         typer.Option(
@@ -291,7 +300,7 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(float, ge=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s"),
         ),
-    ] = EARLY_STOP_MIN_DURATION,
+    ] = EARLY_STOP_MIN_DURATION
     min_requests: Annotated[
         int,
         typer.Option(
@@ -299,14 +308,14 @@ def load(
             rich_help_panel=_STOP,
             parser=Number(int, ge=1, le=MAX_REQUESTS, limit="max_requests"),
         ),
-    ] = EARLY_STOP_MIN_REQUESTS,
+    ] = EARLY_STOP_MIN_REQUESTS
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
-    ] = False,
+    ] = False
     window: Annotated[
         float,
         typer.Option(help="Seconds per window.", rich_help_panel=_STAB, parser=TRIAL_SECONDS),
-    ] = 5.0,
+    ] = 5.0
     stability_percentage: Annotated[
         float,
         typer.Option(
@@ -314,7 +323,7 @@ def load(
             rich_help_panel=_STAB,
             parser=Number(float, gt=0, lt=100),
         ),
-    ] = 10.0,
+    ] = 10.0
     percentile: Annotated[
         float,
         typer.Option(
@@ -322,7 +331,7 @@ def load(
             rich_help_panel=_STAB,
             parser=Number(float, gt=0, le=100),
         ),
-    ] = 99.0,
+    ] = 99.0
     max_windows: Annotated[
         int,
         typer.Option(
@@ -330,21 +339,21 @@ def load(
             rich_help_panel=_STAB,
             parser=Number(int, ge=1, le=MAX_STABILITY_WINDOWS),
         ),
-    ] = 10,
-    method: Annotated[str, typer.Option(help="HTTP method.", rich_help_panel=_HTTP)] = "POST",
+    ] = 10
+    method: Annotated[str, typer.Option(help="HTTP method.", rich_help_panel=_HTTP)] = "POST"
     body: Annotated[
         str | None,
         typer.Option(help="Request body (default: a ~90-byte JSON).", rich_help_panel=_HTTP),
-    ] = None,
+    ] = None
     body_file: Annotated[
         Path | None,
         typer.Option(
             help="Read the body from a file.", rich_help_panel=_HTTP, parser=InputFile(text=False)
         ),
-    ] = None,
+    ] = None
     header: Annotated[
         list[str] | None, typer.Option(help="'Name: value', repeatable.", rich_help_panel=_HTTP)
-    ] = None,
+    ] = None
     expect_status: Annotated[
         int,
         typer.Option(
@@ -352,7 +361,7 @@ def load(
             rich_help_panel=_HTTP,
             parser=Number(int, ge=100, le=599),
         ),
-    ] = 200,
+    ] = 200
     connections: Annotated[
         int,
         typer.Option(
@@ -360,7 +369,7 @@ def load(
             rich_help_panel=_HTTP,
             parser=Number(int, ge=1, le=MAX_CONCURRENCY, limit="max_concurrency"),
         ),
-    ] = 64,
+    ] = 64
     transport: Annotated[
         str,
         typer.Option(
@@ -369,13 +378,13 @@ def load(
             "https://; lean, aiohttp (HTTP) or grpcio (gRPC, the reference) force one.",
             rich_help_panel=_HTTP,
         ),
-    ] = "auto",
+    ] = "auto"
     option: Annotated[
         list[str] | None,
         typer.Option(
             help="Client option key=value (JSON values), repeatable.", rich_help_panel=_HTTP
         ),
-    ] = None,
+    ] = None
     records: Annotated[
         Path | None,
         typer.Option(
@@ -383,13 +392,13 @@ def load(
             rich_help_panel=_OUT,
             parser=OutputFile(),
         ),
-    ] = None,
+    ] = None
     json_out: Annotated[
         Path | None,
         typer.Option(
             "--json", help="Write the summary as JSON.", rich_help_panel=_OUT, parser=OutputFile()
         ),
-    ] = None,
+    ] = None
     metrics_url: Annotated[
         str | None,
         typer.Option(
@@ -398,144 +407,271 @@ def load(
             rich_help_panel=_OUT,
             parser=Url(empty=True),
         ),
-    ] = None,
+    ] = None
     trial_id: Annotated[
         str, typer.Option(help="Trial id in the records.", rich_help_panel=_OUT)
-    ] = "",
-) -> None:
+    ] = ""
+
+    def settings(self) -> LoadSettings:
+        """The load layer's settings for these options, checked where a scenario's are
+        (`LoadSettings`); ValueError naming the option where the command line decides."""
+        from servebench.clients.input_data import read_input_data
+        from servebench.load import LoadSettings
+        from servebench.load.gang import check_local_gang
+
+        if self.generators > 1 and self.scheduler is None:
+            check_local_gang(self.generators, "--generators")
+        arrivals = self.arrivals()
+        if arrivals is not None and self.concurrency is not None:
+            raise ValueError("give either an open-loop load (--rate, ...) or --concurrency")
+        return LoadSettings(
+            arrivals=arrivals,
+            concurrency=self.concurrency,
+            think_time=self.think_time,
+            duration=self.duration,
+            count=self.count,
+            warmup=self.warmup,
+            stability=self._stability(),
+            timeout=self.timeout,
+            max_in_flight=self.max_in_flight,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            trial_id=self.trial_id,
+            processes=self.generators,
+            scheduler=self.scheduler,
+            late_threshold=self.late_threshold_ms / 1e3,
+            late_limit=self.late_limit,
+            rate_tolerance=self.rate_tolerance,
+            lag_ratio=self.lag_ratio,
+            input_data=read_input_data(self.input_data) if self.input_data is not None else None,
+            early_stop=self._early_stop(),
+            confidence=self.confidence,
+        )
+
+    def _stability(self) -> StabilitySettings | None:
+        from servebench.load import StabilitySettings
+
+        if not self.stability:
+            return None
+        return StabilitySettings(
+            window=self.window,
+            tolerance=self.stability_percentage / 100,
+            percentile=self.percentile,
+            max_windows=self.max_windows,
+        )
+
+    def _early_stop(self) -> EarlyStopSettings | None:
+        from servebench.load import EarlyStopSettings
+
+        if self.early_stop_ms is None:
+            return None
+        return EarlyStopSettings(
+            percentile=self.percentile,
+            bound_s=self.early_stop_ms / 1e3,
+            min_duration=self.min_duration,
+            min_requests=self.min_requests,
+        )
+
+    def arrivals(self) -> ArrivalProcess | None:
+        """The open-loop schedule the options give (None: closed loop); ValueError where
+        they give two, or a schedule without its rates."""
+        from servebench.load import TraceArrivals, arrivals
+
+        given = [
+            name
+            for name, on in (
+                ("--rate", self.rate is not None),
+                ("--request-intervals", self.request_intervals is not None),
+                ("--load-schedule", self.load_schedule is not Schedule.const),
+            )
+            if on
+        ]
+        if len(given) > 1:
+            raise ValueError(f"choose one open-loop load, got {' and '.join(given)}")
+        if self.rate is not None:
+            return (
+                arrivals.poisson(self.rate, self.seed)
+                if self.poisson
+                else arrivals.constant(self.rate)
+            )
+        if self.request_intervals is not None:
+            if self.poisson:
+                raise ValueError("--poisson does not apply to --request-intervals (a fixed trace)")
+            return TraceArrivals.from_file(self.request_intervals)
+        if self.load_schedule is Schedule.const:
+            return None
+        return self._schedule()
+
+    def _schedule(self) -> ArrivalProcess:
+        """`--load-schedule step|line` from its rates."""
+        from servebench.load import arrivals
+
+        start, step, end = self.load_start, self.load_step, self.load_end
+        missing = [
+            f"--load-{n}" for n, v in (("start", start), ("step", step), ("end", end)) if v is None
+        ]
+        if missing:
+            schedule = self.load_schedule.value
+            raise ValueError(f"--load-schedule {schedule} needs {', '.join(missing)}")
+        assert start is not None and step is not None and end is not None
+        if self.load_schedule is Schedule.step:
+            return arrivals.step(
+                start, step, end, self.load_step_duration, poisson=self.poisson, seed=self.seed
+            )
+        return arrivals.linear(start, step, end, poisson=self.poisson, seed=self.seed)
+
+    def client(self, settings: LoadSettings) -> Client:
+        """The client the load sends with, made from these options and checked against
+        the server before anything is sent (`load_server.checked_connect`): the address,
+        model, version, protocol, request size and input data. ValueError saying which."""
+        from servebench.cli.load_server import checked_connect
+        from servebench.clients.factory import create_client
+
+        protocol, probed = _chosen_protocol(self.protocol, self.url, self.model)
+        options = self.client_options(protocol)
+        options.setdefault("transport", self.transport)
+        factory = functools.partial(
+            create_client, protocol, self.url, self.model, version=self.model_version, **options
+        )
+        factory()  # validate the URL and options before anything starts
+        check = checked_connect(
+            factory,
+            protocol,
+            self.url,
+            self.model,
+            settings.batch_size,
+            settings.seed,
+            settings.input_data,
+        )
+        asyncio.run(check)
+        return Client(protocol, probed, factory)
+
+    def client_options(self, protocol: str) -> dict[str, Any]:
+        """The client's options: protocol http's request and pool (each generator's
+        share of `--connections`: `load.shares`), then every `--option`."""
+        from servebench.load import per_generator
+
+        options: dict[str, Any] = {}
+        if protocol == "http":
+            options.update(
+                self._body(),
+                method=self.method,
+                headers=_headers(self.header or []),
+                expect_status=self.expect_status,
+                connections=per_generator(self.connections, self.generators),
+            )
+        for item in self.option or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ValueError(f"--option {item!r}: expected key=value")
+            try:
+                options[key] = json.loads(value)
+            except json.JSONDecodeError:
+                options[key] = value
+        return options
+
+    def _body(self) -> dict[str, str | bytes]:
+        """`--body` or `--body-file` (nothing: the client's default body)."""
+        if self.body is not None and self.body_file is not None:
+            raise ValueError("give --body or --body-file, not both")
+        if self.body_file is not None:
+            try:
+                return {"body": self.body_file.read_bytes()}
+            except OSError as exc:
+                raise ValueError(f"--body-file {self.body_file}: {exc.strerror}") from None
+        return {"body": self.body} if self.body is not None else {}
+
+
+@dataclass(frozen=True)
+class Client:
+    """How the load's clients are made: the protocol (and whether the address was asked
+    for it) and a factory that pickles, for a gang's generators."""
+
+    protocol: str
+    probed: bool
+    factory: Callable[[], InferenceClient]
+
+
+@with_options(LoadOptions)
+def load(options: LoadOptions) -> None:
     """Run one load against a URL and model and print the summary (like perf_analyzer).
 
     Exit status 0 when the verdict is VALID, 3 when it is INVALID, 2 when the address,
     model, protocol or an output path is wrong (one line saying which).
     """
-    import functools
-
-    from servebench.cli.load_server import (
-        ServerMetrics,
-        checked_connect,
-        default_metrics_url,
-        explain,
-        protocol_hint,
-    )
-    from servebench.clients.base import InferenceError
-    from servebench.clients.factory import create_client
-    from servebench.clients.input_data import read_input_data
-    from servebench.load import EarlyStopSettings, LoadSettings, StabilitySettings, run
-    from servebench.load.gang import check_local_gang
-
     try:
-        if generators > 1 and scheduler is None:
-            check_local_gang(generators, "--generators")
-        arrivals = _arrivals(
-            rate,
-            poisson,
-            seed,
-            request_intervals,
-            load_schedule,
-            load_start,
-            load_step,
-            load_end,
-            load_step_duration,
-        )
-        if arrivals is not None and concurrency is not None:
-            raise ValueError("give either an open-loop load (--rate, ...) or --concurrency")
-        data = read_input_data(input_data) if input_data is not None else None
-        protocol, probed = _chosen_protocol(protocol, url, model)
-        options = _client_options(
-            protocol,
-            method,
-            body,
-            body_file,
-            header,
-            expect_status,
-            -(-connections // generators),  # each generator's share, rounded up
-            option,
-        )
-        options.setdefault("transport", transport)
-        factory = functools.partial(
-            create_client, protocol, url, model, version=model_version, **options
-        )
-        factory()  # validate the URL and options before anything starts
-        settings = LoadSettings(
-            arrivals=arrivals,
-            concurrency=concurrency,
-            think_time=think_time,
-            duration=duration,
-            count=count,
-            warmup=warmup,
-            stability=StabilitySettings(
-                window=window,
-                tolerance=stability_percentage / 100,
-                percentile=percentile,
-                max_windows=max_windows,
-            )
-            if stability
-            else None,
-            timeout=timeout,
-            max_in_flight=max_in_flight,
-            batch_size=batch_size,
-            seed=seed,
-            trial_id=trial_id,
-            processes=generators,
-            scheduler=scheduler,
-            late_threshold=late_threshold_ms / 1e3,
-            late_limit=late_limit,
-            rate_tolerance=rate_tolerance,
-            lag_ratio=lag_ratio,
-            input_data=data,
-            early_stop=EarlyStopSettings(
-                percentile=percentile,
-                bound_s=early_stop_ms / 1e3,
-                min_duration=min_duration,
-                min_requests=min_requests,
-            )
-            if early_stop_ms is not None
-            else None,
-            confidence=confidence,
-        )
-        asyncio.run(checked_connect(factory, protocol, url, model, batch_size, seed, data))
+        settings = options.settings()
+        client = options.client(settings)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    if probed:
-        typer.echo(f"protocol: {protocol} (what {url} answers; --protocol to choose)")
+    _run(options, settings, client)
+
+
+def _run(o: LoadOptions, settings: LoadSettings, client: Client) -> None:
+    """Measure, print the summary (and write what was asked for), exit 3 unless VALID."""
+    from servebench.cli.load_server import ServerMetrics, default_metrics_url, protocol_hint
+
+    if client.probed:
+        typer.echo(f"protocol: {client.protocol} (what {o.url} answers; --protocol to choose)")
+    metrics_url = o.metrics_url
     if metrics_url is None:
-        metrics_url = default_metrics_url(protocol, url)
+        metrics_url = default_metrics_url(client.protocol, o.url)
     quiet = settings.mode == "closed" and settings.processes == 1
-    metrics = ServerMetrics(metrics_url, model, quiet=quiet) if metrics_url else None
+    metrics = ServerMetrics(metrics_url, o.model, quiet=quiet) if metrics_url else None
+    summary = _measure(o, settings, client, metrics)
+    server = metrics.summary() if metrics is not None else None
+    print_load_summary(
+        summary,
+        url=o.url,
+        records=o.records,
+        server=server,
+        late_threshold_s=settings.late_threshold,
+    )
+    if metrics is not None and server is None and metrics.note:
+        typer.echo(metrics.note)
+    failed = summary.ok == 0 and set(summary.errors_by_kind) == {"http_status"}
+    if client.protocol == "http" and failed:
+        hint = asyncio.run(protocol_hint(o.url, client.protocol, o.model))
+        if hint:
+            typer.echo(f"note: {hint}")
+    if o.json_out is not None:
+        _write_json(o.json_out, summary, server)
+    if summary.verdict != "VALID":
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _measure(
+    o: LoadOptions, settings: LoadSettings, client: Client, metrics: ServerMetrics | None
+) -> LoadSummary:
+    """Run the load (a gang's live figures on a terminal); a failure is one line."""
+    from servebench.cli.load_server import explain
+    from servebench.clients.base import InferenceError
+    from servebench.load import run
+
     try:
         gang = settings.processes > 1 or settings.scheduler is not None
-        with _live_display(gang and json_out is None, generators) as on_progress:
-            summary = run(
-                factory,
+        with _live_display(gang and o.json_out is None, o.generators) as on_progress:
+            return run(
+                client.factory,
                 settings,
-                records=records,
+                records=o.records,
                 on_measure_start=metrics.start if metrics is not None else None,
                 on_progress=on_progress,
             )
     except InferenceError as exc:  # the server went away after the check above
-        raise fail(asyncio.run(explain(exc, protocol, url, model))) from None
+        raise fail(asyncio.run(explain(exc, client.protocol, o.url, o.model))) from None
     except ValueError as exc:
         raise fail(str(exc)) from None
     except (RuntimeError, OSError) as exc:  # a worker process, or the records file, failed
         raise fail(str(exc), EXIT_FAILED) from None
-    server = metrics.summary() if metrics is not None else None
-    print_load_summary(
-        summary, url=url, records=records, server=server, late_threshold_s=late_threshold_ms / 1e3
-    )
-    if metrics is not None and server is None and metrics.note:
-        typer.echo(metrics.note)
-    if protocol == "http" and summary.ok == 0 and set(summary.errors_by_kind) == {"http_status"}:
-        hint = asyncio.run(protocol_hint(url, protocol, model))
-        if hint:
-            typer.echo(f"note: {hint}")
-    if json_out is not None:
-        document = summary.to_dict()
-        document["confidence"] = summary.confidence()
-        if server is not None:
-            document["server"] = server
-        json_out.write_text(json.dumps(document, indent=2) + "\n")
-    if summary.verdict != "VALID":
-        raise typer.Exit(EXIT_INVALID)
+
+
+def _write_json(path: Path, summary: LoadSummary, server: dict[str, Any] | None) -> None:
+    document = summary.to_dict()
+    document["confidence"] = summary.confidence()
+    if server is not None:
+        document["server"] = server
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def _chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, bool]:
@@ -552,95 +688,15 @@ def _chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, b
     return asyncio.run(probed_protocol(url, model)), True
 
 
-def _arrivals(
-    rate: float | None,
-    poisson: bool,
-    seed: int,
-    request_intervals: Path | None,
-    load_schedule: Schedule,
-    load_start: float | None,
-    load_step: float | None,
-    load_end: float | None,
-    load_step_duration: float,
-) -> Any:
-    from servebench.load import TraceArrivals, arrivals
-
-    given = [
-        name
-        for name, on in (
-            ("--rate", rate is not None),
-            ("--request-intervals", request_intervals is not None),
-            ("--load-schedule", load_schedule is not Schedule.const),
-        )
-        if on
-    ]
-    if len(given) > 1:
-        raise ValueError(f"choose one open-loop load, got {' and '.join(given)}")
-    if rate is not None:
-        return arrivals.poisson(rate, seed) if poisson else arrivals.constant(rate)
-    if request_intervals is not None:
-        if poisson:
-            raise ValueError("--poisson does not apply to --request-intervals (a fixed trace)")
-        return TraceArrivals.from_file(request_intervals)
-    if load_schedule is Schedule.const:
-        return None
-    missing = [
-        f"--load-{n}"
-        for n, v in (("start", load_start), ("step", load_step), ("end", load_end))
-        if v is None
-    ]
-    if missing:
-        raise ValueError(f"--load-schedule {load_schedule.value} needs {', '.join(missing)}")
-    assert load_start is not None and load_step is not None and load_end is not None
-    if load_schedule is Schedule.step:
-        return arrivals.step(
-            load_start, load_step, load_end, load_step_duration, poisson=poisson, seed=seed
-        )
-    return arrivals.linear(load_start, load_step, load_end, poisson=poisson, seed=seed)
-
-
-def _client_options(
-    protocol: str,
-    method: str,
-    body: str | None,
-    body_file: Path | None,
-    header: list[str] | None,
-    expect_status: int,
-    connections: int,
-    option: list[str] | None,
-) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if protocol == "http":
-        if body is not None and body_file is not None:
-            raise ValueError("give --body or --body-file, not both")
-        if body_file is not None:
-            try:
-                options["body"] = body_file.read_bytes()
-            except OSError as exc:
-                raise ValueError(f"--body-file {body_file}: {exc.strerror}") from None
-        elif body is not None:
-            options["body"] = body
-        headers = {}
-        for item in header or []:
-            name, sep, value = item.partition(":")
-            if not sep or not name.strip():
-                raise ValueError(f"--header {item!r}: expected 'Name: value'")
-            headers[name.strip()] = value.strip()
-        options.update(
-            method=method,
-            headers=headers,
-            expect_status=expect_status,
-            connections=connections,
-        )
-    for item in option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option {item!r}: expected key=value")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
+def _headers(items: list[str]) -> dict[str, str]:
+    """`--header 'Name: value'`s."""
+    headers = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header {item!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ Heavy libraries (torch, TensorFlow, tritonclient) are imported inside the comman
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servebench.cli.command import with_options
 from servebench.cli.usage import cannot_write, fail
 from servebench.cli.values import (
     InputDir,
@@ -38,6 +40,10 @@ from servebench.common.limits import (
 )
 
 if TYPE_CHECKING:
+    from model_zoo.export import TritonSettings
+    from model_zoo.export.family import ExportedModel
+    from model_zoo.export.tfs_batching import TfsBatching
+    from model_zoo.spec import ModelSpec
     from servebench.servers.base import Endpoints
     from servebench.servers.local import LocalTritonServer
 
@@ -62,8 +68,10 @@ def _shape(text: str, option: str) -> list[int]:
         raise fail(f"{option}: expected dims like 32x32x3, got {text!r}") from None
 
 
-@app.command()
-def generate(
+@dataclass(frozen=True)
+class GenerateOptions:
+    """`servebench models generate`'s options, as parsed (`cli.command`)."""
+
     out: Annotated[
         Path,
         typer.Option(
@@ -72,38 +80,38 @@ def generate(
             help="spec list to write (.yaml or .json)",
             parser=OutputFile(make_parents=True),
         ),
-    ],
-    types: Annotated[str, typer.Option(help="grid: layer types, comma-separated")] = "dense",
-    depths: Annotated[str, typer.Option(help="grid: depths, comma-separated")] = "2",
-    widths: Annotated[str, typer.Option(help="grid: widths, comma-separated")] = "64",
+    ]
+    types: Annotated[str, typer.Option(help="grid: layer types, comma-separated")] = "dense"
+    depths: Annotated[str, typer.Option(help="grid: depths, comma-separated")] = "2"
+    widths: Annotated[str, typer.Option(help="grid: widths, comma-separated")] = "64"
     input_shape: Annotated[
         list[str] | None,
         typer.Option(help="per-type served input, e.g. conv=32x32x3 or dense=128 (repeatable)"),
-    ] = None,
+    ] = None
     num_outputs: Annotated[
         int, typer.Option(help="classifier outputs", parser=Number(int, ge=1, le=MAX_OUTPUTS))
-    ] = 10,
+    ] = 10
     heads: Annotated[
         int | None, typer.Option(help="attention heads", parser=Number(int, ge=1, le=MAX_HEADS))
-    ] = None,
+    ] = None
     seq_len: Annotated[
         int | None,
         typer.Option(
             help="sequence length (lstm/gru/attention)", parser=Number(int, ge=1, le=MAX_SEQ_LEN)
         ),
-    ] = None,
+    ] = None
     kernel_size: Annotated[
         int | None,
         typer.Option(help="conv kernel size", parser=Number(int, ge=1, le=MAX_KERNEL_SIZE)),
-    ] = None,
-    residual: Annotated[bool | None, typer.Option(help="conv residual blocks")] = None,
+    ] = None
+    residual: Annotated[bool | None, typer.Option(help="conv residual blocks")] = None
     spec: Annotated[
         Path | None,
         typer.Option(
             help="spec file: used as the family itself, or as the base with --mutate",
             parser=InputFile(),
         ),
-    ] = None,
+    ] = None
     mutate: Annotated[
         int,
         typer.Option(
@@ -112,48 +120,66 @@ def generate(
                 int, ge=0, le=MAX_FAMILY_SIZE - 1, why="a family holds the base and its mutants"
             ),
         ),
-    ] = 0,
-    seed: Annotated[int, typer.Option(help="mutation seed", parser=seed_type())] = 0,
-    resnet50: Annotated[bool, typer.Option(help="add the ResNet-50 reference (224x224x3)")] = False,
-    force: Annotated[bool, typer.Option(help="overwrite an existing output file")] = False,
-) -> None:
-    """Write a family of model specs: a grid, a spec file, or seeded mutants of a base."""
-    from model_zoo.mutate import dedupe, grid, random_mutations
-    from model_zoo.spec import SpecError, load_specs, resnet50_spec, save_specs
+    ] = 0
+    seed: Annotated[int, typer.Option(help="mutation seed", parser=seed_type())] = 0
+    resnet50: Annotated[bool, typer.Option(help="add the ResNet-50 reference (224x224x3)")] = False
+    force: Annotated[bool, typer.Option(help="overwrite an existing output file")] = False
 
-    if out.exists() and not force:
+    def family(self) -> list[ModelSpec]:
+        """The specs the options give: a spec file's, or a grid's, then mutants of the
+        first and the ResNet-50 reference where asked."""
+        from model_zoo.mutate import random_mutations
+        from model_zoo.spec import load_specs, resnet50_spec
+
+        if self.spec is not None:
+            family = load_specs(self.spec)
+            if self.mutate:
+                family = [family[0], *random_mutations(family[0], self.mutate, self.seed)]
+        else:
+            family = self._grid()
+            if self.mutate:
+                family = [*family, *random_mutations(family[0], self.mutate, self.seed)]
+        if self.resnet50:
+            family.append(resnet50_spec())
+        return family
+
+    def _grid(self) -> list[ModelSpec]:
+        from model_zoo.mutate import grid
+
+        shapes = {}
+        for item in self.input_shape or []:
+            layer_type, _, dims = item.partition("=")
+            shapes[layer_type.strip()] = _shape(dims, "--input-shape")
+        knobs = {
+            "heads": self.heads,
+            "seq_len": self.seq_len,
+            "kernel_size": self.kernel_size,
+            "residual": self.residual,
+        }
+        return grid(
+            [t.strip() for t in self.types.split(",") if t.strip()],
+            _csv_ints(self.depths, "--depths"),
+            _csv_ints(self.widths, "--widths"),
+            input_shapes=shapes,
+            num_outputs=self.num_outputs,
+            **{k: v for k, v in knobs.items() if v is not None},
+        )
+
+
+@app.command()
+@with_options(GenerateOptions)
+def generate(options: GenerateOptions) -> None:
+    """Write a family of model specs: a grid, a spec file, or seeded mutants of a base."""
+    from model_zoo.mutate import dedupe
+    from model_zoo.spec import SpecError, save_specs
+
+    out = options.out
+    if out.exists() and not options.force:
         raise fail(f"{out}: already exists; pass --force to overwrite it")
     try:
-        if spec is not None:
-            family = load_specs(spec)
-            if mutate:
-                family = [family[0], *random_mutations(family[0], mutate, seed)]
-        else:
-            shapes = {}
-            for item in input_shape or []:
-                layer_type, _, dims = item.partition("=")
-                shapes[layer_type.strip()] = _shape(dims, "--input-shape")
-            knobs = {
-                "heads": heads,
-                "seq_len": seq_len,
-                "kernel_size": kernel_size,
-                "residual": residual,
-            }
-            family = grid(
-                [t.strip() for t in types.split(",") if t.strip()],
-                _csv_ints(depths, "--depths"),
-                _csv_ints(widths, "--widths"),
-                input_shapes=shapes,
-                num_outputs=num_outputs,
-                **{k: v for k, v in knobs.items() if v is not None},
-            )
-            if mutate:
-                family = [*family, *random_mutations(family[0], mutate, seed)]
-        if resnet50:
-            family.append(resnet50_spec())
+        family = dedupe(options.family())
     except (SpecError, OSError) as err:
         raise fail(str(err)) from None
-    family = dedupe(family)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save_specs(family, out)
@@ -199,97 +225,104 @@ def list_models(
     console.print(table)
 
 
-@app.command()
-def export(
-    source: Annotated[Path, typer.Argument(help="spec file", parser=InputFile())],
-    out: Annotated[Path, typer.Option("--out", "-o", help="export folder", parser=OutputDir())],
-    to: Annotated[
-        Literal["triton", "tfs", "both"], typer.Option(help="triton, tfs or both")
-    ] = "both",
+@dataclass(frozen=True)
+class ExportOptions:
+    """`servebench models export`'s argument and options, as parsed (`cli.command`)."""
+
+    source: Annotated[Path, typer.Argument(help="spec file", parser=InputFile())]
+    out: Annotated[Path, typer.Option("--out", "-o", help="export folder", parser=OutputDir())]
+    to: Annotated[Literal["triton", "tfs", "both"], typer.Option(help="triton, tfs or both")] = (
+        "both"
+    )
     max_batch_size: Annotated[
         int,
         typer.Option(help="Triton max_batch_size", parser=Number(int, ge=0, le=MAX_BATCH)),
-    ] = 32,
-    dynamic_batching: Annotated[bool, typer.Option(help="Triton dynamic batching")] = True,
-    preferred_batch_sizes: Annotated[
-        str, typer.Option(help="Triton preferred sizes, e.g. 4,8")
-    ] = "",
+    ] = 32
+    dynamic_batching: Annotated[bool, typer.Option(help="Triton dynamic batching")] = True
+    preferred_batch_sizes: Annotated[str, typer.Option(help="Triton preferred sizes, e.g. 4,8")] = (
+        ""
+    )
     max_queue_delay_us: Annotated[
         int,
         typer.Option(help="Triton max queue delay (µs)", parser=Number(int, ge=0, le=MAX_DELAY_US)),
-    ] = 0,
+    ] = 0
     instances: Annotated[
         int, typer.Option(help="Triton instance count", parser=Number(int, ge=1, le=MAX_THREADS))
-    ] = 1,
-    instance_kind: Annotated[str, typer.Option(help="KIND_CPU or KIND_GPU")] = "KIND_CPU",
-    tfs_batching: Annotated[
-        bool, typer.Option(help="write TF Serving batching_parameters.txt")
-    ] = False,
+    ] = 1
+    instance_kind: Annotated[str, typer.Option(help="KIND_CPU or KIND_GPU")] = "KIND_CPU"
+    tfs_batching: Annotated[bool, typer.Option(help="write TF Serving batching_parameters.txt")] = (
+        False
+    )
     tfs_batch_timeout_us: Annotated[
         int,
         typer.Option(help="TFS batch_timeout_micros", parser=Number(int, ge=0, le=MAX_DELAY_US)),
-    ] = 1000,
+    ] = 1000
     tfs_batch_threads: Annotated[
         int, typer.Option(help="TFS num_batch_threads", parser=Number(int, ge=1, le=MAX_THREADS))
-    ] = 2,
-    seed: Annotated[int, typer.Option(help="weight seed", parser=seed_type())] = 0,
-    check: Annotated[bool, typer.Option(help="parity check after export")] = True,
-    force: Annotated[bool, typer.Option(help="replace models already in the folder")] = False,
-) -> None:
+    ] = 2
+    seed: Annotated[int, typer.Option(help="weight seed", parser=seed_type())] = 0
+    check: Annotated[bool, typer.Option(help="parity check after export")] = True
+    force: Annotated[bool, typer.Option(help="replace models already in the folder")] = False
+
+    def triton_settings(self) -> TritonSettings:
+        from model_zoo.export import TritonSettings
+
+        return TritonSettings(
+            max_batch_size=self.max_batch_size,
+            dynamic_batching=self.dynamic_batching,
+            preferred_batch_sizes=tuple(
+                _csv_ints(self.preferred_batch_sizes, "--preferred-batch-sizes")
+            ),
+            max_queue_delay_microseconds=self.max_queue_delay_us,
+            instance_count=self.instances,
+            instance_kind=self.instance_kind,
+        )
+
+    def tfs_batching_settings(self) -> TfsBatching | None:
+        from model_zoo.export.tfs_batching import TfsBatching
+
+        if not self.tfs_batching:
+            return None
+        return TfsBatching(
+            max_batch_size=self.max_batch_size,
+            batch_timeout_micros=self.tfs_batch_timeout_us,
+            num_batch_threads=self.tfs_batch_threads,
+        )
+
+
+@app.command()
+@with_options(ExportOptions)
+def export(options: ExportOptions) -> None:
     """Export a family to a Triton repository (ONNX + python-backend twin) and/or TF Serving."""
-    from model_zoo.export import (
-        ExportExistsError,
-        OnnxExportError,
-        TritonSettings,
-        TritonSettingsError,
-    )
+    from model_zoo.export import ExportExistsError, OnnxExportError, TritonSettingsError
     from model_zoo.export.family import FORMATS, export_family
-    from model_zoo.export.tfs_batching import TfsBatching
     from model_zoo.parity import ParityError
 
+    o = options
     # `to` is one of the export formats or "both" (the option's type checked it).
-    formats = FORMATS if to == "both" else (to,)
-    specs = _family_from(source)
+    formats = FORMATS if o.to == "both" else (o.to,)
+    specs = _family_from(o.source)
     try:
-        settings = TritonSettings(
-            max_batch_size=max_batch_size,
-            dynamic_batching=dynamic_batching,
-            preferred_batch_sizes=tuple(
-                _csv_ints(preferred_batch_sizes, "--preferred-batch-sizes")
-            ),
-            max_queue_delay_microseconds=max_queue_delay_us,
-            instance_count=instances,
-            instance_kind=instance_kind,
-        )
-        batching = (
-            TfsBatching(
-                max_batch_size=max_batch_size,
-                batch_timeout_micros=tfs_batch_timeout_us,
-                num_batch_threads=tfs_batch_threads,
-            )
-            if tfs_batching
-            else None
-        )
+        settings, batching = o.triton_settings(), o.tfs_batching_settings()
     except (TritonSettingsError, ValueError) as err:
         raise fail(str(err)) from None
-
-    def report(model) -> None:
-        seconds = ", ".join(f"{k} {v:.1f}s" for k, v in model.seconds.items())
-        parity = (
-            f" — parity ok ({max(model.parity.differences.values()):.1e})" if model.parity else ""
-        )
-        console.print(f"exported {model.spec_id}: {seconds}{parity}", highlight=False)
-
     try:
         export_family(
-            specs, out, formats=formats, triton_settings=settings, tfs_batching=batching,
-            seed=seed, check=check, force=force, on_model=report,
+            specs, o.out, formats=formats, triton_settings=settings, tfs_batching=batching,
+            seed=o.seed, check=o.check, force=o.force, on_model=_exported,
         )  # fmt: skip
     except (ExportExistsError, OnnxExportError, ParityError) as err:
         raise fail(str(err)) from None
     except OSError as err:
-        raise cannot_write(err, out) from None
-    console.print(f"export folder: {out}")
+        raise cannot_write(err, o.out) from None
+    console.print(f"export folder: {o.out}")
+
+
+def _exported(model: ExportedModel) -> None:
+    """One line per model exported: its formats' seconds, and the parity check's figure."""
+    seconds = ", ".join(f"{k} {v:.1f}s" for k, v in model.seconds.items())
+    parity = f" — parity ok ({max(model.parity.differences.values()):.1e})" if model.parity else ""
+    console.print(f"exported {model.spec_id}: {seconds}{parity}", highlight=False)
 
 
 @app.command("import")

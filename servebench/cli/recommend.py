@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -16,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servebench.cli.command import with_options
 from servebench.cli.usage import fail
 from servebench.cli.values import Number, RunDir
 from servebench.common.limits import MAX_BATCH, MAX_RATE, MAX_SECONDS
@@ -39,11 +41,14 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 MAX_QPS = MAX_RATE * 10_000
 
 
-def recommend(
+@dataclass(frozen=True)
+class RecommendOptions:
+    """`servebench recommend`'s arguments and options, as parsed (`cli.command`)."""
+
     run_dirs: Annotated[
         list[Path],
         typer.Argument(help="run directories (results/<run-id>); one per machine", parser=RunDir()),
-    ],
+    ]
     qps: Annotated[
         float | None,
         typer.Option(
@@ -51,7 +56,7 @@ def recommend(
             help="requests per second to serve (default: rank by cost per million inferences)",
             parser=Number(float, gt=0, le=MAX_QPS, why="10,000 replicas at a scenario's max_rate"),
         ),
-    ] = None,
+    ] = None
     slo_p99_ms: Annotated[
         float | None,
         typer.Option(
@@ -59,93 +64,107 @@ def recommend(
             help="a p99 bound to decide on (default: the runs' SLO, on its own percentile)",
             parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
         ),
-    ] = None,
+    ] = None
     link: Annotated[
         str, typer.Option(help="the link clients reach the server over (a profile name)")
-    ] = "direct",
+    ] = "direct"
     link_model: Annotated[
         Literal["measured", "analytic"],
         typer.Option(
             help="measured: trials over --link; analytic: direct trials + the link's RTT and "
             "transfer time (an estimate)"
         ),
-    ] = "measured",
+    ] = "measured"
     headroom: Annotated[
         float,
         typer.Option(
             help="share of each replica's max rate kept free, 0 to 0.99",
             parser=Number(float, ge=0, le=0.99),
         ),
-    ] = 0.0,
+    ] = 0.0
     instances: Annotated[
         str | None,
         typer.Option(help="only these instance types, comma-separated (g4dn.xlarge,c6i.xlarge)"),
-    ] = None,
+    ] = None
     model: Annotated[
         str | None,
         typer.Option(help="only this model (its id, or its name without the hash: conv-d2-w32)"),
-    ] = None,
+    ] = None
     batch_size: Annotated[
         int | None,
         typer.Option(
             help="only requests of this batch size", parser=Number(int, ge=1, le=MAX_BATCH)
         ),
-    ] = None,
+    ] = None
     as_instance: Annotated[
         list[str] | None,
         typer.Option(
             "--as-instance",
             help="RUN=TYPE: the instance type a run's machine stands for (repeatable)",
         ),
-    ] = None,
+    ] = None
     top: Annotated[
         int, typer.Option(help="how many options to print", parser=Number(int, ge=1, le=10_000))
-    ] = 5,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON for machines")] = False,
-) -> None:
+    ] = 5
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for machines")] = False
+
+    def query(self, runs: list[RunData]) -> Query:
+        """The question these options ask of `runs`: their SLO unless `--slo-p99-ms` gives
+        a p99 bound; RecommendError where an option names what the runs did not measure."""
+        from servebench.analysis.recommend import Query, runs_slo
+        from servebench.analysis.slo import RunSlo
+
+        slo_ms = self.slo_p99_ms
+        slo = RunSlo(99.0, slo_ms / 1e3) if slo_ms is not None else runs_slo(runs)
+        query = Query(
+            slo_s=slo.bound_s,
+            percentile=slo.percentile,
+            qps=self.qps,
+            link=self.link,
+            headroom=self.headroom,
+            link_cost=_link_cost(self.link) if self.link_model == "analytic" else None,
+            instances=_instance_list(self.instances),
+            model=self.model,
+            batch_size=self.batch_size,
+        )
+        _check_measured(runs, query)
+        return query
+
+
+@with_options(RecommendOptions)
+def recommend(options: RecommendOptions) -> None:
     """The cheapest measured setting × instance × replica count that keeps the SLO's
     percentile within its bound at the target load, the runners-up and why they lose, and
     the settings that cannot meet the SLO at any replica count."""
+    from servebench.analysis.recommend import to_json
+
+    result = _decide(options)
+    if options.as_json:
+        print(json.dumps(to_json(result), indent=2))
+    else:
+        _print(result, options.top)
+    if not result.ranked:
+        raise typer.Exit(code=1)
+
+
+def _decide(o: RecommendOptions) -> Recommendation:
+    """The runs read and priced, and the recommendation for the options' question; a
+    run, an option or a price that cannot be used is one line, exit 2."""
     from servebench.analysis.loader import ResultDirError, load_run
-    from servebench.analysis.recommend import (
-        Query,
-        RecommendError,
-        price_run,
-        to_json,
-    )
-    from servebench.analysis.recommend import recommend as decide
+    from servebench.analysis.recommend import RecommendError, price_run, recommend
     from servebench.pricing import PriceError, load_prices
 
     try:
-        runs = [load_run(path, records=False, trials=True) for path in run_dirs]
+        runs = [load_run(path, records=False, trials=True) for path in o.run_dirs]
     except ResultDirError as err:
         raise fail(str(err)) from None
     try:
-        mapping = _as_instance(as_instance or [], run_dirs, runs)
+        mapping = _as_instance(o.as_instance or [], o.run_dirs, runs)
         prices = load_prices()
         priced = [price_run(run, prices, mapping.get(n)) for n, run in enumerate(runs)]
-        percentile, slo_s = (99.0, slo_p99_ms / 1e3) if slo_p99_ms is not None else _runs_slo(runs)
-        query = Query(
-            slo_s=slo_s,
-            percentile=percentile,
-            qps=qps,
-            link=link,
-            headroom=headroom,
-            link_cost=_link_cost(link) if link_model == "analytic" else None,
-            instances=_instance_list(instances),
-            model=model,
-            batch_size=batch_size,
-        )
-        _check_measured(runs, query)
-        result = decide(priced, query)
+        return recommend(priced, o.query(runs))
     except (RecommendError, PriceError) as err:
         raise fail(str(err)) from None
-    if as_json:
-        print(json.dumps(to_json(result), indent=2))
-    else:
-        _print(result, top)
-    if not result.ranked:
-        raise typer.Exit(code=1)
 
 
 def _as_instance(pairs: list[str], paths: list[Path], runs: list[RunData]) -> dict[int, str]:
@@ -203,24 +222,6 @@ def _check_measured(runs: list[RunData], query: Query) -> None:
             f"{option}: no run measured a trial over link {wanted} "
             f"(measured: {', '.join(links)}){hint}"
         )
-
-
-def _runs_slo(runs: list[RunData]) -> tuple[float, float]:
-    """(percentile, bound in s) of the SLO every run's scenario named — on its own
-    percentile: a p95 SLO is decided on p95 — or an error asking for --slo-p99-ms."""
-    from servebench.analysis.recommend import RecommendError
-
-    slos = set()
-    for run in runs:
-        trials = run.trials.dropna(subset=["slo_percentile", "slo_bound_s"])
-        slos |= {
-            (float(q), round(float(b), 9))
-            for q, b in zip(trials["slo_percentile"], trials["slo_bound_s"], strict=True)
-        }
-    if len(slos) != 1:
-        found = ", ".join(f"p{q:g} ≤ {b * 1e3:g} ms" for q, b in sorted(slos)) or "none"
-        raise RecommendError(f"give --slo-p99-ms (the runs' SLOs: {found})")
-    return slos.pop()
 
 
 def _link_cost(link: str) -> LinkCost:

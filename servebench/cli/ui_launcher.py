@@ -159,18 +159,13 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
 
 
 def scenario_facts(scenario: Scenario, models: list[ServedModel]) -> TrialFacts:
-    """The scenario's cost instance and price (its own price overrides applied, as the
-    scenario runner prices), its SLO, and each model's size and FLOP counts."""
-    from servebench.pricing import load_prices, merge_prices, price_of
+    """The scenario's cost instance and price (`CostSection.price`: the scenario runner's
+    own), its SLO, and each model's size and FLOP counts."""
     from servebench.scenario.trial import model_columns
 
     instance, usd_per_hour = "", None
     if scenario.cost is not None:
-        overrides = {
-            name: price.model_dump(exclude_none=True)
-            for name, price in scenario.cost.prices.items()
-        }
-        price = price_of(merge_prices(load_prices(), overrides), scenario.cost.instance)
+        price = scenario.cost.price()
         instance, usd_per_hour = price.instance_type, price.usd_per_hour
     slo = scenario.slo
     return TrialFacts(

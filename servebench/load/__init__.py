@@ -40,6 +40,7 @@ _HOMES = {
     "LoadSettings": "settings",
     "EarlyStopSettings": "settings",
     "StabilitySettings": "settings",
+    "per_generator": "shares",
     "columns_from_table": "stats",
     "summarize": "stats",
     "INVALID": "summary",

@@ -39,13 +39,7 @@ from rich.progress import (
 from servebench.common.quantiles import CONFIDENCE
 from servebench.load import run_in_loop
 from servebench.load.engine import Stoppable
-from servebench.pricing import (
-    InstancePrice,
-    estimate_cost,
-    load_prices,
-    merge_prices,
-    price_of,
-)
+from servebench.pricing import InstancePrice, estimate_cost
 from servebench.results import (
     ResultDirError,
     RunDirectory,
@@ -389,18 +383,7 @@ class ScenarioRunner:
 
     def _price(self) -> InstancePrice | None:
         cost = self.scenario.cost
-        if cost is None:
-            return None
-        overrides = {
-            name: {
-                "usd_per_hour": p.usd_per_hour,
-                "gpu": p.gpu,
-                "gpu_count": p.gpu_count,
-                "vcpus": p.vcpus or 0,
-            }
-            for name, p in cost.prices.items()
-        }
-        return price_of(merge_prices(load_prices(), overrides), cost.instance)
+        return cost.price() if cost is not None else None
 
     # -- after the trials -------------------------------------------------------------------
 

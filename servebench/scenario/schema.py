@@ -71,6 +71,7 @@ from servebench.load.summary import (
 )
 from servebench.netem.errors import UnknownLinkError
 from servebench.netem.profiles import LinkProfile, link_kind, resolve_link
+from servebench.pricing import InstancePrice, scenario_price
 from servebench.servers.errors import ServerKindError
 from servebench.servers.kinds import KINDS, LAUNCHES, ServerKind, api_names, scenario_kind
 from servebench.servers.settings import Batch, SettingsMatrix
@@ -642,6 +643,12 @@ class PriceOverride(Strict):
 class CostSection(Strict):
     instance: str = Field(min_length=1)
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
+
+    def price(self) -> InstancePrice:
+        """What the trials are costed at: `instance` with `prices` merged over the shipped
+        table (`pricing.scenario_price`, as the runner and `servebench ui` price)."""
+        overrides = {name: p.model_dump() for name, p in self.prices.items()}
+        return scenario_price(self.instance, overrides)
 
 
 class TuneSection(Strict):
