@@ -71,114 +71,136 @@ def simulate(
     `policy`, a pause costing `pause_cost_s` (work seconds on a speed-1.0 follower); the
     policy object keeps what it learned."""
     started_wall = time.perf_counter()
-    followers = list(followers)
-    pool = FollowerPool(followers)
-    speed = {f.name: f.speed for f in followers}
-    origin = min((t.submit_s for t in trace), default=0.0)
-    # (time, kind, job index, follower, segment): a job's end or pause is stale once its
-    # segment number has moved on (it was paused before that end).
-    events: list[tuple[float, int, int, str, int]] = []
-    for i, t in enumerate(trace):
-        events.append((t.submit_s - origin, _ARRIVE, i, "", 0))
-    heapq.heapify(events)
-    jobs: dict[str, Job] = {}
-    segment: dict[str, int] = {}  # job id → its current segment (bumped by each pause)
-    done: dict[str, float] = {}  # job id → its own work done (speed-1 s) at segment start
-    overhead: dict[str, float] = {}  # job id → a resume's cost owed at segment start
-    start_at: dict[str, float] = {}  # job id → start of its current segment
-    first_start: dict[str, float] = {}
-    pause_at: dict[str, float] = {}  # job id → the work done at its coming pause
-    jct: list[float] = []
-    slowdown: dict[int, float] = {}
-    queueing: list[float] = []
-    busy = 0.0
-    unplaced = 0
-    pauses = 0
-    last_end = 0.0
+    sim = _Simulation(policy, trace, list(followers), pause_cost_s)
+    while sim.events:
+        now, kind, index, name, seg = heapq.heappop(sim.events)
+        if kind == _ARRIVE:
+            sim.arrive(index, now)
+        elif seg == sim.segment[str(index)]:  # else superseded by a pause
+            sim.end(kind, index, name, now)
+    return sim.result(time.perf_counter() - started_wall)
 
-    def run_next(name: str, now: float) -> None:
-        state = pool[name]
+
+class _Simulation:
+    """One `simulate` call's state and its moves: a job arrives and is placed, a follower
+    starts what its queue holds next, a running job is paused at a trial boundary for a
+    job the policy prefers, and a job ends or pauses."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        trace: Sequence[TraceJob],
+        followers: list[FollowerInfo],
+        pause_cost_s: float,
+    ) -> None:
+        self.policy, self.trace, self.followers = policy, trace, followers
+        self.pause_cost_s = pause_cost_s
+        self.pool = FollowerPool(followers)
+        self.speed = {f.name: f.speed for f in followers}
+        origin = min((t.submit_s for t in trace), default=0.0)
+        # (time, kind, job index, follower, segment): a job's end or pause is stale once
+        # its segment number has moved on (it was paused before that end).
+        self.events = [(t.submit_s - origin, _ARRIVE, i, "", 0) for i, t in enumerate(trace)]
+        heapq.heapify(self.events)
+        self.segment: dict[str, int] = {}  # job id → its current segment (bumped by a pause)
+        self.done: dict[str, float] = {}  # job id → its work done (speed-1 s) at segment start
+        self.overhead: dict[str, float] = {}  # job id → a resume's cost owed at segment start
+        self.start_at: dict[str, float] = {}  # job id → start of its current segment
+        self.first_start: dict[str, float] = {}
+        self.pause_at: dict[str, float] = {}  # job id → the work done at its coming pause
+        self.jct: list[float] = []
+        self.slowdown: dict[int, float] = {}
+        self.queueing: list[float] = []
+        self.busy = 0.0
+        self.unplaced = 0
+        self.pauses = 0
+        self.last_end = 0.0
+
+    def arrive(self, index: int, now: float) -> None:
+        job_id = str(index)
+        job = _job(job_id, self.trace[index], now)
+        self.segment[job_id], self.done[job_id], self.overhead[job_id] = 0, 0.0, 0.0
+        if self.place(job, now) is None:
+            self.unplaced += 1
+
+    def end(self, kind: int, index: int, name: str, now: float) -> None:
+        """The job `index` on follower `name` finishes, or pauses (`_PAUSE`)."""
+        job_id = str(index)
+        job = self.pool.finish(name, job_id, now)
+        ran = now - self.start_at[job_id]
+        self.busy += ran
+        job.run_s += ran
+        if kind == _PAUSE:
+            self.pauses += 1
+            job.preemptions += 1
+            self.done[job_id], self.overhead[job_id] = self.pause_at.pop(job_id), self.pause_cost_s
+            self.run_next(name, now)
+            self.place(job, now)
+            return
+        self.policy.observe(job, name, job.run_s)
+        self.jct.append(now - job.submitted_at)
+        self.slowdown[index] = (now - job.submitted_at) / job.run_s if job.run_s > 0 else 1.0
+        self.queueing.append(self.first_start[job_id] - job.submitted_at)
+        self.last_end = now
+        self.run_next(name, now)
+
+    def run_next(self, name: str, now: float) -> None:
+        state = self.pool[name]
         while state.free_slots > 0:
-            job = policy.next_job(state, now)
+            job = self.policy.next_job(state, now)
             if job is None:
                 return
-            pool.start(name, job.id, now)
-            start_at[job.id] = now
-            first_start.setdefault(job.id, now)
-            left = overhead[job.id] + trace[int(job.id)].duration_s - done[job.id]
-            end = now + left / speed[name]
-            heapq.heappush(events, (end, _FINISH, int(job.id), name, segment[job.id]))
+            self.pool.start(name, job.id, now)
+            self.start_at[job.id] = now
+            self.first_start.setdefault(job.id, now)
+            left = self.overhead[job.id] + self.trace[int(job.id)].duration_s - self.done[job.id]
+            end = now + left / self.speed[name]
+            heapq.heappush(self.events, (end, _FINISH, int(job.id), name, self.segment[job.id]))
 
-    def place(job: Job, now: float) -> str | None:
-        target = policy.place(job, pool, now)
+    def place(self, job: Job, now: float) -> str | None:
+        target = self.policy.place(job, self.pool, now)
         if target is not None:
-            pool.enqueue(target, job, policy.estimate(job, target), now)
-            run_next(target, now)
-            preempt(target, now)
+            self.pool.enqueue(target, job, self.policy.estimate(job, target), now)
+            self.run_next(target, now)
+            self.preempt(target, now)
         return target
 
-    def preempt(name: str, now: float) -> None:
-        victim = policy.preempt(pool[name], now)
+    def preempt(self, name: str, now: float) -> None:
+        victim = self.policy.preempt(self.pool[name], now)
         if victim is None:
             return
-        t = trace[int(victim.id)]
+        t = self.trace[int(victim.id)]
         trial = t.duration_s / t.trials
-        ran = (now - start_at[victim.id]) * speed[name]
-        progress = done[victim.id] + max(0.0, ran - overhead[victim.id])
+        ran = (now - self.start_at[victim.id]) * self.speed[name]
+        progress = self.done[victim.id] + max(0.0, ran - self.overhead[victim.id])
         boundary = (math.floor(progress / trial + 1e-9) + 1) * trial
         if boundary >= t.duration_s * (1 - 1e-9):
             return  # in its last trial: it ends as soon as a pause would
-        pool.pausing(name, victim.id)
-        pause_at[victim.id] = boundary
-        segment[victim.id] += 1
-        work = overhead[victim.id] + boundary - done[victim.id]
-        at = start_at[victim.id] + work / speed[name]
-        heapq.heappush(events, (at, _PAUSE, int(victim.id), name, segment[victim.id]))
+        self.pool.pausing(name, victim.id)
+        self.pause_at[victim.id] = boundary
+        self.segment[victim.id] += 1
+        work = self.overhead[victim.id] + boundary - self.done[victim.id]
+        at = self.start_at[victim.id] + work / self.speed[name]
+        heapq.heappush(self.events, (at, _PAUSE, int(victim.id), name, self.segment[victim.id]))
 
-    while events:
-        now, kind, index, name, seg = heapq.heappop(events)
-        job_id = str(index)
-        if kind == _ARRIVE:
-            job = _job(job_id, trace[index], now)
-            segment[job_id], done[job_id], overhead[job_id] = 0, 0.0, 0.0
-            if place(job, now) is None:
-                unplaced += 1
-                continue
-            jobs[job_id] = job
-            continue
-        if seg != segment[job_id]:
-            continue  # superseded by a pause
-        job = pool.finish(name, job_id, now)
-        ran = now - start_at[job_id]
-        busy += ran
-        job.run_s += ran
-        if kind == _PAUSE:
-            pauses += 1
-            job.preemptions += 1
-            done[job_id], overhead[job_id] = pause_at.pop(job_id), pause_cost_s
-            run_next(name, now)
-            place(job, now)
-            continue
-        policy.observe(job, name, job.run_s)
-        jct.append(now - job.submitted_at)
-        slowdown[index] = (now - job.submitted_at) / job.run_s if job.run_s > 0 else 1.0
-        queueing.append(first_start[job_id] - job.submitted_at)
-        last_end = now
-        run_next(name, now)
-    slots = sum(f.slots for f in followers)
-    return SimResult(
-        policy=policy.name,
-        jobs=len(jct),
-        unplaced=unplaced,
-        avg_jct_s=_mean(jct),
-        p95_jct_s=percentile(jct, 95),
-        mean_queueing_s=_mean(queueing),
-        makespan_s=last_end,
-        utilization=busy / (slots * last_end) if last_end > 0 and slots else 0.0,
-        wall_s=time.perf_counter() - started_wall,
-        long_slowdown=_mean([slowdown[i] for i in _longest(trace) if i in slowdown]),
-        preemptions=pauses,
-    )
+    def result(self, wall_s: float) -> SimResult:
+        slots = sum(f.slots for f in self.followers)
+        last_end = self.last_end
+        return SimResult(
+            policy=self.policy.name,
+            jobs=len(self.jct),
+            unplaced=self.unplaced,
+            avg_jct_s=_mean(self.jct),
+            p95_jct_s=percentile(self.jct, 95),
+            mean_queueing_s=_mean(self.queueing),
+            makespan_s=last_end,
+            utilization=self.busy / (slots * last_end) if last_end > 0 and slots else 0.0,
+            wall_s=wall_s,
+            long_slowdown=_mean(
+                [self.slowdown[i] for i in _longest(self.trace) if i in self.slowdown]
+            ),
+            preemptions=self.pauses,
+        )
 
 
 def _longest(trace: Sequence[TraceJob]) -> list[int]:
