@@ -299,82 +299,84 @@ def search_steps_figure(trials: pd.DataFrame) -> str:
     def draw(fig: Figure) -> None:
         axes = _panels(fig, shown)
         for ax, trial_id in zip(axes, shown, strict=True):
-            row = info.loc[trial_id]
             mine = steps[steps["trial_id"] == trial_id]
-            measured = mine[np.isfinite(mine["latency"])]
-            curve = measured.sort_values("rate")  # the numbers give the order run
-            ax.plot(curve["rate"], curve["latency"] * 1e3, color="0.75", lw=0.8, zorder=1)
-            for met, style in (
-                (True, {"marker": "o", "color": "C2"}),
-                (False, {"marker": "X", "color": "crimson"}),
-            ):
-                part = measured[measured["met"] == met]
-                ax.scatter(
-                    part["rate"],
-                    part["latency"] * 1e3,
-                    s=30,
-                    zorder=2,
-                    label="SLO met" if met else "SLO missed",
-                    **style,
-                )
-            for step in measured.itertuples():
-                ax.annotate(
-                    str(step.step + 1),
-                    (step.rate, step.latency * 1e3),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize=6,
-                    color="0.35",
-                )
-            unmeasured = mine[~np.isfinite(mine["latency"])]
-            if not unmeasured.empty:
-                rates = ", ".join(f"{r:g}" for r in unmeasured["rate"])
-                ax.text(
-                    0.02,
-                    0.98,
-                    f"no successful request at {rates}/s",
-                    transform=ax.transAxes,
-                    va="top",
-                    fontsize=7,
-                    color="crimson",
-                )
-            bound = row.get("slo_bound_s")
-            percentile = row.get("slo_percentile")
-            name = "p99" if missing(percentile) else f"p{percentile:g}"
-            if not missing(bound):
-                ax.axhline(
-                    bound * 1e3,
-                    color="crimson",
-                    ls="--",
-                    lw=1,
-                    label=f"SLO {name} ≤ {bound * 1e3:g} ms",
-                )
-            best = mine[mine["chosen"] & mine["met"]]
-            if best.empty:
-                ax.text(
-                    0.98,
-                    0.02,
-                    "no rate met the SLO",
-                    transform=ax.transAxes,
-                    ha="right",
-                    fontsize=7,
-                    color="crimson",
-                )
-            else:
-                rate = float(best["rate"].iloc[0])
-                ax.axvline(rate, color="C2", ls=":", lw=1.2, label=f"max {rate:.0f}/s")
-            if (
-                len(measured)
-                and measured["latency"].max() / max(measured["latency"].min(), 1e-9) > 20
-            ):
-                ax.set_yscale("log")
-            ax.set_title(_wrap(titles[trial_id], 40), fontsize=9)
-            ax.set_xlabel("offered rate (req/s)")
-            ax.set_ylabel(f"{name} latency (ms)")
-            ax.legend(loc="upper left" if unmeasured.empty else "center left")
+            _search_panel(ax, mine, info.loc[trial_id], titles[trial_id])
         _left_out(fig, left_out, "searches")
 
     return render(draw, *_panel_size(len(shown), 4.6, 3.6, 0.2))
+
+
+def _search_panel(ax: Axes, mine: pd.DataFrame, row: pd.Series, title: str) -> None:
+    """One SLO search's panel of `search_steps_figure`: `mine` its steps, `row` its
+    trial's row (the SLO), `title` what tells it from the others."""
+    measured = mine[np.isfinite(mine["latency"])]
+    curve = measured.sort_values("rate")  # the numbers give the order run
+    ax.plot(curve["rate"], curve["latency"] * 1e3, color="0.75", lw=0.8, zorder=1)
+    for met, style in (
+        (True, {"marker": "o", "color": "C2"}),
+        (False, {"marker": "X", "color": "crimson"}),
+    ):
+        part = measured[measured["met"] == met]
+        ax.scatter(
+            part["rate"],
+            part["latency"] * 1e3,
+            s=30,
+            zorder=2,
+            label="SLO met" if met else "SLO missed",
+            **style,
+        )
+    for step in measured.itertuples():
+        ax.annotate(
+            str(step.step + 1),
+            (step.rate, step.latency * 1e3),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=6,
+            color="0.35",
+        )
+    unmeasured = mine[~np.isfinite(mine["latency"])]
+    if not unmeasured.empty:
+        rates = ", ".join(f"{r:g}" for r in unmeasured["rate"])
+        ax.text(
+            0.02,
+            0.98,
+            f"no successful request at {rates}/s",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+            color="crimson",
+        )
+    bound = row.get("slo_bound_s")
+    percentile = row.get("slo_percentile")
+    name = "p99" if missing(percentile) else f"p{percentile:g}"
+    if not missing(bound):
+        ax.axhline(
+            bound * 1e3,
+            color="crimson",
+            ls="--",
+            lw=1,
+            label=f"SLO {name} ≤ {bound * 1e3:g} ms",
+        )
+    best = mine[mine["chosen"] & mine["met"]]
+    if best.empty:
+        ax.text(
+            0.98,
+            0.02,
+            "no rate met the SLO",
+            transform=ax.transAxes,
+            ha="right",
+            fontsize=7,
+            color="crimson",
+        )
+    else:
+        rate = float(best["rate"].iloc[0])
+        ax.axvline(rate, color="C2", ls=":", lw=1.2, label=f"max {rate:.0f}/s")
+    if len(measured) and measured["latency"].max() / max(measured["latency"].min(), 1e-9) > 20:
+        ax.set_yscale("log")
+    ax.set_title(_wrap(title, 40), fontsize=9)
+    ax.set_xlabel("offered rate (req/s)")
+    ax.set_ylabel(f"{name} latency (ms)")
+    ax.legend(loc="upper left" if unmeasured.empty else "center left")
 
 
 def heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
