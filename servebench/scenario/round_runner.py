@@ -124,8 +124,9 @@ class RoundRunner:
         after the last, if need be)."""
         done = self.directory.completed_trials()
         pending = [r for one in rounds for r in one if r.id not in done]
-        total = len(pending)
-        self.progress.update(self.overall, total=total)
+        # The bar counts every replicate this runner measured, over a search's asks too.
+        finished = int(next(t for t in self.progress.tasks if t.id == self.overall).completed)
+        self.progress.update(self.overall, total=finished + len(pending))
         while pending:
             replicate = pending.pop(0)
             if self.control.left_out():
@@ -138,8 +139,8 @@ class RoundRunner:
                 row.update(remeasured=True)
                 self.directory.write_trials()
                 pending.insert(_after_round(pending, again.round), again)
-                total += 1
-                self.progress.update(self.overall, total=total)
+                self.progress.update(self.overall, total=finished + 1 + len(pending))
+            finished += 1
 
     def _again(self, replicate: Replicate, row: TrialRow, last: int | None) -> Replicate | None:
         """The re-measurement of a replicate disturbed from outside, placed at the end of
