@@ -32,7 +32,6 @@ _HOMES = {
     "ParquetRecordWriter": "records",
     "RecordSink": "records",
     "read_records": "records",
-    "build_payloads": "runner",
     "run": "runner",
     "run_in_loop": "runner",
     "run_load": "runner",

@@ -64,8 +64,8 @@ from servebench.load.live import PUBLISH_EVERY, GeneratorSketch, LiveFigures, Li
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.runner import (
     ClientFactory,
-    build_payloads,
     generator_client,
+    load_payloads,
     loop_factory,
     open_sink,
     summarize_reports,
@@ -709,9 +709,7 @@ def _generate(
         client = generator_client(factory, index)
         runner.run(client.connect())
         try:
-            payload = build_payloads(
-                client, settings.batch_size, settings.seed, settings.input_data
-            )
+            payload = runner.run(load_payloads(client, settings))
             Event(f"{run_id}-ready-{index}", client=dask).set()
             if not Event(f"{run_id}-go", client=dask).wait(timeout=READY_TIMEOUT):
                 raise GangError(f"no start after {READY_TIMEOUT:.0f} s")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from servebench.clients.base import InferenceClient, Payload
-from servebench.clients.input_data import InputData
+from servebench.clients.payloads import build_payloads
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine, Stoppable
 from servebench.load.mix import Mix
@@ -102,14 +102,13 @@ def summarize_reports(
     return summary
 
 
-def build_payloads(
-    client: InferenceClient, batch_size: int, seed: int, data: InputData | None = None
-) -> list[Payload]:
-    """The requests a load cycles through: a file's samples (`data`), or one seeded random
-    batch; ValueError where the batch or the data does not fit the model."""
-    if data is None:
-        return [client.make_payload(batch_size, seed)]
-    return client.make_payloads(batch_size, data)
+async def load_payloads(client: InferenceClient, settings: LoadSettings) -> list[Payload]:
+    """The requests a load of `settings` cycles through (`clients.payloads`), for the
+    signature the connected `client` serves."""
+    signature = await client.signature()
+    return build_payloads(
+        client.encode, signature, settings.batch_size, settings.seed, settings.input_data
+    )
 
 
 def generator_client(factory: ClientFactory, index: int) -> InferenceClient:
@@ -141,11 +140,7 @@ async def run_load(
         raise ValueError("load.processes: run_load runs in one loop; use run() for a gang")
     mix = client if isinstance(client, Mix) else None
     if payload is None:
-        payload = (
-            build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
-            if mix is None
-            else ()
-        )
+        payload = await load_payloads(client, settings) if mix is None else ()
     engine = LoadEngine(client, payload, settings, sink, on_measure_start=on_measure_start)
     if on_engine is not None:
         on_engine(engine)
@@ -242,7 +237,7 @@ async def _run_single(
     client = factory()
     await client.connect()
     try:
-        payload = build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
+        payload = await load_payloads(client, settings)
         hook = None
         if on_measure_start is not None:
             loop = asyncio.get_running_loop()
