@@ -57,6 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from servebench.clients.base import InferenceClient
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine, Stoppable
@@ -64,7 +65,6 @@ from servebench.load.live import PUBLISH_EVERY, GeneratorSketch, LiveFigures, Li
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.runner import (
     ClientFactory,
-    generator_client,
     load_payloads,
     loop_factory,
     open_sink,
@@ -706,7 +706,7 @@ def _generate(
 
     dask = get_client()
     with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
-        client = generator_client(factory, index)
+        client = _generator_client(factory, index)
         runner.run(client.connect())
         try:
             payload = runner.run(load_payloads(client, settings))
@@ -736,6 +736,14 @@ def _generate(
             runner.run(client.close())
     report.columns = Columns.concat([])  # they travel in the records
     return report, records
+
+
+def _generator_client(factory: ClientFactory, index: int) -> InferenceClient:
+    """Generator `index`'s client: the factory's `for_generator(index)` where it has one (a
+    factory whose generators each set up their client their own way, e.g. seeded by their
+    index), else `factory()`."""
+    for_generator = getattr(factory, "for_generator", None)
+    return for_generator(index) if for_generator is not None else factory()
 
 
 def _generator_process(dask_log: str) -> None:

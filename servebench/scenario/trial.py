@@ -37,9 +37,9 @@ from servebench.load import (
     poisson,
     run_load,
 )
+from servebench.load.dispatch import run as run_gang_load
 from servebench.load.engine import SERVER_UNREACHABLE, Stoppable
 from servebench.load.runner import ClientFactory
-from servebench.load.runner import run as run_gang_load
 from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
