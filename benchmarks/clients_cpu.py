@@ -30,6 +30,7 @@ import tritonclient.http.aio as triton_http_aio
 from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
+from servebench.clients.payloads import random_payload
 from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
 from servebench.servers.kinds import create_server
@@ -60,7 +61,7 @@ async def _closed_loop(send: Callable[[], Awaitable[object]], requests: int) -> 
 async def _servebench(client, batch: int, requests: int) -> tuple[float, float]:
     await client.connect()
     try:
-        payload = client.make_payload(batch)
+        payload = random_payload(client.encode, await client.signature(), batch)
         return await _closed_loop(lambda: client.infer(payload), requests)
     finally:
         await client.close()

@@ -119,12 +119,14 @@ def nginx_server(port: int, root: Path) -> str:
 
 def infer_request(protocol: str) -> tuple[str, bytes]:
     """The method path and framed request servebench's codec sends for one inference row."""
+    from servebench.clients.base import random_inputs
     from servebench.clients.registry import protocol as find
 
     codec = find(protocol).codec_class()("127.0.0.1:1", MODEL, version=None)
     answers = triton_answers() if protocol == "triton-grpc" else tfs_answers()
     signature = _signature(codec, answers)
-    return codec.infer_path, frame(codec.make_payload(signature, 1).encoded)
+    payload = codec.encode(signature, 1, random_inputs(signature.inputs, 1))
+    return codec.infer_path, frame(payload.encoded)
 
 
 def _signature(codec, answers: dict[str, bytes]):

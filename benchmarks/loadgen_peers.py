@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc_answers
@@ -183,7 +183,9 @@ def protocol_request(protocol: str) -> tuple[str, bytes, dict[str, str]]:
 
         meta = documents[f"/v1/models/{MODEL}/metadata"]
         signature = signature_from_metadata(meta, MODEL, "serving_default", "1", "")
-    payload = codec.make_payload(signature, 1)
+    from servebench.clients.base import random_inputs
+
+    payload = codec.encode(signature, 1, random_inputs(signature.inputs, 1))
     return codec.infer_url.raw_path, payload.encoded.data, dict(payload.encoded.headers)
 
 
@@ -737,7 +739,7 @@ def engine_alone() -> None:
         async def signature(self) -> ModelSignature:
             return ModelSignature("instant", (), ())
 
-        def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
+        def encode(self, batch_size: int, inputs: Mapping[str, object]) -> Payload:
             return Payload(batch_size, {}, b"x", 1)
 
         async def infer(self, payload: Payload) -> InferResult:
@@ -753,7 +755,7 @@ def engine_alone() -> None:
 
     async def bare(n: int) -> None:
         client, done = Instant(), 0
-        payload = client.make_payload(1)
+        payload = client.encode(1, {})
 
         async def worker() -> None:
             nonlocal done
@@ -772,9 +774,7 @@ def engine_alone() -> None:
     s = run_in_loop(run_load(Instant(), LoadSettings(concurrency=CONNECTIONS, count=n)))
     out["closed_us"], out["closed_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
     a, b = Instant(), Instant()
-    mix = Mix(
-        [MixTarget(m, w, c, (c.make_payload(1),)) for m, w, c in (("a", 3, a), ("b", 1, b))], 0
-    )
+    mix = Mix([MixTarget(m, w, c, (c.encode(1, {}),)) for m, w, c in (("a", 3, a), ("b", 1, b))], 0)
     c0 = cpu()
     s = run_in_loop(run_load(mix, LoadSettings(concurrency=CONNECTIONS, count=n)))
     out["closed_mix_us"], out["closed_mix_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps

@@ -66,6 +66,7 @@ from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 from servebench.clients.base import InferenceError, Payload
 from servebench.clients.factory import create_client
+from servebench.clients.payloads import random_payload
 from servebench.common.quantiles import decides, percentile, percentile_bounds
 from servebench.servers.kinds import create_server
 
@@ -127,7 +128,11 @@ class LoopSut:
 
     async def _connect(self, seed: int) -> list[Payload]:
         await self.client.connect()
-        return [self.client.make_payload(1, seed * SAMPLES + i) for i in range(SAMPLES)]
+        signature = await self.client.signature()
+        return [
+            random_payload(self.client.encode, signature, 1, seed * SAMPLES + i)
+            for i in range(SAMPLES)
+        ]
 
     def issue_queries(self, samples: list[Any]) -> None:
         """LoadGen's callback (its issue thread, holding the GIL): hand over, return."""

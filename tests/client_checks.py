@@ -1,5 +1,5 @@
-"""What the model-client tests share: one request's answer, and the error a request or a
-connect ends in, each with the client closed afterwards."""
+"""What the model-client tests share: a seeded random request, one request's answer, and
+the error a request or a connect ends in, each with the client closed afterwards."""
 
 from __future__ import annotations
 
@@ -8,14 +8,21 @@ from typing import Any
 
 import pytest
 
-from servebench.clients.base import InferenceError, ModelSignature
+from servebench.clients.base import InferenceError, ModelSignature, Payload
+from servebench.clients.payloads import random_payload
+
+
+async def random_request(client: Any, batch_size: int, seed: int = 0) -> Payload:
+    """The request for a seeded random batch of the client's signature (`clients.payloads`),
+    as a load builds it."""
+    return random_payload(client.encode, await client.signature(), batch_size, seed)
 
 
 async def one_answer(client: Any, batch_size: int, seed: int = 0) -> tuple[Any, Any]:
     """Connect, send one request of `batch_size`, close; (payload, result)."""
     await client.connect()
     try:
-        payload = client.make_payload(batch_size, seed=seed)
+        payload = await random_request(client, batch_size, seed)
         return payload, await client.infer(payload)
     finally:
         await client.close()
@@ -26,7 +33,7 @@ async def infer_error(client: Any, batch_size: int = 1) -> InferenceError:
     await client.connect()
     try:
         with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(batch_size))
+            await client.infer(await random_request(client, batch_size))
     finally:
         await client.close()
     return caught.value

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
+from client_checks import random_request
 
 from servebench.analysis.loader import ResultDirError, load_run
 from servebench.clients.rawhttp import RawHttpClient
@@ -85,7 +86,7 @@ async def _one(url: str, body: bytes = b"{}") -> tuple[float, float, float]:
     await client.connect()
     try:
         start = perf_counter()
-        result = await client.infer(client.make_payload(1))
+        result = await client.infer(await random_request(client, 1))
         total = perf_counter() - start
     finally:
         await client.close()
@@ -154,7 +155,7 @@ async def test_triton_clients_time_what_their_transport_shows(triton_dense_model
     )
     await client.connect()
     try:
-        payload = client.make_payload(4)
+        payload = await random_request(client, 4)
         start = perf_counter()
         result = await client.infer(payload)
         total = perf_counter() - start

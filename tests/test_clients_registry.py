@@ -19,7 +19,13 @@ import numpy as np
 import pytest
 
 from servebench.cli.load_server import default_metrics_url
-from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
+from servebench.clients.base import (
+    ErrorKind,
+    InferenceError,
+    ModelSignature,
+    TensorSpec,
+    random_inputs,
+)
 from servebench.clients.codec import GrpcCodec, HttpAnswer, HttpCodec, drive
 from servebench.clients.factory import create_client
 from servebench.clients.registry import PROTOCOLS, for_server, model_protocols, names, protocol
@@ -182,7 +188,7 @@ def test_triton_http_codec_signature_failures_are_classified(answers, kind, word
 
 def test_http_codec_answers_are_judged_the_same_for_every_edge():
     codec = TfsRestCodec("h:8501", "m")
-    payload = codec.make_payload(SIGNATURE, 2, seed=1)
+    payload = codec.encode(SIGNATURE, 2, random_inputs(SIGNATURE.inputs, 2, seed=1))
     assert json.loads(payload.encoded.data)["instances"] == payload.inputs["x"].tolist()
     good = _json(200, {"predictions": [[1.0, 2.0], [3.0, 4.0]]})
     np.testing.assert_array_equal(

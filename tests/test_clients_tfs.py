@@ -14,7 +14,13 @@ import json
 import numpy as np
 import pytest
 from aiohttp import web
-from client_checks import connect_error, errors_both_ways, infer_error, one_answer
+from client_checks import (
+    connect_error,
+    errors_both_ways,
+    infer_error,
+    one_answer,
+    random_request,
+)
 from conftest import serving
 
 from model_zoo.parity import run_torch
@@ -89,7 +95,7 @@ async def test_rest_row_and_columnar_bodies_follow_the_rest_api(tfs_family):
         client = TfsRestClient(tfs_family.double.rest_url, model, request_format=request_format)
         await client.connect()
         try:
-            payload = client.make_payload(2, seed=3)
+            payload = await random_request(client, 2, 3)
             bodies[request_format] = json.loads(payload.encoded.data)
             await client.infer(payload)
         finally:
@@ -104,7 +110,7 @@ async def test_one_payload_serves_concurrent_requests(tfs_family, variant):
     client = _client(tfs_family, variant, model)
     await client.connect()
     try:
-        payload = client.make_payload(3, seed=5)
+        payload = await random_request(client, 3, 5)
         results = await asyncio.gather(*(client.infer(payload) for _ in range(12)))
     finally:
         await client.close()
@@ -189,7 +195,7 @@ async def test_slow_answer_past_the_timeout_is_a_timeout(tfs_family, variant):
     tfs_family.double.delay = 1.0
     try:
         with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
+            await client.infer(await random_request(client, 1))
     finally:
         tfs_family.double.delay = 0.0
         await client.close()

@@ -8,7 +8,13 @@ import functools
 
 import numpy as np
 import pytest
-from client_checks import connect_error, errors_both_ways, infer_error, one_answer
+from client_checks import (
+    connect_error,
+    errors_both_ways,
+    infer_error,
+    one_answer,
+    random_request,
+)
 
 from model_zoo.parity import run_torch
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec
@@ -74,7 +80,7 @@ async def test_one_payload_serves_concurrent_requests(triton_dense_model, varian
     client = _client(triton_dense_model, variant)
     await client.connect()
     try:
-        payload = client.make_payload(3, seed=11)
+        payload = await random_request(client, 3, 11)
         encoded_before = payload.encoded
         results = await asyncio.gather(*(client.infer(payload) for _ in range(16)))
     finally:
@@ -108,7 +114,7 @@ async def test_batch_beyond_max_batch_size_is_refused_before_sending(triton_dens
     await client.connect()
     try:
         with pytest.raises(ValueError, match="max_batch_size 64"):
-            client.make_payload(65)
+            await random_request(client, 65)
     finally:
         await client.close()
 
@@ -160,7 +166,7 @@ async def test_silent_server_is_a_timeout(triton_dense_model, variant, silent_se
     try:
         started = asyncio.get_running_loop().time()
         with pytest.raises(InferenceError) as caught:
-            await client.infer(client.make_payload(1))
+            await client.infer(await random_request(client, 1))
         waited = asyncio.get_running_loop().time() - started
     finally:
         await client.close()
@@ -178,7 +184,7 @@ async def test_connect_times_out_on_a_silent_server(variant, silent_server):
 async def test_using_a_client_before_connect_is_a_client_error(triton_dense_model, variant):
     client = _client(triton_dense_model, variant, signature=_signature(triton_dense_model))
     payload_client = _client(triton_dense_model, variant, signature=_signature(triton_dense_model))
-    payload = payload_client.make_payload(1)
+    payload = await random_request(payload_client, 1)
     with pytest.raises(InferenceError) as caught:
         await client.infer(payload)
     assert caught.value.kind is ErrorKind.CLIENT_ERROR

@@ -33,6 +33,8 @@ from servebench.clients.input_data import (
     answer_matches,
     read_input_data,
 )
+from servebench.clients.payloads import check_data, data_payloads
+from servebench.clients.rawhttp import RawHttpClient
 from servebench.telemetry.prometheus import PrometheusSampler
 
 SAMPLES = 6
@@ -95,11 +97,23 @@ def test_requests_cycle_through_the_samples_in_order():
     samples = np.arange(15, dtype=np.float32).reshape(5, 3)
     data = InputData("f.npz", 5, {"x": samples}, {})
     client = create_client("triton-http", "http://127.0.0.1:1", "m", signature=signature)
-    payloads = client.make_payloads(2, data)
+    payloads = data_payloads(client.encode, signature, 2, data)
     rows = [[int(r[0]) // 3 for r in p.inputs["x"]] for p in payloads]
     assert rows == [[0, 1], [2, 3], [4, 0], [1, 2], [3, 4]]
     assert len({id(p.encoded) for p in payloads}) == 5
     assert all(p.expected is None for p in payloads)
+
+
+def test_a_client_with_no_tensors_refuses_input_data():
+    """The raw `http` client sends its fixed body: its signature names no tensors to put a
+    file's samples in, so the check and the build both refuse, before anything is sent."""
+    client = RawHttpClient("http://127.0.0.1:1/")
+    signature = asyncio.run(client.signature())
+    data = InputData("f.npz", 1, {"x": np.zeros((1, 3), np.float32)}, {})
+    with pytest.raises(ValueError, match=r"f\.npz: input data needs a model protocol"):
+        check_data(signature, 1, data)
+    with pytest.raises(ValueError, match=r"f\.npz: input data needs a model protocol"):
+        data_payloads(client.encode, signature, 1, data)
 
 
 def test_answers_match_within_allclose_bound_only():

@@ -14,6 +14,7 @@ import struct
 from typing import Any
 
 import pytest
+from client_checks import random_request
 
 from servebench.clients.base import ErrorKind, InferenceError
 from servebench.clients.lean_http import LeanHttpPool, choose_transport, encode_request
@@ -131,7 +132,7 @@ async def _infer(url: str, transport: str, **kwargs: Any):
     client = RawHttpClient(url, transport=transport, connections=4, **kwargs)
     await client.connect()
     try:
-        return await client.infer(client.make_payload(1))
+        return await client.infer(await random_request(client, 1))
     finally:
         await client.close()
 
@@ -305,7 +306,7 @@ async def test_triton_answers_are_the_same_on_both_transports(triton_dense_model
         client = TritonHttpClient(address, triton_dense_model.name, transport=transport)
         await client.connect()
         try:
-            result = await client.infer(client.make_payload(3, seed=5))
+            result = await client.infer(await random_request(client, 3, 5))
         finally:
             await client.close()
         assert math.isfinite(result.send_s) and math.isfinite(result.receive_s)

@@ -53,7 +53,7 @@ class FakeClient:
     async def signature(self):
         return ModelSignature(name="fake", inputs=(), outputs=())
 
-    def make_payload(self, batch_size, seed=0):
+    def encode(self, batch_size, inputs):
         return Payload(batch_size=batch_size, inputs={}, encoded=b"x" * 100, request_bytes=100)
 
     async def infer(self, payload):

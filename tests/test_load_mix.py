@@ -40,7 +40,7 @@ def mix_of(weights: dict[str, float], seed: int = 7, delay: float = 0.001) -> Mi
     targets = []
     for model, weight in weights.items():
         client = FakeClient(delay=delay)
-        targets.append(MixTarget(model, weight, client, (client.make_payload(1),)))
+        targets.append(MixTarget(model, weight, client, (client.encode(1, {}),)))
     return Mix(targets, seed)
 
 

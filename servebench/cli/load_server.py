@@ -29,6 +29,7 @@ from servebench.clients.base import (
     request_bytes,
 )
 from servebench.clients.endpoints import grpc_target, http_base
+from servebench.clients.payloads import check_data, random_payload
 from servebench.clients.registry import PROTOCOLS, model_protocols
 from servebench.clients.sniff import guess_protocol
 from servebench.common.limits import MAX_REQUEST_MB
@@ -61,11 +62,12 @@ async def preflight(
     client = factory()
     try:
         await client.connect()
-        check_request_size(await client.signature(), batch_size)
+        signature = await client.signature()
+        check_request_size(signature, batch_size)
         if input_data is None:
-            client.make_payload(batch_size, seed)
+            random_payload(client.encode, signature, batch_size, seed)
         else:
-            client.check_payloads(batch_size, input_data)
+            check_data(signature, batch_size, input_data)
         if protocol == "http":
             await _reachable(url)
     finally:

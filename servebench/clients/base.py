@@ -3,6 +3,8 @@
 The load engine sees only `InferenceClient`: it hands over a `Payload` built before the
 run and gets back an `InferResult` or an `InferenceError` with a classified kind. Adding
 a protocol therefore never touches the engine (the shape Locust's contrib clients have).
+What a payload carries (a seeded random batch, a file's samples) is chosen above the
+protocol (`clients.payloads`); a client only encodes the tensors it is given (`encode`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from servebench.common.errors import ServebenchError
-
-if TYPE_CHECKING:
-    from servebench.clients.input_data import InputData
 
 
 class ErrorKind(StrEnum):
@@ -80,8 +79,8 @@ class Payload:
 
     `inputs` keeps the arrays for checking; `encoded` is whatever the protocol sends on the
     wire (a JSON body, a protobuf message, tritonclient InferInput objects), built by the
-    client's `make_payload` so that no encoding happens on the hot path. `expected` holds
-    the outputs its answer must have, where real input data gave them (`input_data`).
+    client's `encode` so that no encoding happens on the hot path. `expected` holds the
+    outputs its answer must have, where real input data gave them (`input_data`).
     """
 
     batch_size: int
@@ -136,20 +135,15 @@ class InferResult:
 
 @runtime_checkable
 class InferenceClient(Protocol):
-    """Something that can infer: connect, read the signature, infer a batch, close."""
+    """Something that can infer: connect, read the signature, encode a batch, infer it, close."""
 
     async def connect(self) -> None: ...
 
     async def signature(self) -> ModelSignature: ...
 
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload: ...
-
-    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
-        """The cycle of requests carrying a file's samples; ValueError where they do not fit."""
-        ...
-
-    def check_payloads(self, batch_size: int, data: InputData) -> None:
-        """What `make_payloads` would refuse, without encoding anything."""
+    def encode(self, batch_size: int, inputs: Mapping[str, np.ndarray]) -> Payload:
+        """The request carrying `inputs` (the signature's input tensors, `batch_size` samples
+        each), encoded once before the run for every send; `clients.payloads` chooses them."""
         ...
 
     async def infer(self, payload: Payload) -> InferResult:

@@ -26,7 +26,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from yarl import URL
@@ -37,15 +37,10 @@ from servebench.clients.base import (
     ModelSignature,
     Payload,
     TensorSpec,
-    check_batch_size,
     check_outputs,
-    random_inputs,
 )
 from servebench.clients.endpoints import grpc_target, http_base, path_segment
 from servebench.clients.errors import http_status
-
-if TYPE_CHECKING:
-    from servebench.clients.input_data import InputData
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -144,51 +139,22 @@ class ModelCodec(ABC):
     def read_signature(self) -> Generator[Any, Any, ModelSignature]:
         """Yield each control request, receive its answer; return the signature."""
 
-    def make_payload(self, signature: ModelSignature, batch_size: int, seed: int = 0) -> Payload:
-        """The request for a seeded random batch, encoded once for every send.
-
-        Every protocol checks the batch and draws its inputs the same way, so that two
-        protocols given one seed send the same tensors; only the encoding is theirs.
-        """
-        check_batch_size(signature, batch_size)
-        return self._payload(
-            batch_size, signature, random_inputs(signature.inputs, batch_size, seed)
-        )
-
-    def make_payloads(
-        self, signature: ModelSignature, batch_size: int, data: InputData
-    ) -> list[Payload]:
-        """The requests of one cycle through a file's samples, each encoded once for every
-        send; InputDataError (a ValueError) where the file does not fit the signature."""
-        check_batch_size(signature, batch_size)
-        return [
-            self._payload(batch_size, signature, batch.inputs, batch.expected)
-            for batch in data.match(signature).batches(batch_size)
-        ]
-
-    def check_payloads(self, signature: ModelSignature, batch_size: int, data: InputData) -> None:
-        """What `make_payloads` refuses, without encoding the cycle (the pre-run check)."""
-        check_batch_size(signature, batch_size)
-        data.match(signature).cycle(batch_size)
-
-    def _payload(
-        self,
-        batch_size: int,
-        signature: ModelSignature,
-        inputs: dict[str, np.ndarray],
-        expected: dict[str, np.ndarray] | None = None,
+    def encode(
+        self, signature: ModelSignature, batch_size: int, inputs: Mapping[str, np.ndarray]
     ) -> Payload:
+        """The request carrying `inputs`, encoded once for every send. Which tensors a load
+        sends is chosen the same way for every protocol (`clients.payloads`: a seeded random
+        batch or a file's samples); only this encoding is the protocol's."""
         encoded = self._encode(signature, inputs)
         return Payload(
             batch_size=batch_size,
             inputs=inputs,
             encoded=encoded,
             request_bytes=self._request_bytes(encoded),
-            expected=expected,
         )
 
     @abstractmethod
-    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> Any:
+    def _encode(self, signature: ModelSignature, inputs: Mapping[str, np.ndarray]) -> Any:
         """The request holding `inputs` as the edges send it (`Payload.encoded`)."""
 
     @staticmethod

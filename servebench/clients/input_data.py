@@ -22,8 +22,8 @@ anything is sent: a name the model lacks, an input the file lacks, another dtype
 shape; each is one line naming the file, the tensor and what is wrong.
 
 A request of batch b takes the next b samples, wrapping round at the end, so a run goes
-through the file in order; a cycle has N / gcd(N, b) distinct requests, which the codec
-encodes once before the run (`ModelCodec.make_payloads`), as it does the random batch.
+through the file in order; a cycle has N / gcd(N, b) distinct requests, each encoded once
+before the run (`payloads.data_payloads`), as the random batch is.
 Answers are compared with the expected outputs as `numpy.allclose` does (`RTOL`, `ATOL`:
 float32 results of one model computed by two runtimes differ by about 1e-6 relative;
 integers and bools exactly), and a mismatch is an error of kind `wrong_answer`.

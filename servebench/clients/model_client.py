@@ -10,14 +10,13 @@ options and error messages word for word the same, which users and tests rely on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
 
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, Payload
 from servebench.clients.codec import ModelCodec, drive_async
-
-if TYPE_CHECKING:
-    from servebench.clients.input_data import InputData
 
 
 class ModelClient(ABC):
@@ -80,17 +79,10 @@ class ModelClient(ABC):
     async def signature(self) -> ModelSignature:
         return self._require_signature()
 
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        """Works before connect() when a signature was given (the codec needs no server)."""
-        return self.codec.make_payload(self._require_signature(), batch_size, seed)
-
-    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
-        """The cycle of requests carrying a file's samples (`ModelCodec.make_payloads`)."""
-        return self.codec.make_payloads(self._require_signature(), batch_size, data)
-
-    def check_payloads(self, batch_size: int, data: InputData) -> None:
-        """What `make_payloads` would refuse, encoding nothing (`ModelCodec.check_payloads`)."""
-        self.codec.check_payloads(self._require_signature(), batch_size, data)
+    def encode(self, batch_size: int, inputs: Mapping[str, np.ndarray]) -> Payload:
+        """The codec's request for `inputs` (`ModelCodec.encode`); works before connect()
+        when a signature was given (the codec needs no server)."""
+        return self.codec.encode(self._require_signature(), batch_size, inputs)
 
     def _require_signature(self) -> ModelSignature:
         if self._signature is None:

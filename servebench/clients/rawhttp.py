@@ -18,18 +18,15 @@ import errno
 import math
 from collections.abc import Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING
 
 import aiohttp
+import numpy as np
 from yarl import URL
 
 from servebench.clients.base import ErrorKind, InferenceError, InferResult, ModelSignature, Payload
 from servebench.clients.http_edge import HttpEdge, wire_request
 from servebench.clients.lean_http import LeanHttpPool, choose_transport, pool_for
 from servebench.clients.timing import TimedBody
-
-if TYPE_CHECKING:
-    from servebench.clients.input_data import InputData
 
 DEFAULT_BODY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0.1,0.2,0.3,0.4]}]}'
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
@@ -111,23 +108,14 @@ class RawHttpClient(HttpEdge):
         """A raw endpoint has no tensors: the signature only names it."""
         return ModelSignature(name=self.model or str(self.url), inputs=(), outputs=())
 
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        """The body to send, or None for a bodiless GET; each request wraps it in its own
-        `TimedBody`, which times when it was written."""
+    def encode(self, batch_size: int, inputs: Mapping[str, np.ndarray]) -> Payload:
+        """The body to send, or None for a bodiless GET: the signature names no tensors, so
+        `inputs` is empty. Each request wraps the body in its own `TimedBody`, which times
+        when it was written."""
         encoded = self.body if self.method != "GET" or self.body else None
         return Payload(
             batch_size=batch_size, inputs={}, encoded=encoded, request_bytes=len(self.body)
         )
-
-    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
-        """A raw endpoint has no tensors to put samples in: refused before the run."""
-        raise ValueError(
-            f"{data.source}: input data needs a model protocol; protocol http sends its "
-            "fixed body (--body, --body-file)"
-        )
-
-    def check_payloads(self, batch_size: int, data: InputData) -> None:
-        self.make_payloads(batch_size, data)  # it refuses, encoding nothing
 
     async def _infer_aiohttp(self, session: aiohttp.ClientSession, payload: Payload) -> InferResult:
         data = (

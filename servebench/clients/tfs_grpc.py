@@ -15,7 +15,7 @@ PredictRequest / PredictResponse sizes (see `grpc_calls`), without gRPC/HTTP/2 f
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -123,7 +123,7 @@ class TfsGrpcCodec(GrpcCodec):
             apis, metadata, self.model, self.signature_name, self.version, self.where
         )
 
-    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> bytes:
+    def _encode(self, signature: ModelSignature, inputs: Mapping[str, np.ndarray]) -> bytes:
         apis = load_apis()
         request = apis.predict.PredictRequest(model_spec=self._model_spec(apis))
         for name, array in inputs.items():

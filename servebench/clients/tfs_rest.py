@@ -90,7 +90,7 @@ class TfsRestCodec(HttpCodec):
             metadata, self.model, self.signature_name, self.version, str(self.metadata_url)
         )
 
-    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> HttpBody:
+    def _encode(self, signature: ModelSignature, inputs: Mapping[str, np.ndarray]) -> HttpBody:
         document: dict[str, Any] = {"signature_name": self.signature_name}
         lists = {name: array.tolist() for name, array in inputs.items()}
         if self.request_format == "columnar":

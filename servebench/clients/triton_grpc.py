@@ -13,7 +13,7 @@ Byte counts are the serialized ModelInferRequest / ModelInferResponse sizes (see
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,7 @@ class TritonGrpcCodec(GrpcCodec):
             raise InferenceError(ErrorKind.SERVER_ERROR, f"{self.where}: not ready")
         return triton_signature(_as_json(metadata), _as_json(config.config), self.version)
 
-    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> bytes:
+    def _encode(self, signature: ModelSignature, inputs: Mapping[str, np.ndarray]) -> bytes:
         request = service_pb2.ModelInferRequest(model_name=self.model, model_version=self.version)
         for spec in signature.inputs:
             array = inputs[spec.name]

@@ -75,7 +75,7 @@ class TritonHttpCodec(HttpCodec):
             raise http_status(answer.status, answer.body, self.where)
         return json_object(answer.body, self.where)
 
-    def _encode(self, signature: ModelSignature, inputs: dict[str, np.ndarray]) -> HttpBody:
+    def _encode(self, signature: ModelSignature, inputs: Mapping[str, np.ndarray]) -> HttpBody:
         tensors = []
         for spec in signature.inputs:
             array = inputs[spec.name]

@@ -57,6 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from servebench.clients.base import InferenceClient
 from servebench.common.dask_cluster import (
     SCHEDULER_TIMEOUT,
     SLOT,
@@ -72,8 +73,7 @@ from servebench.load.live import PUBLISH_EVERY, GeneratorSketch, LiveFigures, Li
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
 from servebench.load.runner import (
     ClientFactory,
-    build_payloads,
-    generator_client,
+    load_payloads,
     loop_factory,
     open_sink,
     summarize_reports,
@@ -693,12 +693,10 @@ def _generate(
 
     dask = get_client()
     with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
-        client = generator_client(factory, index)
+        client = _generator_client(factory, index)
         runner.run(client.connect())
         try:
-            payload = build_payloads(
-                client, settings.batch_size, settings.seed, settings.input_data
-            )
+            payload = runner.run(load_payloads(client, settings))
             Event(f"{run_id}-ready-{index}", client=dask).set()
             if not Event(f"{run_id}-go", client=dask).wait(timeout=READY_TIMEOUT):
                 raise GangError(f"no start after {READY_TIMEOUT:.0f} s")
@@ -725,6 +723,14 @@ def _generate(
             runner.run(client.close())
     report.columns = Columns.concat([])  # they travel in the records
     return report, records
+
+
+def _generator_client(factory: ClientFactory, index: int) -> InferenceClient:
+    """Generator `index`'s client: the factory's `for_generator(index)` where it has one (a
+    factory whose generators each set up their client their own way, e.g. seeded by their
+    index), else `factory()`."""
+    for_generator = getattr(factory, "for_generator", None)
+    return for_generator(index) if for_generator is not None else factory()
 
 
 def _generator_process(dask_log: str) -> None:

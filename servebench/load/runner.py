@@ -1,11 +1,13 @@
-"""Running a load: in the caller's event loop, in a fresh (uv)loop, or from a gang.
+"""Running a load in this process: in the caller's event loop, or in a fresh (uv)loop.
 
 `run_load` is for callers that already have a loop and a connected client (the scenario
-runner). `run` owns everything: it builds the client from a factory, picks uvloop when
-installed, turns SIGINT/SIGTERM into a graceful stop (what was measured is kept and the
-verdict says the run stopped early), and with `processes > 1` (or a Dask scheduler) hands
-the load to a gang of generators on Dask (`load.gang`): the schedule split between them,
-each with its own client and loop, one measured start, their records merged.
+runner). `run_in_process` owns everything: it builds the client from a factory, picks
+uvloop when installed and turns SIGINT/SIGTERM into a graceful stop (what was measured is
+kept and the verdict says the run stopped early). It is one of the two executors
+`load.dispatch.run` chooses between; the other, a gang of generators on Dask
+(`load.gang`), builds on what is shared here: one summary from several engines' reports
+(`summarize_reports`), the payloads a load's settings ask for (`load_payloads`), the loop
+and the record sink.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from servebench.clients.base import InferenceClient, Payload
-from servebench.clients.input_data import InputData
+from servebench.clients.payloads import build_payloads
 from servebench.common.verdict_codes import VerdictCode
 from servebench.load.engine import EngineReport, LoadEngine, Stoppable
 from servebench.load.mix import Mix
@@ -27,9 +29,6 @@ from servebench.load.records import ParquetRecordWriter, RecordSink
 from servebench.load.settings import LoadSettings
 from servebench.load.stats import Columns, mix_figures, summarize
 from servebench.load.summary import LoadSummary, judge
-
-if TYPE_CHECKING:
-    from servebench.load.live import LiveFigures  # a gang's: ddsketch is imported with it
 
 log = logging.getLogger(__name__)
 
@@ -102,22 +101,13 @@ def summarize_reports(
     return summary
 
 
-def build_payloads(
-    client: InferenceClient, batch_size: int, seed: int, data: InputData | None = None
-) -> list[Payload]:
-    """The requests a load cycles through: a file's samples (`data`), or one seeded random
-    batch; ValueError where the batch or the data does not fit the model."""
-    if data is None:
-        return [client.make_payload(batch_size, seed)]
-    return client.make_payloads(batch_size, data)
-
-
-def generator_client(factory: ClientFactory, index: int) -> InferenceClient:
-    """Generator `index`'s client in a gang (`load.gang`): the factory's
-    `for_generator(index)` where it has one (a factory whose generators each set up their
-    client their own way, e.g. seeded by their index), else `factory()`."""
-    for_generator = getattr(factory, "for_generator", None)
-    return for_generator(index) if for_generator is not None else factory()
+async def load_payloads(client: InferenceClient, settings: LoadSettings) -> list[Payload]:
+    """The requests a load of `settings` cycles through (`clients.payloads`), for the
+    signature the connected `client` serves."""
+    signature = await client.signature()
+    return build_payloads(
+        client.encode, signature, settings.batch_size, settings.seed, settings.input_data
+    )
 
 
 async def run_load(
@@ -141,11 +131,7 @@ async def run_load(
         raise ValueError("load.processes: run_load runs in one loop; use run() for a gang")
     mix = client if isinstance(client, Mix) else None
     if payload is None:
-        payload = (
-            build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
-            if mix is None
-            else ()
-        )
+        payload = await load_payloads(client, settings) if mix is None else ()
     engine = LoadEngine(client, payload, settings, sink, on_measure_start=on_measure_start)
     if on_engine is not None:
         on_engine(engine)
@@ -153,43 +139,19 @@ async def run_load(
     return summarize_reports(settings, [report], mix)
 
 
-def run(
+def run_in_process(
     factory: ClientFactory,
     settings: LoadSettings,
+    records: str | Path | RecordSink | None,
+    use_uvloop: bool | None,
+    on_measure_start: Callable[[], None] | None,
     *,
-    records: str | Path | RecordSink | None = None,
-    use_uvloop: bool | None = None,
     handle_signals: bool = True,
-    on_measure_start: Callable[[], None] | None = None,
     on_engine: Callable[[Stoppable], None] | None = None,
-    on_progress: Callable[[LiveFigures], None] | None = None,
 ) -> LoadSummary:
-    """Run one load from start to end; `records` is a Parquet path or a sink (or None).
-
-    `on_engine` receives what stops the load, before it starts (callable from any thread
-    for a gang): the engine, or a gang's `GangStop`; either keeps what was measured, as
-    SIGINT/SIGTERM do with `handle_signals`. `on_progress` receives a gang's live figures
-    (`load.live`) about every second; one process has none.
-
-    `on_measure_start` is called (in a thread: it may block, e.g. on a scrape of the
-    server's counters) when the measured window opens. In one process that is before the
-    first measured send (`LoadEngine`); a gang's generators cannot wait for a caller, so
-    there it is called when the warm-up ends by the shared start, and requests in flight
-    around that instant may fall on either side of it.
-    """
-    if settings.processes > 1 or settings.scheduler is not None:
-        from servebench.load.gang import run_gang
-
-        return run_gang(
-            factory,
-            settings,
-            records,
-            use_uvloop,
-            on_measure_start,
-            handle_signals=handle_signals,
-            on_engine=on_engine,
-            on_progress=on_progress,
-        )
+    """Run one load in this process, in a fresh loop, with a client from `factory`
+    (`load.dispatch.run` says what each argument does); a `records` path is opened here
+    and closed at the end."""
     sink, owned = open_sink(records)
     try:
         return run_in_loop(
@@ -242,7 +204,7 @@ async def _run_single(
     client = factory()
     await client.connect()
     try:
-        payload = build_payloads(client, settings.batch_size, settings.seed, settings.input_data)
+        payload = await load_payloads(client, settings)
         hook = None
         if on_measure_start is not None:
             loop = asyncio.get_running_loop()

@@ -17,13 +17,14 @@ module only moves its bytes, the I/O edge of the httpx shape:
 So a payload is encoded once by the codec before the swarm, a wrong shape or dtype is a
 BAD_RESPONSE failure exactly as in `servebench load`, and failures are the same classified
 `InferenceError`s (`clients.errors`). A protocol added to the registry needs nothing here.
-With `--input-data` the payloads are the codec's cycle through the file's samples
-(`ModelCodec.make_payloads`, as `servebench load` builds them), and a transport hands its
+With `--input-data` the payloads are the cycle through the file's samples, each encoded by
+the codec (`clients.payloads`, as `servebench load` builds them), and a transport hands its
 user the checked outputs, which the user compares with the file's expected ones.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -55,6 +56,7 @@ from servebench.clients.codec import (
 from servebench.clients.errors import grpc_failure
 from servebench.clients.grpc_calls import CHANNEL_OPTIONS, sized_parser
 from servebench.clients.input_data import InputData, InputDataError, read_input_data
+from servebench.clients.payloads import data_payloads, random_payload
 from servebench.clients.registry import PROTOCOLS
 from servebench.clients.registry import protocol as find_protocol
 from servebench.locust.settings import PAYLOAD_SEED, UserSettings, read_signature_file
@@ -275,13 +277,13 @@ def prepare(settings: UserSettings, transport: Transport, data: InputData | None
         signature = read_signature_file(settings.signature_file)
     else:
         signature = transport.read_signature()
-    codec = transport.codec
+    encode = functools.partial(transport.codec.encode, signature)
     if data is None:
         return Prepared(
-            signature, (codec.make_payload(signature, settings.batch_size, PAYLOAD_SEED),)
+            signature, (random_payload(encode, signature, settings.batch_size, PAYLOAD_SEED),)
         )
     try:
-        payloads = codec.make_payloads(signature, settings.batch_size, data)
+        payloads = data_payloads(encode, signature, settings.batch_size, data)
     except InputDataError as exc:  # the batch-size check's error is not the file's
         raise ValueError(f"--input-data {exc}") from None
     return Prepared(signature, tuple(payloads), data.source)

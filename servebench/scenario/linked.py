@@ -21,17 +21,15 @@ The `load` layer sees only a client factory; it knows nothing of links.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from servebench.clients.base import InferenceClient, InferResult, ModelSignature, Payload
 from servebench.clients.factory import create_client
 from servebench.netem import Address, LinkEmulator, LinkProfile
-
-if TYPE_CHECKING:
-    from servebench.clients.input_data import InputData
 
 
 def link_url(transport: str, address: Address) -> str:
@@ -90,14 +88,8 @@ class LinkedClient:
     async def signature(self) -> ModelSignature:
         return await self.client.signature()
 
-    def make_payload(self, batch_size: int, seed: int = 0) -> Payload:
-        return self.client.make_payload(batch_size, seed)
-
-    def make_payloads(self, batch_size: int, data: InputData) -> list[Payload]:
-        return self.client.make_payloads(batch_size, data)
-
-    def check_payloads(self, batch_size: int, data: InputData) -> None:
-        self.client.check_payloads(batch_size, data)
+    def encode(self, batch_size: int, inputs: Mapping[str, np.ndarray]) -> Payload:
+        return self.client.encode(batch_size, inputs)
 
     async def infer(self, payload: Payload) -> InferResult:
         return await self.client.infer(payload)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 import psutil
 
 from servebench.clients.factory import create_client
+from servebench.clients.payloads import random_payload
 from servebench.clients.registry import for_server
 from servebench.results import RunDirectory, no_space
 from servebench.scenario.deploy import (
@@ -167,7 +168,7 @@ async def _timed_requests(
     client = create_client(protocol, url, model, timeout=timeout_s)
     await client.connect()
     try:
-        payload = client.make_payload(1, seed)
+        payload = random_payload(client.encode, await client.signature(), 1, seed)
         times = []
         for _ in range(count):
             started = time.perf_counter()

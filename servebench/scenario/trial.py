@@ -20,6 +20,7 @@ from pathlib import Path
 from model_zoo.counting import count
 from model_zoo.imports import ImportedModel, ServedModel
 from servebench.clients.base import InferenceClient, Payload
+from servebench.clients.payloads import build_payloads
 from servebench.common.errors import ServebenchError
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -32,14 +33,13 @@ from servebench.load import (
     ParquetRecordWriter,
     StabilitySettings,
     TraceArrivals,
-    build_payloads,
     constant,
     poisson,
     run_load,
 )
+from servebench.load.dispatch import run as run_gang_load
 from servebench.load.engine import SERVER_UNREACHABLE, Stoppable
 from servebench.load.runner import ClientFactory
-from servebench.load.runner import run as run_gang_load
 from servebench.netem import LinkEmulator, LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
@@ -304,7 +304,10 @@ async def _connect(
         one = _recipe(trial, ctx, spec.id)(url)
         await one.connect()
         stack.push_async_callback(one.close)
-        targets.append((spec, one, build_payloads(one, trial.batch_size, scenario.seed, data)))
+        payloads = build_payloads(
+            one.encode, await one.signature(), trial.batch_size, scenario.seed, data
+        )
+        targets.append((spec, one, payloads))
     if not isinstance(trial.model, ModelMix):
         ((_, client, payloads),) = targets
         return client, payloads
