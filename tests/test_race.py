@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Hashable, Mapping
 
+import numpy as np
 from landscapes import Rounds, grid, peaked, tied_set
 
 from servebench.scenario.race import race_search
@@ -196,3 +197,40 @@ def test_a_race_over_the_neighbourhood_races_only_it() -> None:
     assert set(result.measured) == set(neighbourhood)
     assert measure.asked[0] == (list(neighbourhood), 5)
     assert not math.isnan(result.looks[0]["statistic"])
+
+
+class _Busy(Rounds):
+    """`Rounds` on a busy machine: each replicate of a setting in `fast` is INVALID (no
+    value, NaN) with probability `share`."""
+
+    def __init__(self, truth: Mapping[str, float], fast: set[str], share: float, seed: int):
+        super().__init__(truth, cv=CV, drift=DRIFT, seed=seed)
+        self.fast, self.share = fast, share
+        self.lag = np.random.default_rng(seed + 1)
+
+    async def __call__(self, names: list[Hashable], count: int) -> dict[Hashable, Measured]:
+        await super().__call__(names, count)
+        for key in (str(n) for n in names if str(n) in self.fast):
+            for number in range(self.number - count + 1, self.number + 1):
+                if self.lag.random() < self.share:
+                    self.rounds[key][number] = math.nan
+        return {n: self.measured(str(n)) for n in names}
+
+
+def test_invalid_replicates_of_the_fastest_settings_are_no_values_not_the_worst() -> None:
+    """On a busy machine the generator's lag makes the fastest settings' replicates INVALID
+    first (the lag is judged against their latency): here 30 % of the rounds of the
+    fastest third of the settings. They have no value (NaN), so the rounds where a
+    survivor has none are left out of each look; counted as the worst (as a failed
+    replicate is) they made the slowest setting of a race on the real Triton the answer.
+    The race still ends in the true tied set in >= 90 % of 50 seeds (50 of 50 when
+    written; 46 with NaN counted as the worst, and the leader chosen over whole rounds
+    only, 42)."""
+    inside = 0
+    for seed in range(50):
+        truth = peaked(seed, STEPS)
+        fast = set(sorted(truth, key=truth.__getitem__)[: len(truth) // 3])
+        result = _race(_Busy(truth, fast, 0.3, seed=20_000 + seed))
+        assert result.best is not None and result.best[0] in fast, seed
+        inside += result.best[0] in tied_set(truth, TIED_WITHIN)
+    assert inside >= 0.9 * 50, inside

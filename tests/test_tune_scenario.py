@@ -312,8 +312,11 @@ def test_a_replicated_quick_search_measures_each_batch_in_rounds(
 # 20 ms. At 40 req/s the last holds requests up to 20 ms for a batch: always the slowest.
 RACE_SETTINGS = {"max_batch_size": 4, "dynamic_batching": True,
                  "max_queue_delay_us": [0, 100, 20000]}  # fmt: skip
+# Its trials are 20 requests: one send 4 ms late on a busy machine is the lag p99, over
+# half of a 5 ms latency p99, and the replicate would be INVALID (no value in its round,
+# tests/test_race.py); the path is what is tested here, so the lag never invalidates.
 RACE_WORKLOAD = {"rates": [40], "batch_sizes": [1], "duration_s": 0.5, "warmup_s": 0.1,
-                 "timeout_s": 2, "repeats": 3, "remeasure": 0}  # fmt: skip
+                 "timeout_s": 2, "repeats": 3, "remeasure": 0, "lag_ratio": 1000}  # fmt: skip
 RACE = {"method": "race", "objective": "p99", "qps": 40, "first_rounds": 2}
 
 
@@ -342,9 +345,10 @@ def _check_race(run: Path) -> dict:
     assert sorted(i for one in rounds for i in one) == sorted(trials["trial_id"])
     assert [len(one) for one in rounds[:2]] == [3, 3]  # the first block: every setting
     looks = search["looks"]
-    assert looks and looks[0]["round"] == 2 and looks[0]["settings"] == 3
+    assert looks and looks[0]["round"] >= 2 and looks[0]["settings"] == 3
     for look in looks:
         assert 0 <= look["p"] <= 1 and look["level"] == pytest.approx(0.0498, abs=1e-4)
+        assert 2 <= look["rounds_compared"] <= look["round"]
     steps = search["steps"]
     dropped = {s["setting"] for s in steps if s["decision"] == "dropped"}
     assert dropped == {n for look in looks for n in look["dropped"]}

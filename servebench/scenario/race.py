@@ -90,7 +90,7 @@ async def race_search(
             result.stop_reason = missing
             break
         if len(survivors) > 1 and done >= first:
-            survivors = _look(result, candidates, survivors, level)
+            survivors = _look(result, candidates, survivors, level, done)
         if len(survivors) == 1:
             result.stop_reason = f"one setting left after {done} rounds"
         elif done >= max_rounds:
@@ -128,15 +128,17 @@ def _incomplete(result: TuneResult, survivors: list[str], done: int) -> str:
 
 
 def _look(
-    result: TuneResult, candidates: Mapping[str, Point], survivors: list[str], level: float
+    result: TuneResult,
+    candidates: Mapping[str, Point],
+    survivors: list[str],
+    level: float,
+    done: int,
 ) -> list[str]:
-    """One look over every round the survivors share; records it and each setting it
-    drops, and returns the survivors after it."""
-    rounds = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
-    badness = np.array(
-        [[_badness(result.measured[n].rounds[r], result.maximize) for n in survivors]
-         for r in rounds]
-    )  # fmt: skip
+    """The look after round `done` over every round the survivors share whole (`_blocks`);
+    records it and each setting it drops, and returns the survivors after it."""
+    badness = _blocks(result, survivors)
+    if len(badness) < 2:  # INVALID replicates left too few complete rounds to test
+        return survivors
     found: Look = look(badness, level)
     leader = survivors[int(np.argmin(found.rank_sums))]
     kept = [n for n, keep in zip(survivors, found.keep, strict=True) if keep]
@@ -146,7 +148,8 @@ def _look(
             continue
         measured = result.measured[name]
         reason = (
-            f"round {found.rounds}: rank sum {sums[name]:g} against the leader {leader}'s "
+            f"round {done} ({found.rounds} compared): rank sum {sums[name]:g} against the "
+            f"leader {leader}'s "
             f"{sums[leader]:g}, beyond Conover's critical difference {found.critical:.3g} "
             f"(Friedman χ² {found.statistic:.3g}, p {found.p:.2g} ≤ {found.level:.2g})"
         )
@@ -154,13 +157,16 @@ def _look(
             Step(len(result.steps), list(candidates[name]), name, _median(measured, result),
                  list(measured.trials), DROPPED, reason)
         )  # fmt: skip
-    result.looks.append(_look_json(found, survivors, leader, kept))
+    result.looks.append(_look_json(found, survivors, leader, kept, done))
     return kept
 
 
-def _look_json(found: Look, survivors: list[str], leader: str, kept: list[str]) -> dict[str, Any]:
+def _look_json(
+    found: Look, survivors: list[str], leader: str, kept: list[str], done: int
+) -> dict[str, Any]:
     return {
-        "round": found.rounds,
+        "round": done,
+        "rounds_compared": found.rounds,
         "settings": len(survivors),
         "statistic": found.statistic,
         "p": found.p,
@@ -204,40 +210,66 @@ def _finish(
 
 
 def _ranked(result: TuneResult, survivors: list[str]) -> list[str]:
-    """The survivors, leader first: by rank sum over the rounds they share, then by median.
+    """The survivors, leader first: by their mean rank within the rounds they share, then
+    by median.
 
     Not by median alone: a setting's median over rounds carries the drift of the rounds
     its middle values came from, while ranks within a round cancel it: on the synthetic
     landscape of tests/test_race.py (10 % drift between rounds, 5 % noise) the best rank
-    sum lies in the true tied set in 198 of 200 races, the best median in 187."""
+    sum lies in the true tied set in 198 of 200 races, the best median in 187. A round
+    where some have no value (INVALID) ranks those that have one, each rank scaled to the
+    round's size — (rank − ½) / n — so it still counts; over whole rounds this orders the
+    settings as their rank sums do."""
     from scipy.stats import rankdata
 
     if len(survivors) <= 1:
         return list(survivors)
-    rounds = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
-    badness = np.array(
-        [[_badness(result.measured[n].rounds[r], result.maximize) for n in survivors]
-         for r in rounds]
-    )  # fmt: skip
-    sums = rankdata(badness, axis=1).sum(axis=0) if rounds else np.zeros(len(survivors))
+    shared = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
+    scaled: list[list[float]] = [[] for _ in survivors]
+    for number in shared:
+        row = np.array([_badness(result.measured[n].rounds[number], result.maximize)
+                        for n in survivors])  # fmt: skip
+        present = ~np.isnan(row)
+        if present.sum() < 2:
+            continue
+        ranks = (rankdata(row[present]) - 0.5) / int(present.sum())
+        for i, rank in zip(np.flatnonzero(present), ranks, strict=True):
+            scaled[i].append(float(rank))
+    means = [float(np.mean(one)) if one else math.inf for one in scaled]
     medians = [_badness(result.measured[n].value, result.maximize) for n in survivors]
-    order = sorted(range(len(survivors)), key=lambda i: (sums[i], medians[i]))
+    order = sorted(range(len(survivors)), key=lambda i: (means[i], medians[i]))
     return [survivors[i] for i in order]
 
 
+def _blocks(result: TuneResult, survivors: list[str]) -> np.ndarray:
+    """The survivors' values as lower-is-better (rounds × survivors) over the rounds every
+    one of them has a value in that is not NaN (INVALID: no measurement to compare, and
+    Friedman's blocks must be whole); a failed replicate stays in as the worst."""
+    shared = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
+    rows = [
+        [_badness(result.measured[n].rounds[r], result.maximize) for n in survivors] for r in shared
+    ]
+    whole = [row for row in rows if not any(math.isnan(v) for v in row)]
+    return np.array(whole, dtype=float).reshape(len(whole), len(survivors))
+
+
 def _badness(value: float | None, maximize: bool) -> float:
-    """A round's value as lower-is-better, no value the worst."""
+    """A round's value as lower-is-better: a failed replicate (None) the worst, an
+    INVALID one (NaN) none."""
     if value is None:
         return math.inf
     return -value if maximize else value
 
 
 def _median(measured: Measured, result: TuneResult) -> float | None:
-    """The nearest-rank median of a setting's round values, a round with no value counted
-    as the worst (None if the median is such a round, or nothing was measured)."""
-    if not measured.rounds:
+    """The nearest-rank median of a setting's round values, a failed round counted as the
+    worst and an INVALID one left out (None if the median is a failed round, or no round
+    has a value)."""
+    values = [_badness(v, result.maximize) for v in measured.rounds.values()]
+    values = [v for v in values if not math.isnan(v)]  # INVALID rounds: no value
+    if not values:
         return None
-    middle = percentile([_badness(v, result.maximize) for v in measured.rounds.values()], 50)
+    middle = percentile(values, 50)
     if math.isinf(middle):
         return None
     return -middle if result.maximize else middle

@@ -447,8 +447,12 @@ def round_values(
 ) -> dict[int, float | None]:
     """Each replicate's own objective value (`objective_of`, not `safe`) by the round it
     was drawn in — a re-measurement keeps its first measurement's round, where its
-    setting's comparisons placed it; None for a replicate that failed or was INVALID.
-    Replicates cut short by an interruption are not there: --resume measures them."""
+    setting's comparisons placed it; None for a replicate that failed (the server's
+    doing), NaN for one that ran but was INVALID (the measurement's: e.g. the generator
+    fell behind, which on a busy machine happens to the fastest settings first, since its
+    lag is judged against their latency — counted as the worst, they lost every race to
+    the slowest). Replicates cut short by an interruption are not there: --resume
+    measures them."""
     found: dict[int, float | None] = {}
     for row in rows.values():
         if (row.replicate_of or row.trial_id) != trial_id or row.remeasured:
@@ -458,11 +462,12 @@ def round_values(
         first = row
         while first.remeasure_of is not None and first.remeasure_of in rows:
             first = rows[first.remeasure_of]
-        value = (
-            objective_of(row, objective, qps=qps, usd_per_hour=usd_per_hour, safe=False).value
-            if counted(row)
-            else None
-        )
+        if counted(row):
+            value = objective_of(
+                row, objective, qps=qps, usd_per_hour=usd_per_hour, safe=False
+            ).value
+        else:
+            value = math.nan if row.status == "ok" else None
         found[int(first.round or 1)] = value
     return found
 

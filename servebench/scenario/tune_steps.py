@@ -32,7 +32,8 @@ class Measured:
     """One setting's measurement: its objective value (None: nothing usable — the setting
     failed, never met the SLO, or has no trial), the trials that gave it, a note, and its
     value in each round it was measured in, by round number (None: that round's replicate
-    gave nothing usable)."""
+    failed — the setting's worst; NaN: it ran but its measurement is not to be trusted,
+    INVALID — no value, so that round is left out of the comparisons it would be in)."""
 
     value: float | None
     trials: tuple[str, ...] = ()
