@@ -272,23 +272,22 @@ def _header(data: RunData) -> str:
     status = data.status
     parts = [f"<header><h1>servebench report — {_e(data.run_id)}</h1>"]
     if status != "complete":
-        reason = run.get("reason") or "no reason recorded"
+        reason = run["reason"] or "no reason recorded"
         parts.append(
             f'<div class="banner {_e(status) if status in ("failed", "interrupted", "running") else "unknown"}" '
             f'id="run-status">Run {_e(status)}: {_e(reason)}. The figures below show what was '
             "measured before it stopped.</div>"
         )
-    if "locust" in str(run.get("source", "")).lower():
+    if "locust" in str(run["source"]).lower():
         parts.append(f'<div class="banner source" id="load-source">{_e(LOCUST_NOTE)}</div>')
-    machine = run.get("machine") or {}
-    versions = run.get("versions") or {}
+    machine, versions = run["machine"], run["versions"]
     meta = {
         "status": f"{status} — {_counts(data)}",
-        "scenario": run.get("scenario"),
-        "started": run.get("started_at"),
-        "ended": run.get("ended_at"),
-        "wall time": _elapsed(run.get("started_at"), run.get("ended_at")),
-        "load source": run.get("source"),
+        "scenario": run["scenario"],
+        "started": run["started_at"],
+        "ended": run["ended_at"],
+        "wall time": _elapsed(run["started_at"], run["ended_at"]),
+        "load source": run["source"],
         "machine": ", ".join(f"{k} {v}" for k, v in machine.items() if k != "memory_bytes")
         + (f", memory {si(machine['memory_bytes'], 'B')}" if machine.get("memory_bytes") else ""),
         "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
@@ -303,7 +302,7 @@ def _counts(data: RunData) -> str:
     overhead = data.run.get("overhead")
     if data.trials.empty and isinstance(overhead, dict):
         return f"{overhead.get('steps_done', 0)} of {overhead.get('steps_planned')} probe runs measured"
-    planned = data.run.get("trials_planned")
+    planned = data.run["trials_planned"]
     return run_counts(data.trials) + (f" ({planned} planned)" if planned else "")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.analysis.labels import missing
-from servebench.analysis.loader import legacy_codes
+from servebench.results import legacy_codes
 
 STEP_COLUMNS = (
     "trial_id", "step", "step_id", "rate", "latency", "met", "reasons", "codes", "chosen",

@@ -26,7 +26,6 @@ command.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import signal
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from servebench.cluster.archive import pack, unpack
 from servebench.common.linux import set_parent_death_signal
+from servebench.results import RUN_FILE, ResultDirError, read_run_json
 
 SCENARIO_FILE = "scenario.yaml"
 LOG_FILE = "job.log"
@@ -259,9 +259,10 @@ def _run_dir(output: Path) -> Path | None:
 
 
 def _read_run_json(run_dir: Path) -> dict:
+    """The run's run.json through its one reader ({}: none, or not readable as one)."""
     try:
-        return json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_run_json(run_dir / RUN_FILE)
+    except (OSError, ResultDirError):
         return {}
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -60,6 +59,7 @@ from servebench.cluster.job import (
 )
 from servebench.cluster.policy import FollowerPool, Policy
 from servebench.cluster.store import JobStore
+from servebench.results import RUN_FILE, ResultDirError, read_run_json
 
 log = logging.getLogger("servebench.cluster")
 
@@ -623,7 +623,8 @@ class Leader:
 
 
 def _run_json(path: Path) -> dict[str, Any] | None:
+    """The run's run.json through its one reader (None: none, or not readable as one)."""
     try:
-        return json.loads((path / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_run_json(path / RUN_FILE)
+    except (OSError, ResultDirError):
         return None
