@@ -42,6 +42,7 @@ import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, make_dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,9 @@ FORMAT_HISTORY = {
     1: "every run written before format versions: columns added since (codes, intervals, "
     "replicates, mixes, gangs, ...) absent, verdict codes only as the reasons' text, slo_met "
     "True/False, search_steps a positional JSON array of 4, 5 or 8 entries",
-    2: "format_version in run.json, trials.csv and settings.csv; every trials.csv column "
-    "present, verdict codes beside their text, slo_met met/missed/undecided",
+    2: "format_version in run.json, trials.csv and settings.csv; run.json's status one of "
+    "RunStatus; every trials.csv column present, verdict codes beside their text, slo_met "
+    "met/missed/undecided",
 }
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
@@ -110,6 +112,20 @@ _VERSIONED = (
     "nvidia-pytriton",
     "numpy",
 )
+
+
+class RunStatus(StrEnum):
+    """run.json's `status`: how the run stands (a trial's own is trials.csv's `status`).
+    Its writers (`RunDirectory.create`, `RunDirectory.finish`) take only these, and its
+    reader (`read_run_json`) refuses any other word."""
+
+    RUNNING = "running"  # started and not closed (a process that died leaves it so)
+    COMPLETE = "complete"  # went through, nothing failed
+    PARTIAL = "partial"  # went through, some trials (or probe runs) failed
+    FAILED = "failed"  # nothing usable, or it could not go on
+    INTERRUPTED = "interrupted"  # stopped (a signal, a pause): --resume continues it
+    UNKNOWN = "unknown"  # read only: a run.json that names no status
+
 
 # -- the per-request record (records.parquet) --------------------------------------------
 
@@ -828,7 +844,12 @@ def _upgrade_run(run: dict[str, Any], path: Path) -> dict[str, Any]:
         run.setdefault("upgraded_from", version)
     run["format_version"] = FORMAT_VERSION
     run["run_id"] = run.get("run_id") or path.parent.name
-    run["status"] = run.get("status") or "unknown"
+    status = run.get("status") or RunStatus.UNKNOWN
+    if status not in set(RunStatus):
+        raise ResultDirError(
+            f"{path}: field status: {status!r} is not one of {', '.join(RunStatus)}"
+        )
+    run["status"] = RunStatus(status)
     for name, default in RUN_DEFAULTS.items():
         if name not in run:
             run[name] = default.copy() if isinstance(default, dict) else default
@@ -1031,7 +1052,7 @@ class RunDirectory:
             "run_id": path.name,
             "format_version": FORMAT_VERSION,
             "scenario": str(scenario_path),
-            "status": "running",
+            "status": RunStatus.RUNNING,
             "reason": None,
             "started_at": datetime.now(UTC).isoformat(),
             "ended_at": None,
@@ -1130,12 +1151,16 @@ class RunDirectory:
                 out.write(text)
                 out.truncate()
 
-    def finish(self, status: str, reason: str | None = None) -> None:
-        """Merge the per-trial files and close run.json with `status` and why.
+    def finish(self, status: RunStatus | str, reason: str | None = None) -> None:
+        """Merge the per-trial files and close run.json with `status` (a RunStatus, not
+        running or unknown) and why.
 
         A merge the disk has no room for fails the run (unless it already failed) and
         leaves the per-trial files, which hold every record, in place of the merged file.
         """
+        status = RunStatus(status)
+        if status in (RunStatus.RUNNING, RunStatus.UNKNOWN):
+            raise ValueError(f"a run is not finished as {status}")
         for folder, merged in MERGED:
             try:
                 self._merge(folder, merged)
@@ -1144,8 +1169,8 @@ class RunDirectory:
                     raise
                 (self.path / merged).unlink(missing_ok=True)  # stale: parts are newer
                 self.warn(f"{merged} not written ({err.strerror}): {folder}/ holds it per trial")
-                if status != "failed":
-                    status, reason = "failed", no_space_reason(err.filename or self.path)
+                if status != RunStatus.FAILED:
+                    status, reason = RunStatus.FAILED, no_space_reason(err.filename or self.path)
         self.run.update(status=status, reason=reason, ended_at=datetime.now(UTC).isoformat())
         self.write_run()
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from servebench.cluster.archive import pack, unpack
 from servebench.common.linux import set_parent_death_signal
-from servebench.results import RUN_FILE, ResultDirError, read_run_json
+from servebench.results import RUN_FILE, ResultDirError, RunStatus, read_run_json
 
 SCENARIO_FILE = "scenario.yaml"
 LOG_FILE = "job.log"
@@ -136,9 +136,9 @@ def execute(
                 job_id, attempt, follower, code, NO_RUN, reason, None, None, measured, tail
             )
         meta = _read_run_json(run_dir)
-        status = str(meta.get("status") or NO_RUN)
+        status = str(meta.get("status", NO_RUN))
         reason = meta.get("reason")
-        if status == "interrupted" and (child.stop_reason or child.pause_reason):
+        if status == RunStatus.INTERRUPTED and (child.stop_reason or child.pause_reason):
             reason = child.stop_reason or child.pause_reason
         return JobRun(
             job_id, attempt, follower, code, status, reason, run_dir.name, pack(run_dir),
