@@ -39,8 +39,8 @@ import json
 import math
 import os
 import platform
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, make_dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from importlib import metadata
@@ -98,7 +98,7 @@ FORMAT_HISTORY = {
     "True/False, search_steps a positional JSON array of 4, 5 or 8 entries",
     2: "format_version in run.json, trials.csv and settings.csv; run.json's status one of "
     "RunStatus; every trials.csv column present, verdict codes beside their text, slo_met "
-    "met/missed/undecided",
+    "met/missed/undecided, search_steps a JSON list of objects (SearchStepRecord)",
 }
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
@@ -355,9 +355,65 @@ _COST = (
         "search_steps",
         _TEXT,
         "",
-        "SLO search: JSON [rate, latency s, met, why invalid, codes, slo verdict, low s, high s]",
+        "SLO search: JSON list of steps, each {rate, latency_s, met, reasons, codes, verdict, "
+        "low_s, high_s} (SearchStepRecord)",
     ),
 )
+
+
+@dataclass(frozen=True)
+class SearchStepRecord:
+    """One step of an SLO search as trials.csv's `search_steps` keeps it (a JSON object
+    with these fields, in the order the steps ran)."""
+
+    rate: float  # req/s offered
+    latency_s: float | None  # the SLO percentile measured at that rate (None: nothing)
+    met: bool  # whether the step met the SLO (usable, and its interval within the bound)
+    reasons: str  # why the step's load was INVALID, '; '-separated ('' where VALID)
+    codes: tuple[str, ...]  # those reasons' codes (servebench.common.verdict_codes)
+    verdict: str | None  # met / missed / undecided (None: a format-1 step from before)
+    low_s: float | None  # the percentile's interval (None: a side nothing bounds; a
+    high_s: float | None  # format-1 step from before the judge: its one latency)
+
+
+SEARCH_STEP_FIELDS = tuple(f.name for f in fields(SearchStepRecord))
+
+
+def search_steps_json(steps: Sequence[SearchStepRecord]) -> str:
+    """The `search_steps` cell of `steps`."""
+    return json.dumps([{**asdict(s), "codes": list(s.codes)} for s in steps])
+
+
+def read_search_steps(text: object) -> list[SearchStepRecord]:
+    """The steps of a `search_steps` cell (none for an empty one); a cell that does not
+    hold them as today's runs write them is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        return []
+    steps = json.loads(text)
+    if not isinstance(steps, list):
+        raise ValueError(f"search_steps: expected a list of steps, found {type(steps).__name__}")
+    records = []
+    for step in steps:
+        if not isinstance(step, dict) or set(step) != set(SEARCH_STEP_FIELDS):
+            raise ValueError(f"search_steps: a step is not {{{', '.join(SEARCH_STEP_FIELDS)}}}")
+        records.append(
+            SearchStepRecord(
+                rate=float(step["rate"]),
+                latency_s=_seconds_or_none(step["latency_s"]),
+                met=bool(step["met"]),
+                reasons=str(step["reasons"] or ""),
+                codes=tuple(str(c) for c in step["codes"]),
+                verdict=None if step["verdict"] is None else str(step["verdict"]),
+                low_s=_seconds_or_none(step["low_s"]),
+                high_s=_seconds_or_none(step["high_s"]),
+            )
+        )
+    return records
+
+
+def _seconds_or_none(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
 
 # A weighted mix of models in one trial (`workload.mix`): the row's other columns are the
 # whole system's (every request, whichever model it went to); this one splits them by model.
@@ -907,7 +963,8 @@ def _trial_rows_from_1(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     """Format-1 rows (`rows`) of trials.csv as format 2: a reasons (warnings) text without
     codes has its codes read from the text (`legacy_codes`; a row with codes keeps them,
     as a run resumed since has both kinds), `slo_met` True/False (before intervals) is
-    met/missed, and a row without a status is ok (the first runs wrote it for failures)."""
+    met/missed, a row without a status is ok (the first runs wrote it for failures), and
+    `search_steps` positional arrays are records (`_search_steps_from_1`)."""
     for codes, text in _CODE_COLUMNS.items():
         frame[codes] = [
             join_codes(legacy_codes(t)) if old and isinstance(t, str) and t and not isinstance(c, str)
@@ -921,7 +978,41 @@ def _trial_rows_from_1(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
         for old, v in zip(rows, frame["slo_met"], strict=True)
     ]
     frame["status"] = frame["status"].where(~rows | frame["status"].notna(), "ok")
+    frame["search_steps"] = [
+        _search_steps_from_1(v) if old else v
+        for old, v in zip(rows, frame["search_steps"], strict=True)
+    ]
     return frame
+
+
+def _search_steps_from_1(text: object) -> object:
+    """A format-1 `search_steps` cell, positional `[[rate, latency, met, reasons], ...]`
+    with, as the runner grew, the reasons' codes (else read from the text) and then the
+    judge's verdict, low and high (else none, and the interval is the one latency), as
+    today's records; a cell that does not read so is left as it is (no steps, to readers)."""
+    if not isinstance(text, str) or not text.strip():
+        return text
+    try:
+        steps = []
+        for s in json.loads(text):
+            reasons = str(s[3]) if len(s) > 3 and s[3] else ""
+            latency = _seconds_or_none(s[1])
+            judged = len(s) > 7
+            steps.append(
+                SearchStepRecord(
+                    rate=float(s[0]),
+                    latency_s=latency,
+                    met=bool(s[2]),
+                    reasons=reasons,
+                    codes=tuple(str(c) for c in s[4]) if len(s) > 4 else legacy_codes(reasons),
+                    verdict=str(s[5]) if judged and s[5] is not None else None,
+                    low_s=_seconds_or_none(s[6]) if judged else latency,
+                    high_s=_seconds_or_none(s[7]) if judged else latency,
+                )
+            )
+    except (ValueError, TypeError, IndexError, KeyError):
+        return text
+    return search_steps_json(steps)
 
 
 def no_space(err: BaseException) -> OSError | None:
