@@ -925,7 +925,8 @@ def _upgrade_rows(
     path: Path,
     from_1: Callable[[pd.DataFrame, pd.Series], pd.DataFrame] | None,
 ) -> pd.DataFrame:
-    """A CSV's rows as today's: every column of `schema`, format-1 rows through `from_1`."""
+    """A CSV's rows as today's: every column of `schema`, in its order (then any others),
+    format-1 rows through `from_1`."""
     version = _row_versions(frame, path)
     absent = [name for name in schema.names if name not in frame.columns]
     if absent:  # added at once (one by one fragments the frame)
@@ -939,7 +940,8 @@ def _upgrade_rows(
     if from_1 is not None and (version == 1).any():
         frame = from_1(frame, version == 1)
     frame["format_version"] = FORMAT_VERSION
-    return frame
+    others = [name for name in frame.columns if name not in schema.names]
+    return frame[[*schema.names, *others]]
 
 
 def _row_versions(frame: pd.DataFrame, path: Path) -> pd.Series:
