@@ -422,10 +422,47 @@ _MIX = (
         "mix_json",
         _TEXT,
         "",
-        "mix: JSON {model id: {weight, share, count, ok, errors, latency_p50, latency_p99}}; "
-        "share = the model's requests / all requests, latencies in s (empty: one model)",
+        "mix: JSON {model id: {weight, share, count, ok, errors, latency_p50, latency_p99}} "
+        "(MixModelRecord); share = the model's requests / all requests, latencies in s "
+        "(empty: one model)",
     ),
 )
+
+
+@dataclass(frozen=True)
+class MixModelRecord:
+    """One model of a weighted mix as trials.csv's `mix_json` keeps it (the cell is a JSON
+    object of these, by model id): its weight, its share of all requests, its counts and
+    the p50 and p99 of its successful requests' latencies (s; NaN where it had none)."""
+
+    weight: float
+    share: float
+    count: int
+    ok: int
+    errors: int
+    latency_p50: float
+    latency_p99: float
+
+
+def mix_json(models: Mapping[str, Mapping[str, Any]]) -> str:
+    """The `mix_json` cell of a mix's per-model figures (each a `MixModelRecord`'s fields:
+    a figure it lacks or one it has not is a TypeError, where the row is made)."""
+    return json.dumps({model: asdict(MixModelRecord(**dict(f))) for model, f in models.items()})
+
+
+def read_mix(text: object) -> dict[str, MixModelRecord]:
+    """The models of a `mix_json` cell (none for an empty one); a cell that does not hold
+    them as the runner writes them is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    models = json.loads(text)
+    if not isinstance(models, dict):
+        raise ValueError(f"mix_json: expected an object, found {type(models).__name__}")
+    try:
+        return {str(model): MixModelRecord(**figures) for model, figures in models.items()}
+    except TypeError as err:
+        raise ValueError(f"mix_json: {err}") from None
+
 
 # A load sent by a gang of generators (`load.gang`, issue 24): the row's other columns are
 # the merged records'; this one says how the gang started and what each generator did.

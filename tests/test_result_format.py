@@ -22,10 +22,13 @@ from servebench.results import (
     SETTING_COLUMNS,
     TRIAL_SCHEMA,
     TRIALS_FILE,
+    MixModelRecord,
     ResultDirError,
     RunDirectory,
     RunStatus,
     SearchStepRecord,
+    mix_json,
+    read_mix,
     read_run_json,
     read_search_steps,
 )
@@ -187,3 +190,15 @@ def test_each_older_step_shape_becomes_a_record(tmp_path: Path, positional: list
         verdict="met" if judged else None,
         low_s=0.015 if judged else 0.02, high_s=0.025 if judged else 0.02,
     )  # fmt: skip
+
+
+def test_a_mix_cell_is_typed_records() -> None:
+    figures = {"weight": 3.0, "share": 0.75, "count": 30, "ok": 29, "errors": 1,
+               "latency_p50": 0.002, "latency_p99": 0.009}  # fmt: skip
+    cell = mix_json({"a": figures})
+    assert read_mix(cell) == {"a": MixModelRecord(**figures)}
+    assert read_mix(None) == {}
+    with pytest.raises(ValueError, match=r"mix_json: .*unexpected keyword argument 'p99'"):
+        read_mix(json.dumps({"a": {**figures, "p99": 0.009}}))
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'ok'"):
+        mix_json({"a": {k: v for k, v in figures.items() if k != "ok"}})

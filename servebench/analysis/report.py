@@ -14,7 +14,6 @@ page is still written (a failed run deserves a report most of all).
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -55,6 +54,7 @@ from servebench.analysis.roofline import (
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
+from servebench.results import read_mix
 
 LOCUST_NOTE = (
     "Load came from closed-loop Locust users: each user waits for its response before "
@@ -404,26 +404,23 @@ def _mix_sections(trials: pd.DataFrame) -> list[_Section]:
     latencies, in runs with a weighted mix (other runs get no empty section)."""
     rows = []
     for trial in report_order(trials).to_dict("records"):
-        text = trial.get("mix_json")
-        if missing(text):
-            continue
         try:
-            mix = json.loads(str(text))
-        except json.JSONDecodeError:
+            mix = read_mix(None if missing(trial["mix_json"]) else trial["mix_json"])
+        except ValueError:
             continue  # a hand-edited cell: the trial's own row still shows
-        total = sum(float(m.get("weight") or 0) for m in mix.values()) or math.nan
+        total = sum(m.weight for m in mix.values()) or math.nan
         for model, m in mix.items():
             rows.append(
                 [
                     trial_label({**trial, "model": None}),
-                    str(model),
-                    f"{float(m.get('weight') or 0):g}",
-                    _share(float(m.get("weight") or 0) / total),
-                    _share(m.get("share")),
-                    str(m.get("count", "–")),
-                    str(m.get("errors", "–")),
-                    ms(m.get("latency_p50")),
-                    ms(m.get("latency_p99")),
+                    model,
+                    f"{m.weight:g}",
+                    _share(m.weight / total),
+                    _share(m.share),
+                    str(m.count),
+                    str(m.errors),
+                    ms(m.latency_p50),
+                    ms(m.latency_p99),
                 ]
             )
     if not rows:
