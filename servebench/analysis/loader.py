@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 from servebench.results import (
     COLD_START_COLUMNS,
     COLD_START_FILE,
-    LEGACY_UNKNOWN,
     RECORDS_DIR,
     RECORDS_FILE,
     RUN_FILE,
@@ -45,14 +44,11 @@ from servebench.results import (
     ResultDirError,
     RunFiles,
     conform_records,
-    legacy_codes,
     read_run_json,
     read_setting_rows,
     read_tune_json,
     upgrade,
 )
-
-__all__ = ["LEGACY_UNKNOWN", "ResultDirError", "RunData", "legacy_codes", "load_run"]
 
 REPORT_FILE = "report.html"
 
