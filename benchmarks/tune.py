@@ -73,7 +73,7 @@ from pathlib import Path
 import pandas as pd
 
 from servebench.analysis.loader import read_trials
-from servebench.results import RUN_FILE, TRIALS_FILE, TUNE_FILE
+from servebench.results import RUN_FILE, TRIALS_FILE, TUNE_FILE, read_run_json
 from servebench.scenario.export_cache import EXPORT_CACHE_ENV
 from servebench.scenario.plan import expand
 from servebench.scenario.runner import ScenarioRunner
@@ -392,8 +392,8 @@ def _shown(value: float | None) -> str:
 
 
 def _wall(run: Path) -> float:
-    info = json.loads((run / RUN_FILE).read_text())
-    if not info.get("ended_at"):
+    info = read_run_json(run / RUN_FILE)
+    if not info["ended_at"]:
         return float("nan")  # still running
     return (
         datetime.fromisoformat(info["ended_at"]) - datetime.fromisoformat(info["started_at"])

@@ -19,6 +19,13 @@ place (the records of the trial in flight) belongs to a trial with no summary ro
 `recover` removes what a kill tore and --resume runs that trial again. A full disk fails
 the write with the path it could not write (`OSError.filename`) and leaves no temp file.
 
+Every run.json, trials.csv row and settings.csv row says which result format it was
+written in (`format_version`, `FORMAT_VERSION` today; a file without one is format 1, the
+shape of every run written before versions). Readers never ask: `upgrade` brings what was
+read from an older run to today's shape, once, where the files are read (`read_run_json`,
+`RunDirectory.open`, and `analysis.loader`); what each version changed is
+`FORMAT_HISTORY`.
+
 Nothing here knows how a trial runs: the scenario runner and the Locust integration both
 hand finished rows over, so this contract sits below both and imports nothing of
 servebench's own. It also defines the two row shapes every producer writes and every
@@ -32,9 +39,10 @@ import json
 import math
 import os
 import platform
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, make_dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,7 @@ import pyarrow.parquet as pq
 from servebench.common.errors import ServebenchError
 from servebench.common.quantiles import MET, MISSED, UNDECIDED
 from servebench.common.textfile import TextFileError, read_json_object
+from servebench.common.verdict_codes import VerdictCode, join_codes
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.csv"
@@ -72,6 +81,25 @@ TUNE_FILE = "tune.json"
 OVERHEAD_RAW_FILE = "overhead_raw.csv"
 OVERHEAD_FILE = "overhead.csv"
 TEMP_SUFFIX = ".tmp"
+
+# -- the result format ----------------------------------------------------------------------
+
+#: The result format today's writers write: run.json's `format_version`, and the column of
+#: that name in trials.csv and settings.csv (each row says its own, so a file is readable
+#: without its run.json, and a run resumed by a newer servebench is rewritten whole).
+FORMAT_VERSION = 2
+#: What a run.json or a row without `format_version` is: written before versions existed.
+UNVERSIONED = 1
+#: What each version is, against the one before it; `upgrade` turns each older shape into
+#: today's.
+FORMAT_HISTORY = {
+    1: "every run written before format versions: columns added since (codes, intervals, "
+    "replicates, mixes, gangs, ...) absent, verdict codes only as the reasons' text, slo_met "
+    "True/False, search_steps a positional JSON array of 4, 5 or 8 entries",
+    2: "format_version in run.json, trials.csv and settings.csv; run.json's status one of "
+    "RunStatus; every trials.csv column present, verdict codes beside their text, slo_met "
+    "met/missed/undecided, search_steps a JSON list of objects (SearchStepRecord)",
+}
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
 
@@ -84,6 +112,20 @@ _VERSIONED = (
     "nvidia-pytriton",
     "numpy",
 )
+
+
+class RunStatus(StrEnum):
+    """run.json's `status`: how the run stands (a trial's own is trials.csv's `status`).
+    Its writers (`RunDirectory.create`, `RunDirectory.finish`) take only these, and its
+    reader (`read_run_json`) refuses any other word."""
+
+    RUNNING = "running"  # started and not closed (a process that died leaves it so)
+    COMPLETE = "complete"  # went through, nothing failed
+    PARTIAL = "partial"  # went through, some trials (or probe runs) failed
+    FAILED = "failed"  # nothing usable, or it could not go on
+    INTERRUPTED = "interrupted"  # stopped (a signal, a pause): --resume continues it
+    UNKNOWN = "unknown"  # read only: a run.json that names no status
+
 
 # -- the per-request record (records.parquet) --------------------------------------------
 
@@ -304,7 +346,7 @@ _COST = (
         _TEXT,
         "",
         "met | missed | undecided: slo_latency_high <= slo_bound_s | slo_latency_low > "
-        "slo_bound_s | neither (older runs' True/False read as met/missed)",
+        "slo_bound_s | neither",
     ),
     _column("slo_throughput_ips", _FLOAT, "inferences/s", "highest throughput meeting the SLO"),
     _column("cost_per_million_at_slo", _FLOAT, "USD/1e6 inferences", "at slo_throughput_ips"),
@@ -313,9 +355,65 @@ _COST = (
         "search_steps",
         _TEXT,
         "",
-        "SLO search: JSON [rate, latency s, met, why invalid, codes, slo verdict, low s, high s]",
+        "SLO search: JSON list of steps, each {rate, latency_s, met, reasons, codes, verdict, "
+        "low_s, high_s} (SearchStepRecord)",
     ),
 )
+
+
+@dataclass(frozen=True)
+class SearchStepRecord:
+    """One step of an SLO search as trials.csv's `search_steps` keeps it (a JSON object
+    with these fields, in the order the steps ran)."""
+
+    rate: float  # req/s offered
+    latency_s: float | None  # the SLO percentile measured at that rate (None: nothing)
+    met: bool  # whether the step met the SLO (usable, and its interval within the bound)
+    reasons: str  # why the step's load was INVALID, '; '-separated ('' where VALID)
+    codes: tuple[str, ...]  # those reasons' codes (servebench.common.verdict_codes)
+    verdict: str | None  # met / missed / undecided (None: a format-1 step from before)
+    low_s: float | None  # the percentile's interval (None: a side nothing bounds; a
+    high_s: float | None  # format-1 step from before the judge: its one latency)
+
+
+SEARCH_STEP_FIELDS = tuple(f.name for f in fields(SearchStepRecord))
+
+
+def search_steps_json(steps: Sequence[SearchStepRecord]) -> str:
+    """The `search_steps` cell of `steps`."""
+    return json.dumps([{**asdict(s), "codes": list(s.codes)} for s in steps])
+
+
+def read_search_steps(text: object) -> list[SearchStepRecord]:
+    """The steps of a `search_steps` cell (none for an empty one); a cell that does not
+    hold them as today's runs write them is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        return []
+    steps = json.loads(text)
+    if not isinstance(steps, list):
+        raise ValueError(f"search_steps: expected a list of steps, found {type(steps).__name__}")
+    records = []
+    for step in steps:
+        if not isinstance(step, dict) or set(step) != set(SEARCH_STEP_FIELDS):
+            raise ValueError(f"search_steps: a step is not {{{', '.join(SEARCH_STEP_FIELDS)}}}")
+        records.append(
+            SearchStepRecord(
+                rate=float(step["rate"]),
+                latency_s=_seconds_or_none(step["latency_s"]),
+                met=bool(step["met"]),
+                reasons=str(step["reasons"] or ""),
+                codes=tuple(str(c) for c in step["codes"]),
+                verdict=None if step["verdict"] is None else str(step["verdict"]),
+                low_s=_seconds_or_none(step["low_s"]),
+                high_s=_seconds_or_none(step["high_s"]),
+            )
+        )
+    return records
+
+
+def _seconds_or_none(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
 
 # A weighted mix of models in one trial (`workload.mix`): the row's other columns are the
 # whole system's (every request, whichever model it went to); this one splits them by model.
@@ -324,10 +422,47 @@ _MIX = (
         "mix_json",
         _TEXT,
         "",
-        "mix: JSON {model id: {weight, share, count, ok, errors, latency_p50, latency_p99}}; "
-        "share = the model's requests / all requests, latencies in s (empty: one model)",
+        "mix: JSON {model id: {weight, share, count, ok, errors, latency_p50, latency_p99}} "
+        "(MixModelRecord); share = the model's requests / all requests, latencies in s "
+        "(empty: one model)",
     ),
 )
+
+
+@dataclass(frozen=True)
+class MixModelRecord:
+    """One model of a weighted mix as trials.csv's `mix_json` keeps it (the cell is a JSON
+    object of these, by model id): its weight, its share of all requests, its counts and
+    the p50 and p99 of its successful requests' latencies (s; NaN where it had none)."""
+
+    weight: float
+    share: float
+    count: int
+    ok: int
+    errors: int
+    latency_p50: float
+    latency_p99: float
+
+
+def mix_json(models: Mapping[str, Mapping[str, Any]]) -> str:
+    """The `mix_json` cell of a mix's per-model figures (each a `MixModelRecord`'s fields:
+    a figure it lacks or one it has not is a TypeError, where the row is made)."""
+    return json.dumps({model: asdict(MixModelRecord(**dict(f))) for model, f in models.items()})
+
+
+def read_mix(text: object) -> dict[str, MixModelRecord]:
+    """The models of a `mix_json` cell (none for an empty one); a cell that does not hold
+    them as the runner writes them is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    models = json.loads(text)
+    if not isinstance(models, dict):
+        raise ValueError(f"mix_json: expected an object, found {type(models).__name__}")
+    try:
+        return {str(model): MixModelRecord(**figures) for model, figures in models.items()}
+    except TypeError as err:
+        raise ValueError(f"mix_json: {err}") from None
+
 
 # A load sent by a gang of generators (`load.gang`, issue 24): the row's other columns are
 # the merged records'; this one says how the gang started and what each generator did.
@@ -411,6 +546,11 @@ _INTERFERENCE = (
     ),
 )
 
+# The result format the row was written in (`FORMAT_VERSION`): the last column.
+_FORMAT = (
+    _column("format_version", _INT, "", "result format of the row (empty: 1, before versions)"),
+)
+
 TRIAL_SCHEMA = pa.schema(
     [
         *_OUTCOME,
@@ -426,6 +566,7 @@ TRIAL_SCHEMA = pa.schema(
         *_CONFIDENCE,
         *_MIX,
         *_GANG,
+        *_FORMAT,
     ],
     metadata={"servebench.trials": "1", "time_unit": "s"},
 )
@@ -497,6 +638,7 @@ SETTING_SCHEMA = pa.schema(
         ),
         _column("warning_codes", _TEXT, "", "what to read with care, ';'-separated codes"),
         _column("replicate_ids", _TEXT, "", "the counted replicates' trial_ids, ';'-separated"),
+        *_FORMAT,
     ],
     metadata={"servebench.settings": "1", "time_unit": "s"},
 )
@@ -562,30 +704,19 @@ def _unknown(trial_id: object, columns: list[str]) -> TrialRowError:
 
 
 # What `slo_met` holds: whether the SLO percentile's interval lies under the bound, over
-# it, or around it (issue 23). Runs written before intervals hold True/False there.
+# it, or around it (issue 23). Format-1 runs hold True/False there (`upgrade` reads them).
 SLO_MET, SLO_MISSED, SLO_UNDECIDED = MET, MISSED, UNDECIDED
 SLO_DECISIONS = (SLO_MET, SLO_MISSED, SLO_UNDECIDED)
 
 
-def slo_decision(value: Any) -> Any:
-    """A `slo_met` cell as today's runs write it: an older run's True/False (or their CSV
-    spelling) as met/missed; anything else as it is (None stays None)."""
-    if isinstance(value, bool | str) and str(value) in ("True", "False"):
-        return SLO_MET if str(value) == "True" else SLO_MISSED
-    return value
-
-
 def _conform(row: object, name: str, value: Any) -> Any:
     """`value` as column `name` holds it: None for empty (NaN and "" too), else the schema's
-    type (numpy scalars become Python's, a whole float an int in an integer column); an
-    older run's `slo_met` as today's word (`slo_decision`)."""
-    if name == "slo_met":
-        value = slo_decision(value)
-        if isinstance(value, str) and value not in SLO_DECISIONS:
-            raise TrialRowError(
-                f"trial {getattr(row, 'trial_id', None)!r}: column slo_met holds {value!r}, "
-                f"not one of {', '.join(SLO_DECISIONS)}"
-            )
+    type (numpy scalars become Python's, a whole float an int in an integer column)."""
+    if name == "slo_met" and isinstance(value, str) and value not in SLO_DECISIONS:
+        raise TrialRowError(
+            f"trial {getattr(row, 'trial_id', None)!r}: column slo_met holds {value!r}, "
+            f"not one of {', '.join(SLO_DECISIONS)}"
+        )
     if value is None:
         return None
     if hasattr(value, "item") and not isinstance(value, str | bytes):
@@ -657,6 +788,8 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "overhead": (dict,),
     "locust": (dict,),
     "instance": (str,),
+    "format_version": (int,),
+    "upgraded_from": (int,),
 }
 _JSON_NAMES = {str: "a string", type(None): "null", list: "a list", dict: "an object",
                int: "an integer"}  # fmt: skip
@@ -699,7 +832,226 @@ def read_run_json(path: Path) -> dict[str, Any]:
             expected = " or ".join(_JSON_NAMES[t] for t in types)
             found = _JSON_NAMES.get(type(value), type(value).__name__)
             raise ResultDirError(f"{path}: field {name}: expected {expected}, found {found}")
+    upgraded = upgrade(RunFiles(run=run), path.parent).run
+    assert upgraded is not None
+    return upgraded
+
+
+# -- older runs: the one upgrade -----------------------------------------------------------
+
+# The verdict texts of runs from before verdict codes, and the code each stands for; a
+# cell's text is split at "; ". A piece that starts with none of them continues the piece
+# before it (a stop reason may hold "; "); a first piece that matches none reads as
+# LEGACY_UNKNOWN, which no reader treats as any check (`recommend` keeps such a step).
+_LEGACY_TEXTS = (
+    ("stopped early: server unreachable", VerdictCode.SERVER_UNREACHABLE),
+    ("stopped early", VerdictCode.STOPPED_EARLY),
+    ("no requests measured", VerdictCode.NO_REQUESTS),
+    ("generator fell behind: sent ", VerdictCode.RATE_SHORT),
+    ("generator fell behind: schedule lag", VerdictCode.LAG_HIGH),
+    ("generator fell behind", VerdictCode.LATE_SENDS),  # when late sends still invalidated
+    ("generator lag", VerdictCode.LATE_SENDS),
+    ("errors:", VerdictCode.ERRORS),
+    ("unstable", VerdictCode.UNSTABLE),
+)
+LEGACY_UNKNOWN = "unknown"
+# The code columns and the text columns a format-1 row's codes are read from.
+_CODE_COLUMNS = {
+    "verdict_reason_codes": "verdict_reasons",
+    "verdict_warning_codes": "verdict_warnings",
+}
+
+
+def legacy_codes(text: object) -> tuple[str, ...]:
+    """The codes of a reasons (or warnings) cell written before codes, from its text."""
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    codes: list[str] = []
+    for piece in (p.strip() for p in text.split("; ")):
+        code = next((c for prefix, c in _LEGACY_TEXTS if piece.startswith(prefix)), None)
+        if code is not None:
+            codes.append(str(code))
+        elif not codes:
+            codes.append(LEGACY_UNKNOWN)
+    return tuple(codes)
+
+
+#: run.json's fields every reader may take as there: what a run.json without one (an
+#: older or hand-made one) reads as. `run_id` is the run's folder name, `status` unknown.
+RUN_DEFAULTS: dict[str, Any] = {
+    "reason": None,
+    "scenario": None,
+    "source": "",
+    "started_at": None,
+    "ended_at": None,
+    "machine": {},
+    "versions": {},
+    "trials_planned": 0,
+}
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What was read of one run, as `upgrade` takes and gives it: run.json's object, and
+    trials.csv and settings.csv as read (their text columns as text); None: not read."""
+
+    run: dict[str, Any] | None = None
+    trials: pd.DataFrame | None = None
+    settings: pd.DataFrame | None = None
+
+
+def upgrade(files: RunFiles, directory: Path) -> RunFiles:
+    """The one upgrade of older runs: what was read from the run directory `directory`,
+    written in any format up to `FORMAT_VERSION`, in today's shape. Every reader of a
+    run's files goes through it (`read_run_json`, `RunDirectory.open`, `read_setting_rows`,
+    `analysis.loader`), so none of them asks how old a run is.
+
+    run.json: `format_version` today's (`upgraded_from`: the one it was written in, where
+    older), `run_id` (else the folder's name), `status` (else unknown) and `RUN_DEFAULTS`
+    where absent. trials.csv and settings.csv: every column of their schema (empty where
+    the writer had none of it; columns of no schema are kept), each row of format 1 as
+    today's (`_trial_rows_from_1`), `format_version` today's on every row.
+
+    A file or row of a newer format than this servebench knows is refused, naming it.
+    """
+    run = files.run
+    if run is not None:
+        run = _upgrade_run(run, directory / RUN_FILE)
+    trials = files.trials
+    if trials is not None:
+        trials = _upgrade_rows(trials, TRIAL_SCHEMA, directory / TRIALS_FILE, _trial_rows_from_1)
+    settings = files.settings
+    if settings is not None:
+        settings = _upgrade_rows(settings, SETTING_SCHEMA, directory / SETTINGS_FILE, None)
+    return RunFiles(run=run, trials=trials, settings=settings)
+
+
+def _upgrade_run(run: dict[str, Any], path: Path) -> dict[str, Any]:
+    version = run.get("format_version", UNVERSIONED)
+    if version < 1:
+        raise ResultDirError(f"{path}: field format_version: {version} is not a format version")
+    if version > FORMAT_VERSION:
+        raise ResultDirError(_newer(path, version))
+    run = dict(run)
+    if version < FORMAT_VERSION:
+        run.setdefault("upgraded_from", version)
+    run["format_version"] = FORMAT_VERSION
+    run["run_id"] = run.get("run_id") or path.parent.name
+    status = run.get("status") or RunStatus.UNKNOWN
+    if status not in set(RunStatus):
+        raise ResultDirError(
+            f"{path}: field status: {status!r} is not one of {', '.join(RunStatus)}"
+        )
+    run["status"] = RunStatus(status)
+    for name, default in RUN_DEFAULTS.items():
+        if name not in run:
+            run[name] = default.copy() if isinstance(default, dict) else default
     return run
+
+
+def _newer(path: Path, version: object) -> str:
+    return (
+        f"{path}: written in result format {version}, newer than this servebench reads "
+        f"(up to {FORMAT_VERSION}); read it with the servebench that wrote it, or a newer one"
+    )
+
+
+def _upgrade_rows(
+    frame: pd.DataFrame,
+    schema: pa.Schema,
+    path: Path,
+    from_1: Callable[[pd.DataFrame, pd.Series], pd.DataFrame] | None,
+) -> pd.DataFrame:
+    """A CSV's rows as today's: every column of `schema`, in its order (then any others),
+    format-1 rows through `from_1`."""
+    version = _row_versions(frame, path)
+    absent = [name for name in schema.names if name not in frame.columns]
+    if absent:  # added at once (one by one fragments the frame)
+        empty = {
+            name: None if schema.field(name).type in (_TEXT, _BOOL) else float("nan")
+            for name in absent
+        }
+        frame = pd.concat([frame, pd.DataFrame(empty, index=frame.index)], axis=1)
+    else:
+        frame = frame.copy()
+    if from_1 is not None and (version == 1).any():
+        frame = from_1(frame, version == 1)
+    frame["format_version"] = FORMAT_VERSION
+    others = [name for name in frame.columns if name not in schema.names]
+    return frame[[*schema.names, *others]]
+
+
+def _row_versions(frame: pd.DataFrame, path: Path) -> pd.Series:
+    """Each row's format: its `format_version` cell, `UNVERSIONED` where there is none."""
+    if "format_version" not in frame.columns:
+        return pd.Series(UNVERSIONED, index=frame.index, dtype=int)
+    cells = frame["format_version"]
+    version = pd.to_numeric(cells, errors="coerce")
+    bad = cells.notna() & (version.isna() | (version % 1 != 0) | (version < 1))
+    if bad.any():
+        raise ResultDirError(
+            f"{path}: column format_version: {cells[bad].iloc[0]!r} is not a format version"
+        )
+    version = version.fillna(UNVERSIONED).astype(int)
+    if (version > FORMAT_VERSION).any():
+        raise ResultDirError(_newer(path, version.max()))
+    return version
+
+
+def _trial_rows_from_1(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
+    """Format-1 rows (`rows`) of trials.csv as format 2: a reasons (warnings) text without
+    codes has its codes read from the text (`legacy_codes`; a row with codes keeps them,
+    as a run resumed since has both kinds), `slo_met` True/False (before intervals) is
+    met/missed, a row without a status is ok (the first runs wrote it for failures), and
+    `search_steps` positional arrays are records (`_search_steps_from_1`)."""
+    for codes, text in _CODE_COLUMNS.items():
+        frame[codes] = [
+            join_codes(legacy_codes(t)) if old and isinstance(t, str) and t and not isinstance(c, str)
+            else c
+            for old, t, c in zip(rows, frame[text], frame[codes], strict=True)
+        ]  # fmt: skip
+    frame["slo_met"] = [
+        (SLO_MET if str(v) == "True" else SLO_MISSED)
+        if old and isinstance(v, bool | str) and str(v) in ("True", "False")
+        else v
+        for old, v in zip(rows, frame["slo_met"], strict=True)
+    ]
+    frame["status"] = frame["status"].where(~rows | frame["status"].notna(), "ok")
+    frame["search_steps"] = [
+        _search_steps_from_1(v) if old else v
+        for old, v in zip(rows, frame["search_steps"], strict=True)
+    ]
+    return frame
+
+
+def _search_steps_from_1(text: object) -> object:
+    """A format-1 `search_steps` cell, positional `[[rate, latency, met, reasons], ...]`
+    with, as the runner grew, the reasons' codes (else read from the text) and then the
+    judge's verdict, low and high (else none, and the interval is the one latency), as
+    today's records; a cell that does not read so is left as it is (no steps, to readers)."""
+    if not isinstance(text, str) or not text.strip():
+        return text
+    try:
+        steps = []
+        for s in json.loads(text):
+            reasons = str(s[3]) if len(s) > 3 and s[3] else ""
+            latency = _seconds_or_none(s[1])
+            judged = len(s) > 7
+            steps.append(
+                SearchStepRecord(
+                    rate=float(s[0]),
+                    latency_s=latency,
+                    met=bool(s[2]),
+                    reasons=reasons,
+                    codes=tuple(str(c) for c in s[4]) if len(s) > 4 else legacy_codes(reasons),
+                    verdict=str(s[5]) if judged and s[5] is not None else None,
+                    low_s=_seconds_or_none(s[6]) if judged else latency,
+                    high_s=_seconds_or_none(s[7]) if judged else latency,
+                )
+            )
+    except (ValueError, TypeError, IndexError, KeyError):
+        return text
+    return search_steps_json(steps)
 
 
 def no_space(err: BaseException) -> OSError | None:
@@ -828,8 +1180,9 @@ class RunDirectory:
         directory = cls(path)
         directory.run = {
             "run_id": path.name,
+            "format_version": FORMAT_VERSION,
             "scenario": str(scenario_path),
-            "status": "running",
+            "status": RunStatus.RUNNING,
             "reason": None,
             "started_at": datetime.now(UTC).isoformat(),
             "ended_at": None,
@@ -856,10 +1209,13 @@ class RunDirectory:
         if not path.is_dir():
             raise ResultDirError(f"{path}: not a directory (give the run's folder)")
         directory = cls(path, run=read_run_json(path / RUN_FILE))
+        trials = _read_frame(path / TRIALS_FILE, "trial_id", text=TRIAL_TEXT_COLUMNS)
+        if trials is not None:
+            trials = upgrade(RunFiles(trials=trials), path).trials
         try:
             directory.rows = [
                 TrialRow.from_record(record)
-                for record in _read_rows(path / TRIALS_FILE, "trial_id", text=TRIAL_TEXT_COLUMNS)
+                for record in ([] if trials is None else trials.to_dict("records"))
             ]
         except TrialRowError as err:
             raise ResultDirError(f"{path / TRIALS_FILE}: {err}") from None
@@ -925,12 +1281,16 @@ class RunDirectory:
                 out.write(text)
                 out.truncate()
 
-    def finish(self, status: str, reason: str | None = None) -> None:
-        """Merge the per-trial files and close run.json with `status` and why.
+    def finish(self, status: RunStatus | str, reason: str | None = None) -> None:
+        """Merge the per-trial files and close run.json with `status` (a RunStatus, not
+        running or unknown) and why.
 
         A merge the disk has no room for fails the run (unless it already failed) and
         leaves the per-trial files, which hold every record, in place of the merged file.
         """
+        status = RunStatus(status)
+        if status in (RunStatus.RUNNING, RunStatus.UNKNOWN):
+            raise ValueError(f"a run is not finished as {status}")
         for folder, merged in MERGED:
             try:
                 self._merge(folder, merged)
@@ -939,8 +1299,8 @@ class RunDirectory:
                     raise
                 (self.path / merged).unlink(missing_ok=True)  # stale: parts are newer
                 self.warn(f"{merged} not written ({err.strerror}): {folder}/ holds it per trial")
-                if status != "failed":
-                    status, reason = "failed", no_space_reason(err.filename or self.path)
+                if status != RunStatus.FAILED:
+                    status, reason = RunStatus.FAILED, no_space_reason(err.filename or self.path)
         self.run.update(status=status, reason=reason, ended_at=datetime.now(UTC).isoformat())
         self.write_run()
 
@@ -978,7 +1338,10 @@ class RunDirectory:
 
     def write_trials(self) -> None:
         """Rewrite trials.csv from `rows` (also after columns were set on rows in place):
-        every column of `TRIAL_SCHEMA`, in its order, whatever the rows hold."""
+        every column of `TRIAL_SCHEMA`, in its order, whatever the rows hold; each row's
+        `format_version` is today's."""
+        for row in self.rows:  # each row as this servebench writes it
+            row.format_version = FORMAT_VERSION
         frame = pd.DataFrame([row.to_record() for row in self.rows], columns=TRIAL_SCHEMA.names)
         write_atomically(self.path / TRIALS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
 
@@ -989,6 +1352,7 @@ class RunDirectory:
         if unknown:
             raise TrialRowError(f"settings.csv has no column(s) {', '.join(unknown)}")
         frame = pd.DataFrame(rows, columns=list(SETTING_COLUMNS))
+        frame["format_version"] = FORMAT_VERSION
         write_atomically(self.path / SETTINGS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
 
     def add_cold_start(self, row: dict[str, Any]) -> None:
@@ -1028,24 +1392,36 @@ class RunDirectory:
 
 
 def read_setting_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """settings.csv's rows (none for a run written before replicates)."""
+    """settings.csv's rows, upgraded (none where the run has no settings.csv, as a run
+    written before replicates)."""
     text = tuple(f.name for f in SETTING_SCHEMA if f.type == _TEXT)
-    return _read_rows(Path(run_dir) / SETTINGS_FILE, "trial_id", text=text)
+    frame = _read_frame(Path(run_dir) / SETTINGS_FILE, "trial_id", text=text)
+    if frame is None:
+        return []
+    settings = upgrade(RunFiles(settings=frame), Path(run_dir)).settings
+    assert settings is not None
+    return settings.to_dict("records")
 
 
 def _read_rows(path: Path, key: str, text: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """The rows of one of the run's CSV files (none if it is absent or empty); the `text`
+    """The rows of one of the run's CSV files (none if it is absent or empty)."""
+    frame = _read_frame(path, key, text)
+    return [] if frame is None else frame.to_dict("records")
+
+
+def _read_frame(path: Path, key: str, text: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """One of the run's CSV files as read (None if it is absent or empty); the `text`
     columns stay text (a model version "1" must not come back as 1.0)."""
     if not path.is_file():
-        return []
+        return None
     try:
         # round_trip: a number reads back as the very float written (pandas' default
         # parser can be an ulp off, and a p99 at an SLO bound must stay where it was).
         frame = pd.read_csv(path, dtype=dict.fromkeys(text, str), float_precision="round_trip")
     except pd.errors.EmptyDataError:
-        return []
+        return None
     except (ValueError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError
         raise ResultDirError(f"{path}: not a readable CSV ({err})") from None
     if key not in frame.columns:
         raise ResultDirError(f"{path}: no {key} column (found {list(frame.columns)[:8]})")
-    return frame.to_dict("records")
+    return frame

@@ -30,7 +30,7 @@ from servebench.common.verdict_codes import INTERFERENCE_CODES, join_codes, spli
 from servebench.load.summary import LoadSummary
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
-from servebench.results import TrialRow
+from servebench.results import SearchStepRecord, TrialRow, mix_json, search_steps_json
 from servebench.telemetry import client_minus_server_s
 from servebench.telemetry.disturbance import Disturbance, judge_interference
 from servebench.telemetry.interference import InterferenceRecord
@@ -167,7 +167,7 @@ def build_row(
         stats.pop(name, None)
     stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
     mix = stats.pop("mix")  # a weighted mix: each model's figures, in a column of their own
-    stats["mix_json"] = json.dumps(mix) if mix else None
+    stats["mix_json"] = mix_json(mix) if mix else None
     gang = stats.pop("gang")  # a gang of generators: its start and each generator's figures
     stats["gang_json"] = json.dumps(gang) if gang else None
     values.update(stats)
@@ -198,7 +198,7 @@ def build_row(
         values.update(slo_percentile=slo.percentile, slo_bound_s=slo.bound_s)
         values.update(_slo_columns(summary, slo))
     if search is not None:
-        values.update(max_rate=search.max_rate, search_steps=search_steps_json(search.steps))
+        values.update(max_rate=search.max_rate, search_steps=search_steps_cell(search.steps))
     return TrialRow.from_record(values)
 
 
@@ -233,22 +233,22 @@ def failed_row(where: TrialCoordinates, reason: str, model: ModelColumns | None 
     )
 
 
-def search_steps_json(steps: Sequence[SearchStep]) -> str:
-    """The `search_steps` column: per step [rate, SLO-percentile latency (s), met, why the
-    step's run was INVALID, the codes of those reasons, the SLO verdict (met / missed /
-    undecided), the percentile's interval low and high (s)] (`analysis.search` reads it)."""
-    return json.dumps(
+def search_steps_cell(steps: Sequence[SearchStep]) -> str:
+    """The `search_steps` column: one `SearchStepRecord` per step (the offered rate, the
+    SLO-percentile latency, met, why the step's run was INVALID and those reasons' codes,
+    the SLO verdict and the percentile's interval), as `analysis.search` reads it."""
+    return search_steps_json(
         [
-            [
-                s.rate,
-                _seconds(s.latency),
-                s.met,
-                "; ".join(s.result.reasons),
-                list(s.result.reason_codes),
-                s.verdict,
-                _seconds(s.slo.low),
-                _seconds(s.slo.high),
-            ]
+            SearchStepRecord(
+                rate=s.rate,
+                latency_s=_seconds(s.latency),
+                met=s.met,
+                reasons="; ".join(s.result.reasons),
+                codes=tuple(s.result.reason_codes),
+                verdict=s.verdict,
+                low_s=_seconds(s.slo.low),
+                high_s=_seconds(s.slo.high),
+            )
             for s in steps
         ]
     )

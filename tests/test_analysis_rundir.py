@@ -435,7 +435,7 @@ def _summary(
         "slo_percentile": 99.0,
         "slo_bound_s": 0.2,
         "slo_latency_s": q[3],
-        "slo_met": bool(q[3] <= 0.2),
+        "slo_met": "met" if q[3] <= 0.2 else "missed",
         "max_rate": None,
         "host_peak_flops": HOST_PEAK_FLOPS,
     }

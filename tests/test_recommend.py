@@ -18,7 +18,7 @@ from cli_checks import assert_one_line_error
 from replicated_runs import replicated_run
 from typer.testing import CliRunner
 
-from servebench.analysis.loader import LEGACY_UNKNOWN, legacy_codes, load_run
+from servebench.analysis.loader import load_run
 from servebench.analysis.recommend import (
     CLOSED,
     LinkCost,
@@ -30,6 +30,7 @@ from servebench.analysis.recommend import (
 )
 from servebench.cli import app
 from servebench.pricing import load_prices
+from servebench.results import LEGACY_UNKNOWN, legacy_codes
 
 C6I, G4DN = "c6i.xlarge", "g4dn.xlarge"  # $0.17/h and $0.526/h in prices.csv
 SLO = 0.050

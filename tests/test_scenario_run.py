@@ -185,10 +185,10 @@ def test_slo_search_records_every_step_and_the_rate_found(tmp_path: Path):
     trials = pd.read_csv(outcome.directory.path / "trials.csv")
     (row,) = trials.to_dict("records")
     steps = json.loads(row["search_steps"])
-    assert [s[0] for s in steps] == [20, 40, 80]  # bracketing doubles up to the ceiling
+    assert [s["rate"] for s in steps] == [20, 40, 80]  # bracketing doubles up to the ceiling
     # a tiny dense model answers in milliseconds: every step meets a 500 ms p50, its
     # interval's high end within the bound
-    assert all(s[2] and s[5] == "met" and s[7] <= 0.5 for s in steps), steps
+    assert all(s["met"] and s["verdict"] == "met" and s["high_s"] <= 0.5 for s in steps), steps
     assert row["max_rate"] == 80
     # The row's SLO columns are its chosen step's, judged the same way, and price it.
     assert row["slo_met"] == "met" and row["slo_latency_high"] <= 0.5

@@ -191,7 +191,10 @@ def test_both_producers_write_the_same_columns_from_the_same_records(
     facts = TrialFacts("c6i.xlarge", 0.17, 99.0, scenario.slo.latency_ms / 1e3)
     mine = scenario_row(scenario, trial, tmp_path, _chunk())
     theirs = locust_row(tmp_path / "l", _chunk(), facts)
-    where = {f.name for f in dataclasses.fields(TrialCoordinates)} | {"trial_id", "index"}
+    # format_version: set when a row is written (the Locust row was, the other not yet).
+    where = {f.name for f in dataclasses.fields(TrialCoordinates)} | {
+        "trial_id", "index", "format_version",
+    }  # fmt: skip
     only_scenario = {  # what a Locust swarm does not have: telemetry, model counts, settings
         *aggregate([], model="m"), "client_minus_server_s", "host_peak_flops",
         "layer_type", "depth", "width", "params", "flops_per_sample", "weight_bytes",

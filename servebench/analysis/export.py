@@ -459,11 +459,10 @@ def _early_stopping(row: dict[str, Any], latencies: np.ndarray) -> tuple[list[st
 
 def trial_table(trials: pd.DataFrame) -> pa.Table:
     """trials.csv as a typed Arrow table: TRIAL_SCHEMA's types, units and meanings (in
-    each field's metadata), in its order; a column the schema lacks is kept as text."""
+    each field's metadata), in its order (the loader's trials have every column, whatever
+    run wrote them); a column the schema lacks is kept as text."""
     fields, arrays = [], []
     for f in TRIAL_SCHEMA:
-        if f.name not in trials.columns:
-            continue
         values = [None if missing(v) else v for v in trials[f.name]]
         arrays.append(pa.array(values, type=f.type, from_pandas=True))
         fields.append(f)

@@ -9,12 +9,11 @@ be readable: a file that is not (torn, empty, binary, a field or cell of the wro
 is a `ResultDirError` naming the file and the field, which the commands print as one
 line, exit 2.
 
-Rows written before trials.csv kept verdict codes have only the reasons' text (an older
-run, or the earlier rows of one resumed since). Their codes are read from that text here,
-once, by the texts those versions wrote (`legacy_codes`); nothing after the loader looks
-at a reason's text to decide anything. Likewise `slo_met`, True/False before confidence
-intervals, is read as met/missed (`results.slo_decision`), and the interval columns such
-a run lacks read as empty.
+Whatever format a run was written in, it is read as today's: the files pass through
+`results.upgrade` as they are read (run.json by `results.read_run_json`), which brings an
+older run's rows to today's shape once (its verdict codes read from its texts, its
+True/False `slo_met` as met/missed, the columns it lacks as empty); nothing after the
+loader asks how old a run is, nor looks at a reason's text to decide anything.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servebench.common.verdict_codes import VerdictCode, join_codes
 from servebench.results import (
     COLD_START_COLUMNS,
     COLD_START_FILE,
@@ -44,11 +42,12 @@ from servebench.results import (
     TRIALS_FILE,
     TUNE_FILE,
     ResultDirError,
+    RunFiles,
     conform_records,
     read_run_json,
     read_setting_rows,
     read_tune_json,
-    slo_decision,
+    upgrade,
 )
 
 REPORT_FILE = "report.html"
@@ -61,54 +60,6 @@ BOOL_COLUMNS = tuple(f.name for f in TRIAL_SCHEMA if pa.types.is_boolean(f.type)
 NUMBER_COLUMNS = tuple(
     f.name for f in TRIAL_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
 )
-
-
-# The verdict texts of runs from before verdict codes, and the code each stands for; a
-# cell's text is split at "; ". A piece that starts with none of them continues the piece
-# before it (a stop reason may hold "; "); a first piece that matches none reads as
-# LEGACY_UNKNOWN, which no reader treats as any check (`recommend` keeps such a step).
-_LEGACY_TEXTS = (
-    ("stopped early: server unreachable", VerdictCode.SERVER_UNREACHABLE),
-    ("stopped early", VerdictCode.STOPPED_EARLY),
-    ("no requests measured", VerdictCode.NO_REQUESTS),
-    ("generator fell behind: sent ", VerdictCode.RATE_SHORT),
-    ("generator fell behind: schedule lag", VerdictCode.LAG_HIGH),
-    ("generator fell behind", VerdictCode.LATE_SENDS),  # when late sends still invalidated
-    ("generator lag", VerdictCode.LATE_SENDS),
-    ("errors:", VerdictCode.ERRORS),
-    ("unstable", VerdictCode.UNSTABLE),
-)
-LEGACY_UNKNOWN = "unknown"
-# The code columns and the text columns an older run's codes are read from.
-_CODE_COLUMNS = {
-    "verdict_reason_codes": "verdict_reasons",
-    "verdict_warning_codes": "verdict_warnings",
-}
-
-
-def legacy_codes(text: object) -> tuple[str, ...]:
-    """The codes of a reasons (or warnings) cell an older run wrote, from its text."""
-    if not isinstance(text, str) or not text.strip():
-        return ()
-    codes: list[str] = []
-    for piece in (p.strip() for p in text.split("; ")):
-        code = next((c for prefix, c in _LEGACY_TEXTS if piece.startswith(prefix)), None)
-        if code is not None:
-            codes.append(str(code))
-        elif not codes:
-            codes.append(LEGACY_UNKNOWN)
-    return tuple(codes)
-
-
-def _codes_or_legacy(frame: pd.DataFrame, codes: str, text: str) -> list[object]:
-    """A code column as written, except for rows written before codes existed: text
-    without codes (every reason written since has its code), read by `legacy_codes`. A
-    resumed older run has both kinds of rows."""
-    written = frame[codes] if codes in frame.columns else pd.Series([None] * len(frame))
-    return [
-        join_codes(legacy_codes(t)) if isinstance(t, str) and t and not isinstance(c, str) else c
-        for t, c in zip(frame[text], written, strict=True)
-    ]
 
 
 @dataclass
@@ -149,11 +100,11 @@ class RunData:
 
     @property
     def run_id(self) -> str:
-        return str(self.run.get("run_id") or self.path.name)
+        return str(self.run["run_id"])
 
     @property
     def status(self) -> str:
-        return str(self.run.get("status") or "unknown")
+        return str(self.run["status"])
 
     @property
     def ok_trials(self) -> pd.DataFrame:
@@ -182,7 +133,7 @@ def load_run(path: str | Path, *, records: bool = True, trials: bool = False) ->
         settings=read_settings(path),
     )
     if trials and data.trials.empty:
-        why = f": {data.run['reason']}" if data.run.get("reason") else ""
+        why = f": {data.run['reason']}" if data.run["reason"] else ""
         raise ResultDirError(f"{path / TRIALS_FILE}: no trial rows (the run is {data.status}{why})")
     return data
 
@@ -257,7 +208,7 @@ def read_settings(run_dir: Path) -> pd.DataFrame | None:
 
 
 def read_trials(path: Path) -> pd.DataFrame:
-    """trials.csv with typed columns; columns an older runner did not write read as empty.
+    """trials.csv with typed columns, upgraded to today's shape (`results.upgrade`).
 
     A run interrupted before its first trial has no trials.csv: that is an empty table,
     not an error, so the report can still say what happened. An empty file is damage (the
@@ -282,12 +233,8 @@ def read_trials(path: Path) -> pd.DataFrame:
             raise ResultDirError(f"{path}: cannot read it ({err.strerror})") from None
         if "trial_id" not in frame.columns:
             raise ResultDirError(f"{path}: no trial_id column (found {list(frame.columns)[:8]})")
-    absent = [name for name in TRIAL_SCHEMA.names if name not in frame.columns]
-    if absent:  # an older run's: added at once (one by one fragments the frame)
-        empty = {n: float("nan") if n in NUMBER_COLUMNS else None for n in absent}
-        frame = pd.concat([frame, pd.DataFrame(empty, index=frame.index)], axis=1)
-    for codes, text in _CODE_COLUMNS.items():
-        frame[codes] = _codes_or_legacy(frame, codes, text)
+    frame = upgrade(RunFiles(trials=frame), path.parent).trials
+    assert frame is not None
     for name in TEXT_COLUMNS:
         frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
     frame["slo_met"] = _slo_decisions(frame["slo_met"], path)
@@ -302,16 +249,13 @@ def read_trials(path: Path) -> pd.DataFrame:
             ) from None
     for name in BOOL_COLUMNS:
         frame[name] = frame[name].map(_to_bool).astype(object)
-    if frame["status"].isna().any():
-        frame["status"] = frame["status"].where(frame["status"].notna(), "ok")
     # One block per type again: the column-by-column conversions above leave one each.
     return frame.reset_index(drop=True).copy()
 
 
 def _slo_decisions(column: pd.Series, path: Path) -> pd.Series:
-    """`slo_met` as met/missed/undecided: an older run's True/False (from before confidence
-    intervals, issue 23) read as met/missed; any other word is damage."""
-    decided = column.map(lambda v: None if v is None else slo_decision(v)).astype(object)
+    """`slo_met` as met/missed/undecided; any other word is damage."""
+    decided = column.astype(object)
     bad = decided[decided.notna() & ~decided.isin(SLO_DECISIONS)]
     if len(bad):
         raise ResultDirError(

@@ -309,7 +309,7 @@ def cost_vs_latency(trials: pd.DataFrame, recommendations: list[Recommendation])
             for word, colour, label in shades:
                 part = rows[decision == word]
                 if word == SLO_UNDECIDED and part.empty:
-                    continue  # older runs, and runs where every trial was decided
+                    continue  # every trial decided: no empty legend entry
                 ax.scatter(
                     part["_latency"] * 1e3,
                     part["cost_per_million"],

@@ -14,7 +14,6 @@ page is still written (a failed run deserves a report most of all).
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -55,6 +54,7 @@ from servebench.analysis.roofline import (
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
+from servebench.results import read_mix
 
 LOCUST_NOTE = (
     "Load came from closed-loop Locust users: each user waits for its response before "
@@ -272,23 +272,22 @@ def _header(data: RunData) -> str:
     status = data.status
     parts = [f"<header><h1>servebench report — {_e(data.run_id)}</h1>"]
     if status != "complete":
-        reason = run.get("reason") or "no reason recorded"
+        reason = run["reason"] or "no reason recorded"
         parts.append(
             f'<div class="banner {_e(status) if status in ("failed", "interrupted", "running") else "unknown"}" '
             f'id="run-status">Run {_e(status)}: {_e(reason)}. The figures below show what was '
             "measured before it stopped.</div>"
         )
-    if "locust" in str(run.get("source", "")).lower():
+    if "locust" in str(run["source"]).lower():
         parts.append(f'<div class="banner source" id="load-source">{_e(LOCUST_NOTE)}</div>')
-    machine = run.get("machine") or {}
-    versions = run.get("versions") or {}
+    machine, versions = run["machine"], run["versions"]
     meta = {
         "status": f"{status} — {_counts(data)}",
-        "scenario": run.get("scenario"),
-        "started": run.get("started_at"),
-        "ended": run.get("ended_at"),
-        "wall time": _elapsed(run.get("started_at"), run.get("ended_at")),
-        "load source": run.get("source"),
+        "scenario": run["scenario"],
+        "started": run["started_at"],
+        "ended": run["ended_at"],
+        "wall time": _elapsed(run["started_at"], run["ended_at"]),
+        "load source": run["source"],
         "machine": ", ".join(f"{k} {v}" for k, v in machine.items() if k != "memory_bytes")
         + (f", memory {si(machine['memory_bytes'], 'B')}" if machine.get("memory_bytes") else ""),
         "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
@@ -303,7 +302,7 @@ def _counts(data: RunData) -> str:
     overhead = data.run.get("overhead")
     if data.trials.empty and isinstance(overhead, dict):
         return f"{overhead.get('steps_done', 0)} of {overhead.get('steps_planned')} probe runs measured"
-    planned = data.run.get("trials_planned")
+    planned = data.run["trials_planned"]
     return run_counts(data.trials) + (f" ({planned} planned)" if planned else "")
 
 
@@ -405,26 +404,23 @@ def _mix_sections(trials: pd.DataFrame) -> list[_Section]:
     latencies, in runs with a weighted mix (other runs get no empty section)."""
     rows = []
     for trial in report_order(trials).to_dict("records"):
-        text = trial.get("mix_json")
-        if missing(text):
-            continue
         try:
-            mix = json.loads(str(text))
-        except json.JSONDecodeError:
+            mix = read_mix(None if missing(trial["mix_json"]) else trial["mix_json"])
+        except ValueError:
             continue  # a hand-edited cell: the trial's own row still shows
-        total = sum(float(m.get("weight") or 0) for m in mix.values()) or math.nan
+        total = sum(m.weight for m in mix.values()) or math.nan
         for model, m in mix.items():
             rows.append(
                 [
                     trial_label({**trial, "model": None}),
-                    str(model),
-                    f"{float(m.get('weight') or 0):g}",
-                    _share(float(m.get("weight") or 0) / total),
-                    _share(m.get("share")),
-                    str(m.get("count", "–")),
-                    str(m.get("errors", "–")),
-                    ms(m.get("latency_p50")),
-                    ms(m.get("latency_p99")),
+                    model,
+                    f"{m.weight:g}",
+                    _share(m.weight / total),
+                    _share(m.share),
+                    str(m.count),
+                    str(m.errors),
+                    ms(m.latency_p50),
+                    ms(m.latency_p99),
                 ]
             )
     if not rows:

@@ -416,10 +416,10 @@ def print_summary(run_dir: str | Path, console: Console) -> RunData:
     for line in cold_start_lines(data.cold_start, console.width, settings):
         console.print(escape(line), highlight=False)
     status = data.status
-    planned = data.run.get("trials_planned")
+    planned = data.run["trials_planned"]
     plan = f" ({planned} planned)" if planned else ""
     line = f"{status}: {run_counts(data.trials)}{plan}"
-    if data.run.get("reason"):
+    if data.run["reason"]:
         line += f" — {data.run['reason']}"
     style = "green" if status == "complete" else "bold red"
     console.print(f"[{style}]{escape(line)}[/{style}]")

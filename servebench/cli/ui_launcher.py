@@ -30,7 +30,6 @@ process stops the server it started after it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -50,7 +49,13 @@ from servebench.locust.facts import TrialFacts
 from servebench.locust.results import check_run_id
 from servebench.locust.settings import DEFAULT_PROTOCOL, PROTOCOLS
 from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, resolve_link
-from servebench.results import RUN_FILE, RunDirectory, new_run_id, unused_run_id
+from servebench.results import (
+    RUN_FILE,
+    RunDirectory,
+    new_run_id,
+    read_run_json,
+    unused_run_id,
+)
 from servebench.servers.ports import LOOPBACK, bind_error, free_ports, port_accepts
 
 if TYPE_CHECKING:
@@ -439,7 +444,7 @@ def finish_run(path: Path, returncode: int) -> dict[str, Any] | None:
     run_file = path / RUN_FILE
     if not run_file.is_file():
         return None
-    run = json.loads(run_file.read_text())
+    run = read_run_json(run_file)
     if run.get("status") == "running":
         RunDirectory(path, run=run).finish(
             "interrupted", f"Locust exited with status {returncode} before closing the run"

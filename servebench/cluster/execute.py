@@ -26,7 +26,6 @@ command.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import signal
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from servebench.cluster.archive import pack, unpack
 from servebench.common.linux import set_parent_death_signal
+from servebench.results import RUN_FILE, ResultDirError, RunStatus, read_run_json
 
 SCENARIO_FILE = "scenario.yaml"
 LOG_FILE = "job.log"
@@ -136,9 +136,9 @@ def execute(
                 job_id, attempt, follower, code, NO_RUN, reason, None, None, measured, tail
             )
         meta = _read_run_json(run_dir)
-        status = str(meta.get("status") or NO_RUN)
+        status = str(meta.get("status", NO_RUN))
         reason = meta.get("reason")
-        if status == "interrupted" and (child.stop_reason or child.pause_reason):
+        if status == RunStatus.INTERRUPTED and (child.stop_reason or child.pause_reason):
             reason = child.stop_reason or child.pause_reason
         return JobRun(
             job_id, attempt, follower, code, status, reason, run_dir.name, pack(run_dir),
@@ -259,9 +259,10 @@ def _run_dir(output: Path) -> Path | None:
 
 
 def _read_run_json(run_dir: Path) -> dict:
+    """The run's run.json through its one reader ({}: none, or not readable as one)."""
     try:
-        return json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_run_json(run_dir / RUN_FILE)
+    except (OSError, ResultDirError):
         return {}
 
 

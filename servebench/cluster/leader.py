@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -61,6 +60,7 @@ from servebench.cluster.job import (
 from servebench.cluster.policy import FollowerPool, Policy
 from servebench.cluster.store import JobStore
 from servebench.common.dask_cluster import GPU, SLOT
+from servebench.results import RUN_FILE, ResultDirError, RunStatus, read_run_json
 
 log = logging.getLogger("servebench.cluster")
 
@@ -71,6 +71,8 @@ LOCK_FILE = "leader.lock"
 TICK_S = 0.25
 # Dask worker states in which a follower takes jobs (a closing one is leaving).
 _SERVING = {"running", "paused"}
+# The run statuses of a run that went through: its job is done (else failed or requeued).
+_WENT_THROUGH = (RunStatus.COMPLETE, RunStatus.PARTIAL)
 
 
 class LeaderError(ClusterError, RuntimeError):
@@ -122,15 +124,15 @@ def judge(run: execute.JobRun, cancelled: bool, pausing: bool = False) -> Outcom
     if cancelled:
         return Outcome(JobState.CANCELLED, run.reason or "cancelled")
     where = f"on {run.follower}"
-    if run.status in ("complete", "partial"):
+    if run.status in _WENT_THROUGH:
         reason = run.status if not run.reason else f"{run.status}: {run.reason}"
         if run.invalid:  # first: `cluster status` shows a reason's first 60 characters
             reason = f"{run.invalid}; run {reason}"
         return Outcome(JobState.DONE, f"{reason} ({where})", learn=True)
-    if run.status == "interrupted" and pausing and run.archive is not None:
+    if run.status == RunStatus.INTERRUPTED and pausing and run.archive is not None:
         why = f"paused {where} after a trial ({run.reason or 'for a shorter job'})"
         return Outcome(None, why, keep_result=False, paused=True)
-    if run.status == "interrupted":
+    if run.status == RunStatus.INTERRUPTED:
         why = run.reason or "interrupted"
         return Outcome(None, f"its run {where} was interrupted ({why})", keep_result=False)
     why = run.reason or f"exit status {run.exit_code}"
@@ -147,8 +149,8 @@ def adopt_results(store: JobStore, results_dir: Path, now: float | None = None) 
         meta = _run_json(path)
         if meta is None:
             continue
-        status = str(meta.get("status") or execute.NO_RUN)
-        state = JobState.DONE if status in ("complete", "partial") else JobState.FAILED
+        status = meta["status"]
+        state = JobState.DONE if status in _WENT_THROUGH else JobState.FAILED
         reason = f"{status} (its result was in place when the leader restarted)"
         invalid = execute.invalid_note(path) if state == JobState.DONE else None
         reason = f"{invalid}; run {reason}" if invalid else reason
@@ -624,7 +626,8 @@ class Leader:
 
 
 def _run_json(path: Path) -> dict[str, Any] | None:
+    """The run's run.json through its one reader (None: none, or not readable as one)."""
     try:
-        return json.loads((path / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_run_json(path / RUN_FILE)
+    except (OSError, ResultDirError):
         return None

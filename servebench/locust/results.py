@@ -32,7 +32,7 @@ from servebench.locust.facts import TrialFacts
 from servebench.locust.records import Coordinates
 from servebench.locust.settings import link_profile
 from servebench.netem import NetemError
-from servebench.results import RunDirectory, TrialRow, new_run_id
+from servebench.results import RunDirectory, RunStatus, TrialRow, new_run_id
 from servebench.trial_row import TrialCoordinates, WireBytes, build_row
 
 SOURCE = "locust"
@@ -118,9 +118,9 @@ class LocustRun:
             return
         self.finished = True
         if self.directory.rows:
-            self.directory.finish("complete", reason)
+            self.directory.finish(RunStatus.COMPLETE, reason)
         else:
-            self.directory.finish("interrupted", reason or "no swarm ran")
+            self.directory.finish(RunStatus.INTERRUPTED, reason or "no swarm ran")
 
 
 def check_run_id(run_id: str) -> str:

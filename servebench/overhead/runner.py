@@ -54,6 +54,7 @@ from servebench.results import (
     OVERHEAD_FILE,
     OVERHEAD_RAW_FILE,
     RunDirectory,
+    RunStatus,
     new_run_id,
     write_atomically,
 )
@@ -191,7 +192,7 @@ class OverheadRunner:
         }
         directory.run["overhead"] = overhead
         directory.write_run()
-        status, reason = "complete", None
+        status, reason = RunStatus.COMPLETE, None
         workdir = Path(tempfile.mkdtemp(prefix="servebench-overhead-"))
         runners: dict[Side, ProbeSide] = {}
         try:
@@ -204,10 +205,10 @@ class OverheadRunner:
                     with _sigterm_as_interrupt():
                         self._step(order, step, runners, directory)
         except KeyboardInterrupt as stop:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             reason = str(stop) if str(stop) else "stopped by Ctrl-C (SIGINT)"
         except Exception as err:  # the run cannot go on; what it measured stays
-            status, reason = "failed", f"{type(err).__name__}: {err}"
+            status, reason = RunStatus.FAILED, f"{type(err).__name__}: {err}"
         finally:
             for side in runners.values():
                 side.close()
@@ -312,17 +313,20 @@ class OverheadRunner:
         """Write the files a last time and close run.json; a run that went through with
         failed probes is partial, one that measured nothing failed."""
         progress = self.progress
-        if status == "complete" and not progress.measurements:
+        if status == RunStatus.COMPLETE and not progress.measurements:
             why = _first_reason(progress.failed) or _first_reason(progress.unavailable)
-            status, reason = "failed", f"nothing was measured ({why or 'no step ran'})"
-        elif status == "complete" and progress.failed:
+            status, reason = RunStatus.FAILED, f"nothing was measured ({why or 'no step ran'})"
+        elif status == RunStatus.COMPLETE and progress.failed:
             count = sum(len(v) for v in progress.failed.values())
-            status, reason = "partial", f"{count} probe runs failed (see run.json, overhead.failed)"
+            status, reason = (
+                RunStatus.PARTIAL,
+                f"{count} probe runs failed (see run.json, overhead.failed)",
+            )
         try:
             self._save(directory)
         except OSError as err:
-            if status != "interrupted":
-                status, reason = "failed", f"cannot write the results ({err})"
+            if status != RunStatus.INTERRUPTED:
+                status, reason = RunStatus.FAILED, f"cannot write the results ({err})"
         directory.finish(status, reason)
         return status, reason
 

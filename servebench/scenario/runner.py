@@ -43,6 +43,7 @@ from servebench.pricing import InstancePrice, estimate_cost
 from servebench.results import (
     ResultDirError,
     RunDirectory,
+    RunStatus,
     TrialRow,
     new_run_id,
     no_space,
@@ -133,22 +134,22 @@ class ScenarioRunner:
             + searched,
             highlight=False,
         )
-        status, reason = "complete", None
+        status, reason = RunStatus.COMPLETE, None
         try:
             run_in_loop(self._run(directory, todo))
             if self.state.paused and not self.state.interrupted and not self.state.left_out:
                 self.state.paused = None  # it came during the last trial
             if self.state.interrupted or self.state.paused:
-                status, reason = "interrupted", self.state.interrupted or self.state.paused
+                status, reason = RunStatus.INTERRUPTED, self.state.interrupted or self.state.paused
         except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted by a second Ctrl-C"
+            status, reason = RunStatus.INTERRUPTED, "interrupted by a second Ctrl-C"
         except Exception as err:  # the run cannot go on; what it measured stays
-            status, reason = "failed", _reason(err, directory.path)
+            status, reason = RunStatus.FAILED, _reason(err, directory.path)
         finally:
             status, reason = self._close(directory, status, reason)
         failed = sum(1 for r in directory.rows if r.get("status") == "failed")
         paused = (
-            status == "interrupted"
+            status == RunStatus.INTERRUPTED
             and self.state.paused is not None
             and self.state.interrupted is None
         )
@@ -186,20 +187,20 @@ class ScenarioRunner:
         return directory
 
     def _close(
-        self, directory: RunDirectory, status: str, reason: str | None
-    ) -> tuple[str, str | None]:
+        self, directory: RunDirectory, status: RunStatus, reason: str | None
+    ) -> tuple[RunStatus, str | None]:
         """Settle the status (failed trials make a finished run partial or failed) and
         close the run directory; return the final status and reason."""
         failed = [r for r in directory.rows if r.get("status") == "failed"]
-        if status == "complete" and failed:
+        if status == RunStatus.COMPLETE and failed:
             status, reason = _failures(directory.rows, failed)
         try:
             self._add_slo_costs(directory)
         except OSError as err:
             if no_space(err) is None:
                 raise
-            if status != "failed":
-                status, reason = "failed", _reason(err, directory.path)
+            if status != RunStatus.FAILED:
+                status, reason = RunStatus.FAILED, _reason(err, directory.path)
         directory.finish(status, reason)
         return directory.run["status"], directory.run["reason"]
 
@@ -434,13 +435,13 @@ def scenario_hash(scenario: Scenario) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _failures(rows: list[TrialRow], failed: list[TrialRow]) -> tuple[str, str]:
+def _failures(rows: list[TrialRow], failed: list[TrialRow]) -> tuple[RunStatus, str]:
     """A run that went through with failed trials: `partial`, or `failed` if none was ok."""
     if len(failed) < len(rows):
-        return "partial", f"{len(failed)} of {len(rows)} trials failed (see trials.csv)"
-    why = failed[0].get("reason")  # NaN when read back from an older trials.csv
+        return RunStatus.PARTIAL, f"{len(failed)} of {len(rows)} trials failed (see trials.csv)"
+    why = failed[0].get("reason")
     first = why.splitlines()[0] if isinstance(why, str) and why.strip() else "no reason given"
-    return "failed", f"all {len(rows)} trials failed (first: {first})"
+    return RunStatus.FAILED, f"all {len(rows)} trials failed (first: {first})"
 
 
 def _reason(err: BaseException, run_dir: Path) -> str:
