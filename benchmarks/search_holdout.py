@@ -34,15 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from aa import run  # one scenario run and its wall time, as the A/A benchmark runs it
 
 from servebench.analysis.loader import load_run
 from servebench.common.paired import HIGHER, compare_paired
-from servebench.scenario.runner import ScenarioRunner
 
 MODELS = (
     "{layer_type: dense, depth: 2, width: 64, input_shape: [64]}",
@@ -64,14 +63,6 @@ def scenario(name: str, spec: str, settings: str, workload: str, tune: str = "")
         f"workload:\n{workload}links: [direct]\nslo: {{percentile: 99, latency_ms: 100}}\n"
         f"cost: {{instance: c6i.xlarge}}\n{tune}"
     )
-
-
-def run(path: Path, out: Path) -> tuple[Path, float]:
-    started = time.perf_counter()
-    outcome = ScenarioRunner(path, output=out).run()
-    if outcome.status not in ("complete", "partial"):
-        raise SystemExit(f"{path}: {outcome.status}: {outcome.reason}")
-    return outcome.directory.path, time.perf_counter() - started
 
 
 def capacity(index: int, out: Path) -> float:

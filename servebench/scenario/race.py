@@ -224,7 +224,7 @@ def _ranked(result: TuneResult, survivors: list[str]) -> list[str]:
 
     if len(survivors) <= 1:
         return list(survivors)
-    shared = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
+    shared = _shared_rounds(result, survivors)
     scaled: list[list[float]] = [[] for _ in survivors]
     for number in shared:
         row = np.array([_badness(result.measured[n].rounds[number], result.maximize)
@@ -241,11 +241,16 @@ def _ranked(result: TuneResult, survivors: list[str]) -> list[str]:
     return [survivors[i] for i in order]
 
 
+def _shared_rounds(result: TuneResult, survivors: list[str]) -> list[int]:
+    """The rounds every one of `survivors` was measured in, in order."""
+    return sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
+
+
 def _blocks(result: TuneResult, survivors: list[str]) -> np.ndarray:
     """The survivors' values as lower-is-better (rounds × survivors) over the rounds every
     one of them has a value in that is not NaN (INVALID: no measurement to compare, and
     Friedman's blocks must be whole); a failed replicate stays in as the worst."""
-    shared = sorted(set.intersection(*(set(result.measured[n].rounds) for n in survivors)))
+    shared = _shared_rounds(result, survivors)
     rows = [
         [_badness(result.measured[n].rounds[r], result.maximize) for n in survivors] for r in shared
     ]
