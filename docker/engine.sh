@@ -75,8 +75,10 @@ start_service() {
   write_conf
   rm -f "$SOCKET"
   # setsid + nohup: the service outlives the shell that started it (CI steps, a terminal).
-  CONTAINERS_CONF="$CONF" setsid nohup podman system service --time=0 "unix://$SOCKET" \
-    >"$LOG_FILE" 2>&1 </dev/null &
+  # From /: its conmon children inherit its working directory, and when that was a clone
+  # removed later every container start failed with "write child: broken pipe".
+  (cd / && CONTAINERS_CONF="$CONF" exec setsid nohup podman system service --time=0 \
+    "unix://$SOCKET" >"$LOG_FILE" 2>&1 </dev/null) &
   echo $! >"$PID_FILE"
   for _ in $(seq 1 100); do
     answers "$SOCKET" && return 0
