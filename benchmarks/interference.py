@@ -4,7 +4,7 @@
     PYTHONPATH=$PWD .venv/bin/python benchmarks/interference.py --cycles 5 --window 8
 
 A small dense model is served by the local tritonserver (`benchmarks/cluster.py`'s
-`served_triton`) and loaded by servebench's own engine (`load.runner.run_load`, open loop,
+`served_triton`) and loaded by servebench's own engine (`load.run`, open loop,
 Poisson at `--rate`, over triton-http) in windows of `--window` seconds after a 1 s
 warm-up, as a replicate is measured. Around each measured window an `InterferenceSampler`
 runs, excluding the server's process tree and this process (the generator; alone, not
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -52,8 +53,9 @@ from cpu_burner import cpu_burners  # noqa: E402
 from model_zoo.spec import ModelSpec  # noqa: E402
 from servebench.clients.factory import create_client  # noqa: E402
 from servebench.common.quantiles import percentile  # noqa: E402
+from servebench.load import LoadPlan, Measuring, OneClient  # noqa: E402
+from servebench.load import run as run_load  # noqa: E402
 from servebench.load.arrivals import poisson  # noqa: E402
-from servebench.load.runner import run_load  # noqa: E402
 from servebench.load.settings import LoadSettings  # noqa: E402
 from servebench.telemetry.interference import InterferenceSampler  # noqa: E402
 
@@ -81,7 +83,7 @@ class Window:
     verdict: str
 
 
-async def measure(
+def measure(
     client,
     args: argparse.Namespace,
     sampler: InterferenceSampler,
@@ -93,11 +95,13 @@ async def measure(
         arrivals=poisson(args.rate, seed=seed), duration=args.window, warmup=WARMUP_S, seed=seed
     )
 
-    async def opened() -> None:
-        # This process alone, not its tree: the burners are its children.
-        sampler.start(exclude_trees=[server_pid], exclude_processes=[os.getpid()])
+    def opened(event) -> None:
+        if isinstance(event, Measuring):
+            # This process alone, not its tree: the burners are its children.
+            sampler.start(exclude_trees=[server_pid], exclude_processes=[os.getpid()])
 
-    summary = await run_load(client, settings, on_measure_start=opened)
+    plan = LoadPlan(settings, OneClient(client))
+    summary = run_load(plan, subscribers=(opened,), handle_signals=False)
     record = sampler.stop()
     return Window(
         condition, record.cpu_pressure, record.other_cpu, record.steal,
@@ -106,24 +110,22 @@ async def measure(
 
 
 async def run(args: argparse.Namespace, server_pid: int, http: str, model: str) -> list[Window]:
-    client = create_client("triton-http", http, model)
-    await client.connect()
+    client = functools.partial(create_client, "triton-http", http, model)
     sampler = InterferenceSampler()
     for note in sampler.notes:
         print(f"note: {note}")
     windows: list[Window] = []
-    try:
-        for cycle in range(args.cycles):
-            for position, condition in enumerate("ABBA"):
-                seed = cycle * 4 + position
-                with cpu_burners(args.burners if condition == "B" else 0):
-                    if condition == "B":
-                        await asyncio.sleep(BURNER_HEAD_START_S)
-                    window = await measure(client, args, sampler, server_pid, seed, condition)
-                windows.append(window)
-                print(_line(cycle, window), flush=True)
-    finally:
-        await client.close()
+    for cycle in range(args.cycles):
+        for position, condition in enumerate("ABBA"):
+            seed = cycle * 4 + position
+            with cpu_burners(args.burners if condition == "B" else 0):
+                if condition == "B":
+                    await asyncio.sleep(BURNER_HEAD_START_S)
+                window = await asyncio.to_thread(
+                    measure, client, args, sampler, server_pid, seed, condition
+                )
+            windows.append(window)
+            print(_line(cycle, window), flush=True)
     return windows
 
 

@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -723,14 +724,24 @@ def engine_alone() -> None:
 
     from servebench.clients.base import InferResult, ModelSignature, Payload
     from servebench.load import (
+        LoadPlan,
         LoadSettings,
-        Mix,
-        MixTarget,
         ParquetRecordWriter,
+        Target,
         constant,
+        run,
         run_in_loop,
-        run_load,
     )
+
+    class Instants:
+        """A client source: a fresh `Instant` per model."""
+
+        def for_part(self, index: int, models: list[str]) -> list[Instant]:
+            return [Instant() for _ in models]
+
+    def load(settings: LoadSettings, targets: tuple[Target, ...] | None = None, **options):
+        plan = LoadPlan(settings, Instants(), targets or (Target(),))
+        return run(plan, handle_signals=False, **options)
 
     class Instant:
         async def connect(self) -> None:
@@ -771,33 +782,29 @@ def engine_alone() -> None:
     run_in_loop(bare(n))
     out["bare_us"], out["bare_rps"] = (cpu() - c0) / n * 1e6, n / (time.perf_counter() - t0)
     c0, t0 = cpu(), time.perf_counter()
-    s = run_in_loop(run_load(Instant(), LoadSettings(concurrency=CONNECTIONS, count=n)))
+    s = load(LoadSettings(concurrency=CONNECTIONS, count=n))
     out["closed_us"], out["closed_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
-    a, b = Instant(), Instant()
-    mix = Mix([MixTarget(m, w, c, (c.encode(1, {}),)) for m, w, c in (("a", 3, a), ("b", 1, b))], 0)
     c0 = cpu()
-    s = run_in_loop(run_load(mix, LoadSettings(concurrency=CONNECTIONS, count=n)))
+    s = load(LoadSettings(concurrency=CONNECTIONS, count=n), (Target("a", 3), Target("b", 1)))
     out["closed_mix_us"], out["closed_mix_rps"] = (cpu() - c0) / n * 1e6, s.throughput_rps
-    s = run_in_loop(run_load(Instant(), LoadSettings(arrivals=constant(20_000), duration=3)))
+    s = load(LoadSettings(arrivals=constant(20_000), duration=3))
     out["open_rate"], out["open_late"] = s.achieved_rate, s.late_share
     out["open_lag_p99"] = s.schedule_lag_p99
     with tempfile.TemporaryDirectory() as tmp:
         writer = ParquetRecordWriter(Path(tmp) / "records.parquet")
         rss: list[float] = []
 
-        async def sampled() -> None:
-            async def sample() -> None:
-                while True:
-                    rss.append(psutil.Process().memory_info().rss / 2**20)
-                    await asyncio.sleep(1.0)
+        done = threading.Event()
 
-            task = asyncio.create_task(sample())
-            await run_load(
-                Instant(), LoadSettings(arrivals=constant(20_000), duration=10), sink=writer
-            )
-            task.cancel()
+        def sample() -> None:
+            while not done.wait(1.0 if rss else 0.0):
+                rss.append(psutil.Process().memory_info().rss / 2**20)
 
-        run_in_loop(sampled())
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        load(LoadSettings(arrivals=constant(20_000), duration=10), records=writer)
+        done.set()
+        sampler.join()
         writer.close()
         out["records"] = writer.rows
     out["rss_first"], out["rss_max"], out["rss_last"] = rss[1], max(rss[1:]), rss[-1]

@@ -464,6 +464,73 @@ def read_mix(text: object) -> dict[str, MixModelRecord]:
         raise ValueError(f"mix_json: {err}") from None
 
 
+@dataclass(frozen=True)
+class GeneratorRecord:
+    """One generator of a gang as trials.csv's `gang_json` keeps it: its worker, its clock
+    against the coordinator's, how late it began, and what its own records show."""
+
+    index: int
+    worker: str
+    clock_offset_s: float
+    clock_uncertainty_s: float
+    late_start_s: float
+    count: int
+    sent_rate: float
+    scheduled_rate: float | None  # its share of the schedule's rate (None: no schedule)
+    shortfall: float | None  # 1 - sent / scheduled
+    lag_p99_s: float | None
+    lost: str | None  # why it was lost (None: it finished)
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """A gang's emulated link: `links` links of `profile`, one per generator."""
+
+    profile: str
+    per_generator: bool
+    links: int
+
+
+@dataclass(frozen=True)
+class GangRecord:
+    """A load sent by a gang (`load.gang`): how it started and what each generator did."""
+
+    scheduler: str  # its address, or "local"
+    start_skew_s: float
+    start_skew_limit_s: float
+    partial: bool  # a generator was lost
+    generators: tuple[GeneratorRecord, ...]
+    link: LinkRecord | None = None
+
+
+def gang_json(gang: GangRecord) -> str:
+    """The `gang_json` cell of `gang`."""
+    document = asdict(gang)
+    if gang.link is None:
+        del document["link"]
+    return json.dumps(document)
+
+
+def read_gang(text: object) -> GangRecord | None:
+    """The gang of a `gang_json` cell (None for an empty one); a cell that does not hold
+    one as runs write it is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError(f"gang_json: expected an object, found {type(document).__name__}")
+    try:
+        link = document.pop("link", None)
+        generators = tuple(GeneratorRecord(**g) for g in document.pop("generators"))
+        return GangRecord(
+            **document,
+            generators=generators,
+            link=LinkRecord(**link) if link is not None else None,
+        )
+    except (TypeError, KeyError) as err:
+        raise ValueError(f"gang_json: {err}") from None
+
+
 # A load sent by a gang of generators (`load.gang`, issue 24): the row's other columns are
 # the merged records'; this one says how the gang started and what each generator did.
 _GANG = (

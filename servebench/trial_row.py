@@ -30,7 +30,13 @@ from servebench.common.verdict_codes import INTERFERENCE_CODES, join_codes, spli
 from servebench.load.summary import LoadSummary
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice, cost_per_million
-from servebench.results import SearchStepRecord, TrialRow, mix_json, search_steps_json
+from servebench.results import (
+    SearchStepRecord,
+    TrialRow,
+    gang_json,
+    mix_json,
+    search_steps_json,
+)
 from servebench.telemetry import client_minus_server_s
 from servebench.telemetry.disturbance import Disturbance, judge_interference
 from servebench.telemetry.interference import InterferenceRecord
@@ -168,8 +174,8 @@ def build_row(
     stats["errors_by_kind"] = json.dumps(stats["errors_by_kind"])
     mix = stats.pop("mix")  # a weighted mix: each model's figures, in a column of their own
     stats["mix_json"] = mix_json(mix) if mix else None
-    gang = stats.pop("gang")  # a gang of generators: its start and each generator's figures
-    stats["gang_json"] = json.dumps(gang) if gang else None
+    stats.pop("gang")  # a gang of generators: its start and each generator's figures
+    stats["gang_json"] = gang_json(summary.gang) if summary.gang is not None else None
     values.update(stats)
     if link is not None:
         values.update(

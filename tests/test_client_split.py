@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from time import perf_counter
 
+import loads
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,7 +28,7 @@ from servebench.analysis.loader import ResultDirError, load_run
 from servebench.clients.rawhttp import RawHttpClient
 from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
-from servebench.load import LoadSettings, MemoryRecordSink, columns_from_table, run_load, summarize
+from servebench.load import LoadSettings, MemoryRecordSink, columns_from_table, summarize
 from servebench.load.records import read_records
 from servebench.results import OPTIONAL_RECORD_COLUMNS, RECORD_SCHEMA, conform_records
 
@@ -113,14 +114,11 @@ async def test_a_body_after_its_headers_is_client_receive(holding_server: str) -
 
 
 async def test_records_and_summary_carry_the_split(holding_server: str, tmp_path: Path) -> None:
-    client = RawHttpClient(f"{holding_server}/answer-late")
-    await client.connect()
     sink = MemoryRecordSink()
-    try:
-        settings = LoadSettings(concurrency=2, count=10, trial_id="split")
-        summary = await run_load(client, settings, sink=sink)
-    finally:
-        await client.close()
+    settings = LoadSettings(concurrency=2, count=10, trial_id="split")
+    summary = await loads.load_in_thread(
+        lambda: RawHttpClient(f"{holding_server}/answer-late"), settings, records=sink
+    )
     table = sink.table()
     records = table.to_pandas()
     assert records.ok.all() and len(records) == 10

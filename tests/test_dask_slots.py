@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import loads
 import pytest
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
@@ -16,7 +17,7 @@ from servebench.common.dask_cluster import (
     free_slot_workers,
     local_cluster,
 )
-from servebench.load import LoadSettings, run
+from servebench.load import LoadSettings
 
 
 def test_free_slot_workers_are_those_with_a_slot_and_nothing_running():
@@ -51,14 +52,14 @@ def test_a_gang_takes_the_worker_whose_slot_is_free(server):  # noqa: F811
             threading.Event().wait(0.05)
         try:
             settings = LoadSettings(
-                concurrency=1, count=20, processes=1, scheduler=cluster.scheduler_address
+                concurrency=1, count=20, generators=1, scheduler=cluster.scheduler_address
             )
-            summary = run(factory(f"{server}/work"), settings)
+            summary = loads.load(factory(f"{server}/work"), settings)
         finally:
             release.set()
         assert job.result(timeout=30) == "done"
-    (generator,) = summary.gang["generators"]
-    assert summary.count == 20 and generator["worker"] != busy
+    (generator,) = summary.gang.generators
+    assert summary.count == 20 and generator.worker != busy
 
 
 def test_a_scheduler_whose_workers_offer_no_slot_is_refused_in_one_line(server):  # noqa: F811
@@ -70,10 +71,10 @@ def test_a_scheduler_whose_workers_offer_no_slot_is_refused_in_one_line(server):
         n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
     ) as cluster:
         settings = LoadSettings(
-            concurrency=1, count=5, processes=1, scheduler=cluster.scheduler_address
+            concurrency=1, count=5, generators=1, scheduler=cluster.scheduler_address
         )
         with pytest.raises(SchedulerUnreachable) as caught:
-            run(factory(f"{server}/work"), settings)
+            loads.load(factory(f"{server}/work"), settings)
     message = str(caught.value)
     assert "\n" not in message
     assert "free slot" in message and "0 of 1" in message and "--resources slot=1" in message

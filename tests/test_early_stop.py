@@ -22,7 +22,13 @@ from server_checks import StubHandler, http_stub
 
 from servebench.common.quantiles import decides
 from servebench.common.verdict_codes import VerdictCode
-from servebench.load import EarlyStopSettings, LoadSettings, run
+from servebench.load import (
+    EarlyStopSettings,
+    LoadPlan,
+    LoadSettings,
+    OneClient,
+    run,
+)
 from servebench.load.summary import VALID
 from servebench.scenario.validate import ScenarioError, load_scenario
 from servebench.trial_row import Slo, TrialCoordinates, build_row
@@ -50,24 +56,30 @@ class _OnePercentSlow(StubHandler):
         self.reply(200, b"{}", "application/json")
 
 
-def _load(url: str, rule: EarlyStopSettings, duration: float):
+def _load(url: str, rule: EarlyStopSettings, duration: float, generators: int = 1):
     from servebench.clients.factory import create_client
 
     factory = functools.partial(create_client, "http", url, "test")
-    settings = LoadSettings(concurrency=1, duration=duration, early_stop=rule)
-    return run(factory, settings, handle_signals=False)
+    settings = LoadSettings(
+        concurrency=generators, duration=duration, early_stop=rule, generators=generators
+    )
+    return run(LoadPlan(settings, OneClient(factory)), handle_signals=False)
 
 
 @pytest.mark.parametrize(
-    ("bound_s", "decision"),
+    ("bound_s", "decision", "generators"),
     # 10 s is the request timeout: no latency can be over it, however busy the machine.
-    [(10.0, "met"), (1e-6, "missed")],
-    ids=["far-under", "far-over"],
+    [(10.0, "met", 1), (1e-6, "missed", 1), (10.0, "met", 2)],
+    ids=["far-under", "far-over", "far-under-gang"],
 )
-def test_a_trial_far_from_its_slo_stops_after_the_minimums(bound_s: float, decision: str) -> None:
+def test_a_trial_far_from_its_slo_stops_after_the_minimums(
+    bound_s: float, decision: str, generators: int
+) -> None:
+    """One process, or a gang of two whose coordinator decides on both generators' merged
+    counts and stops them both."""
     rule = EarlyStopSettings(99.0, bound_s, min_duration=0.5, min_requests=400, every=0.1)
     with http_stub(_Fast) as url:
-        summary = _load(url, rule, duration=30.0)
+        summary = _load(url, rule, duration=30.0, generators=generators)
     assert summary.verdict == VALID, summary.reasons
     assert summary.warning_codes == [VerdictCode.SLO_DECIDED]
     assert summary.stop_reason is not None and summary.stop_reason.startswith(f"SLO {decision}")
@@ -130,10 +142,6 @@ def test_the_scenario_asks_for_early_stop_with_an_slo(tmp_path: Path) -> None:
 def test_early_stop_settings_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"stop\.min_requests"):
         EarlyStopSettings(99.0, 0.05, min_requests=0)
-    with pytest.raises(ValueError, match=r"load\.early_stop: needs processes = 1"):
-        LoadSettings(
-            concurrency=2, duration=1.0, processes=2, early_stop=EarlyStopSettings(99.0, 0.05)
-        )
 
 
 def test_a_scenario_trial_far_under_its_slo_stops_early_on_the_real_triton(

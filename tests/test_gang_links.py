@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import threading
 from pathlib import Path
@@ -26,10 +25,12 @@ from link_checks import rtt_floor_s
 from scenario_checks import tiny_scenario, write
 
 from servebench.clients.base import InferenceError
-from servebench.load import LoadSettings, constant, read_records, run
+from servebench.load import LoadPlan, LoadSettings, constant, read_records, run
+from servebench.load.plan import UNNAMED
 from servebench.netem import LinkProfile
+from servebench.results import LinkRecord, read_gang
 from servebench.scenario.deploy import client_target
-from servebench.scenario.linked import ClientRecipe, LinkedFactory, generator_seed
+from servebench.scenario.linked import ClientRecipe, TrialClients, generator_seed
 from servebench.scenario.runner import ScenarioRunner
 
 # A fixed 20 ms round trip, no jitter: every request through it takes 20 ms at least.
@@ -117,9 +118,9 @@ def test_a_scenario_gang_through_a_link_has_an_emulator_per_generator(
     assert len(records) == row.count == 40 and records.ok.all()
     assert set(records.generator) == {0, 1}
     assert records.latency.min() >= rtt_floor_s(LINK)
-    gang = json.loads(row.gang_json)
-    assert gang["partial"] is False
-    assert gang["link"] == {"profile": "flat20", "per_generator": True, "links": 2}
+    gang = read_gang(row.gang_json)
+    assert gang is not None and gang.partial is False
+    assert gang.link == LinkRecord(profile="flat20", per_generator=True, links=2)
     _check_own_emulators(watch)
 
 
@@ -135,11 +136,11 @@ def test_a_gang_through_linked_clients_of_aiohttp_and_grpcio(
     recipe = ClientRecipe(
         protocol, triton_dense_model.name, 5.0, (("transport", client_transport),)
     )
-    factory = LinkedFactory(recipe, transport, LINK, target, seed=3)
+    source = TrialClients(((UNNAMED, recipe),), transport, "", target, seed=3, link=LINK)
     path = tmp_path / "records.parquet"
-    settings = LoadSettings(arrivals=constant(20), count=20, warmup=0.1, processes=2)
+    settings = LoadSettings(arrivals=constant(20), count=20, warmup=0.1, generators=2)
     with EmulatorWatch() as watch:
-        summary = run(factory, settings, records=path, handle_signals=False)
+        summary = run(LoadPlan(settings, source), records=path, handle_signals=False)
     assert summary.count == 20 and summary.errors == 0, summary.errors_by_kind
     table = read_records(path)
     assert set(table["generator"].to_pylist()) == {0, 1}
@@ -147,9 +148,14 @@ def test_a_gang_through_linked_clients_of_aiohttp_and_grpcio(
     _check_own_emulators(watch)
 
 
+def _source(recipe: ClientRecipe, target: str, seed: int) -> TrialClients:
+    """A trial's client source of one model over HTTP through `LINK`."""
+    return TrialClients(((UNNAMED, recipe),), "http", "", target, seed, link=LINK)
+
+
 def test_each_generator_link_is_seeded_apart_and_the_same_every_run():
-    factory = LinkedFactory(ClientRecipe("triton-http", "m", 1.0), "http", LINK, "h:1", 7)
-    seeds = [factory.for_generator(i).emulator.seed for i in range(4)]
+    source = _source(ClientRecipe("triton-http", "m", 1.0), "h:1", 7)
+    seeds = [source.for_part(i, [UNNAMED])[0].link.emulator.seed for i in range(4)]
     assert len(set(seeds)) == 4
     assert seeds == [generator_seed(7, i) for i in range(4)]
     assert seeds != [generator_seed(8, i) for i in range(4)]
@@ -157,11 +163,11 @@ def test_each_generator_link_is_seeded_apart_and_the_same_every_run():
 
 def test_a_client_that_cannot_connect_stops_its_emulator(closed_port: str):
     """The gang closes only a client that connected: the emulator must stop by itself."""
-    factory = LinkedFactory(ClientRecipe("triton-http", "m", 1.0), "http", LINK, closed_port, 1)
-    client = factory.for_generator(0)
+    source = _source(ClientRecipe("triton-http", "m", 1.0), closed_port, 1)
+    (client,) = source.for_part(0, [UNNAMED])
     with pytest.raises(InferenceError):
         asyncio.run(client.connect())
-    emulator = client.emulator
+    emulator = client.link.emulator
     assert emulator.address is not None  # it started
     assert emulator.final_stats is not None  # and was stopped
     assert not [p for p in psutil.Process().children(recursive=True) if _is_emulator(p)]

@@ -13,13 +13,14 @@ import socket
 import struct
 from typing import Any
 
+import loads
 import pytest
 from client_checks import random_request
 
 from servebench.clients.base import ErrorKind, InferenceError
 from servebench.clients.lean_http import LeanHttpPool, choose_transport, encode_request
 from servebench.clients.rawhttp import RawHttpClient
-from servebench.load import LoadSettings, run_load
+from servebench.load import LoadSettings
 
 TRANSPORTS = ("lean", "aiohttp")
 ANSWER = b'{"outputs":[1,2,3]}'
@@ -263,12 +264,10 @@ async def test_a_body_larger_than_the_socket_buffers_is_timed_when_it_left():
 
 async def test_every_request_is_recorded_on_the_lean_transport():
     async with Misbehaving() as server:
-        client = RawHttpClient(server.url("/ok"), connections=8)
-        await client.connect()
-        try:
-            summary = await run_load(client, LoadSettings(concurrency=8, count=400))
-        finally:
-            await client.close()
+        summary = await loads.load_in_thread(
+            lambda: RawHttpClient(server.url("/ok"), connections=8),
+            LoadSettings(concurrency=8, count=400),
+        )
     assert summary.ok >= 400 and summary.errors == 0
     assert summary.count == summary.ok
 

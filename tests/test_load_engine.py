@@ -8,7 +8,9 @@ the tests wait for conditions rather than for a fixed time."""
 from __future__ import annotations
 
 import asyncio
+import time
 
+import loads
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -31,10 +33,10 @@ from servebench.load import (
     constant,
     linear,
     read_records,
-    run,
-    run_load,
 )
-from servebench.load.engine import BURST
+from servebench.load.engine import BURST, LoadEngine
+from servebench.load.events import LoadControl, Measuring
+from servebench.load.mix import Mix, MixTarget
 
 
 class FakeClient:
@@ -72,7 +74,7 @@ EPS = 1e-6  # seconds: rounding of record times (epoch float64, 2.4e-7 s) and fl
 
 
 def load(client, sink=None, **kwargs):
-    return asyncio.run(run_load(client, LoadSettings(**kwargs), sink=sink))
+    return loads.load(client, LoadSettings(**kwargs), records=sink)
 
 
 def test_stop_on_count_only():
@@ -194,18 +196,18 @@ def test_graceful_stop_keeps_records_and_marks_the_run():
     sink = MemoryRecordSink()
 
     async def main():
-        engines = []
+        control = LoadControl()
         task = asyncio.create_task(
-            run_load(
+            loads.load_in_thread(
                 client,
                 LoadSettings(arrivals=constant(500), duration=30, chunk_rows=50),
-                sink=sink,
-                on_engine=engines.append,
+                records=sink,
+                control=control,
             )
         )
         await until_async(lambda: sum(b.num_rows for b in sink.batches) >= 100, what="100 rows")
         begun = client.calls
-        engines[0].stop("test asked")
+        control.stop("test asked")
         return await task, begun
 
     client = FakeClient()
@@ -222,7 +224,7 @@ def test_parquet_survives_an_exception_mid_run(tmp_path):
     path = tmp_path / "records.parquet"
     client = FakeClient(fail_at=301, error=KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        run(lambda: client, LoadSettings(arrivals=constant(1000), duration=5), records=path)
+        loads.load(client, LoadSettings(arrivals=constant(1000), duration=5), records=path)
     table = read_records(path)
     # everything that completed before the interrupt is on disk, and nothing else
     assert 0 < table.num_rows == client.completed <= 300
@@ -235,7 +237,10 @@ def test_parquet_survives_cancellation(tmp_path):
 
     async def main():
         settings = LoadSettings(arrivals=constant(1000), duration=10, chunk_rows=100)
-        task = asyncio.create_task(run_load(FakeClient(), settings, sink=writer))
+        client = FakeClient()
+        payload = client.encode(1, {})
+        engine = LoadEngine(Mix([MixTarget("", 1.0, client, (payload,))], 0), settings, writer)
+        task = asyncio.create_task(engine.run())
         await until_async(lambda: writer.rows >= 300, what="300 rows on disk")
         written = writer.rows
         task.cancel()
@@ -258,7 +263,7 @@ def test_stability_mode_stable():
     )
     # A 20 ms service time: a millisecond of scheduling noise on a busy machine moves a
     # window's p50 by 5 %, well inside the 20 % tolerance (at 3 ms it would be 33 %).
-    s = asyncio.run(run_load(FakeClient(delay=0.02), settings))
+    s = loads.load(FakeClient(delay=0.02), settings)
     # (the verdict may still flag lateness on a busy machine; stability is what is tested)
     assert s.stable is True and not any(r.startswith("unstable") for r in s.reasons)
     assert 3 <= len(s.windows) <= 8
@@ -273,7 +278,7 @@ def test_stability_mode_is_honest_when_load_keeps_changing():
         arrivals=linear(50, 400, 2000),
         stability=StabilitySettings(window=0.25, tolerance=0.05, percentile=50, max_windows=4),
     )
-    s = asyncio.run(run_load(FakeClient(delay=0.002), settings))
+    s = loads.load(FakeClient(delay=0.002), settings)
     assert s.stable is False and len(s.windows) == 4
     assert s.verdict == INVALID and any(r.startswith("unstable") for r in s.reasons)
 
@@ -304,15 +309,13 @@ def _windowed(client, **kwargs):
     would be read there (an await inside it: nothing may be sent meanwhile)."""
     seen = {}
 
-    async def opens():
-        seen.update(calls=client.calls, completed=client.completed, in_flight=client.in_flight)
-        await asyncio.sleep(0.05)
-        seen["calls_after_wait"] = client.calls
+    def opens(event):
+        if isinstance(event, Measuring):
+            seen.update(calls=client.calls, completed=client.completed, in_flight=client.in_flight)
+            time.sleep(0.05)
+            seen["calls_after_wait"] = client.calls
 
-    async def main():
-        return await run_load(client, LoadSettings(**kwargs), on_measure_start=opens)
-
-    return asyncio.run(main()), seen
+    return loads.load(client, LoadSettings(**kwargs), subscribers=(opens,)), seen
 
 
 @pytest.mark.parametrize("think_time", [0.0, 0.004])

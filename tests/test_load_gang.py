@@ -18,6 +18,7 @@ import time
 import warnings
 from pathlib import Path
 
+import loads
 import numpy as np
 import pytest
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
@@ -33,8 +34,8 @@ def test_two_generators_send_exactly_the_one_schedule(server, tmp_path):  # noqa
     """Open loop, count-bounded: the union of the parts is the planned Poisson schedule."""
     arrivals = poisson(400, seed=7)
     path = tmp_path / "records.parquet"
-    settings = LoadSettings(arrivals=arrivals, count=500, processes=2)
-    s = run(factory(f"{server}/work"), settings, records=path)
+    settings = LoadSettings(arrivals=arrivals, count=500, generators=2)
+    s = loads.load(factory(f"{server}/work"), settings, records=path)
     table = read_records(path)
     generator = table["generator"].to_numpy()
     parts = [int((generator == g).sum()) for g in (0, 1)]
@@ -49,24 +50,24 @@ def test_two_generators_send_exactly_the_one_schedule(server, tmp_path):  # noqa
     planned = np.fromiter(arrivals.offsets(), float, count=500)
     assert np.allclose(intended - intended[0], planned - planned[0], rtol=0, atol=EPS)
     gang = s.gang
-    assert gang is not None and gang["partial"] is False and gang["scheduler"] == "local"
-    assert [g["count"] for g in gang["generators"]] == parts
-    for g in gang["generators"]:
-        assert g["clock_uncertainty_s"] > 0 and g["lost"] is None
-        assert g["worker"].startswith("tcp://127.0.0.1:")
+    assert gang is not None and gang.partial is False and gang.scheduler == "local"
+    assert [g.count for g in gang.generators] == parts
+    for g in gang.generators:
+        assert g.clock_uncertainty_s > 0 and g.lost is None
+        assert g.worker.startswith("tcp://127.0.0.1:")
 
 
 def test_closed_loop_splits_concurrency_and_count_and_skew_is_judged(server):  # noqa: F811
     """A start skew bound no clock exchange can meet (1 ns) makes the run INVALID with
     start_skew; the load itself is whole."""
-    s = run(
+    s = loads.load(
         factory(f"{server}/work"),
-        LoadSettings(concurrency=3, count=120, processes=2, start_skew_limit=1e-9),
+        LoadSettings(concurrency=3, count=120, generators=2, start_skew_limit=1e-9),
     )
     assert s.count == 120 and s.concurrency == 3
-    assert [g["count"] for g in s.gang["generators"]] == [60, 60]
+    assert [g.count for g in s.gang.generators] == [60, 60]
     assert s.verdict == "INVALID" and s.reason_codes == ["start_skew"]
-    assert s.gang["start_skew_s"] >= max(g["clock_uncertainty_s"] for g in s.gang["generators"])
+    assert s.gang.start_skew_s >= max(g.clock_uncertainty_s for g in s.gang.generators)
 
 
 def test_a_client_pool_given_for_the_load_is_shared_out_rounded_up():
@@ -84,48 +85,65 @@ def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(
     the run is partial, INVALID with generator_lost naming the killed worker. Dask's own
     warning about it (its nanny restarts the worker) is in the gang's log file, which a
     warning names, not on the terminal."""
-    from distributed import Client
+    from conftest import until
+    from distributed import Client, Event, Variable
 
     from servebench.common.dask_cluster import local_cluster
+    from servebench.load import LoadPlan, OneClient, PartLost, Started
 
     path = tmp_path / "records.parquet"
     with local_cluster(2) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
         victim = sorted(pids)[1]
         settings = LoadSettings(
-            arrivals=constant(200), duration=3.0, processes=2, scheduler=cluster.scheduler_address
+            arrivals=constant(200), duration=3.0, generators=2, scheduler=cluster.scheduler_address
         )
         result = {}
+        started: list[Started] = []
+        lost_events: list[PartLost] = []
+
+        def on_event(event) -> None:
+            if isinstance(event, Started):
+                started.append(event)
+            elif isinstance(event, PartLost):
+                lost_events.append(event)
 
         def load() -> None:
-            result["summary"] = run(factory(f"{server}/work"), settings, records=path)
+            result["summary"] = run(
+                LoadPlan(settings, OneClient(factory(f"{server}/work"))),
+                records=path,
+                subscribers=(on_event,),
+                handle_signals=False,
+            )
 
         thread = threading.Thread(target=load)
         thread.start()
-        # Kill one second after the shared start (from the gang's start variable).
-        start_at = _start_at(client, deadline=time.monotonic() + 60)
-        time.sleep(max(0.0, start_at + 1.0 - time.time()))
+        # Kill one second after the shared start (the gang's `Started` event).
+        until(lambda: started, timeout_s=60, what="the gang's start")
+        time.sleep(max(0.0, started[0].start_at + 1.0 - time.time()))
         os.kill(pids[victim], signal.SIGKILL)
         thread.join(timeout=60)
         assert not thread.is_alive()
-        # The run leaves nothing on the scheduler (a long-lived one serves many runs).
-        assert client.run_on_scheduler(
-            lambda dask_scheduler: (
-                list(dask_scheduler.extensions["variables"].variables),
-                list(dask_scheduler.extensions["events"]._events),
-            )
-        ) == ([], [])
+        # The run leaves nothing on the scheduler (a long-lived one serves many runs): its
+        # start variable has no value, its events are clear (Dask's public API).
+        name = started[0].name
+        with pytest.raises(TimeoutError):
+            Variable(f"{name}-start", client=client).get(timeout=0.5)
+        assert not any(
+            Event(f"{name}-{e}", client=client).is_set() for e in ("go", "stop", "ready-0")
+        )
     s = result["summary"]
     assert s.verdict == "INVALID" and "generator_lost" in s.reason_codes
-    assert s.gang["partial"] is True
-    lost = [g for g in s.gang["generators"] if g["lost"]]
-    assert [g["worker"] for g in lost] == [victim]
-    kept = next(g for g in s.gang["generators"] if not g["lost"])
+    assert s.gang.partial is True
+    lost = [g for g in s.gang.generators if g.lost]
+    assert [g.worker for g in lost] == [victim]
+    assert [e.index for e in lost_events] == [lost[0].index]
+    kept = next(g for g in s.gang.generators if not g.lost)
     table = read_records(path)
     # 3 s at 200 req/s is 600 arrivals; the survivor sends every other one: all 300 kept.
-    assert table.num_rows == s.count == kept["count"] == 300
-    assert set(table["generator"].to_pylist()) == {kept["index"]}
-    assert sorted(table["seq"].to_pylist()) == list(range(kept["index"], 600, 2))
+    assert table.num_rows == s.count == kept.count == 300
+    assert set(table["generator"].to_pylist()) == {kept.index}
+    assert sorted(table["seq"].to_pylist()) == list(range(kept.index, 600, 2))
     (named,) = [r.args[0] for r in caplog.records if r.msg.startswith("Dask's own warnings")]
     dask_log = Path(named)
     try:
@@ -134,25 +152,6 @@ def test_a_killed_generator_leaves_a_partial_run_with_the_others_records(
         dask_log.unlink()
     # Not passed on to the root logger's handlers either (here pytest's, a terminal's else).
     assert not [r for r in caplog.records if "Restarting worker" in r.getMessage()]
-
-
-def _start_at(client, deadline: float) -> float:
-    """The start instant of the gang running on `client`'s cluster, once it is set."""
-
-    def starts(dask_scheduler) -> list[float]:
-        variables = dask_scheduler.extensions["variables"]
-        return [
-            variables.variables[name]["value"]["start_at"]
-            for name in variables.variables
-            if name.endswith("-start") and variables.variables[name].get("value")
-        ]
-
-    while time.monotonic() < deadline:
-        found = client.run_on_scheduler(starts)
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    raise AssertionError("the gang did not start")
 
 
 def test_cli_scheduler_that_does_not_answer_is_one_line_exit_2(server, tmp_path):  # noqa: F811
@@ -203,12 +202,12 @@ workload:
 def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, protocol):
     """`workload.generators` in a scenario, over Triton's HTTP and gRPC: the trial's
     records are the gang's union."""
-    import json
 
     import pandas as pd
     import pyarrow.parquet as pq
     from scenario_checks import write
 
+    from servebench.results import read_gang
     from servebench.scenario.runner import ScenarioRunner
 
     text = GANG_SCENARIO.replace("kind: triton}", f"kind: triton, protocol: {protocol}}}")
@@ -221,21 +220,11 @@ def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, pr
     assert len(records) == row.count >= 300 and records.ok.all()
     assert sorted(records.seq) == sorted(set(records.seq))
     assert set(records.generator) == {0, 1}
-    gang = json.loads(row.gang_json)
-    assert gang["partial"] is False
-    assert [g["count"] for g in gang["generators"]] == [
+    gang = read_gang(row.gang_json)  # the typed record, through its one reader
+    assert gang is not None and gang.partial is False
+    assert [g.count for g in gang.generators] == [
         int((records.generator == g).sum()) for g in (0, 1)
     ]
-
-
-def test_a_gang_is_refused_with_a_decision_made_live(tmp_path):
-    from scenario_checks import problems
-
-    text = GANG_SCENARIO.replace("  requests: 300\n", "  stop: {}\n").replace(
-        "name: gang\n", "name: gang\nslo: {percentile: 99, latency_ms: 50}\n"
-    )
-    found = problems(tmp_path, text)
-    assert any("generators" in p and "stop" in p for p in found), found
 
 
 def test_ctrl_c_stops_a_scenario_gang_trial_with_its_records(tmp_path, triton_install):

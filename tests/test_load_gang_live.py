@@ -23,42 +23,52 @@ import sys
 import threading
 from collections.abc import Callable
 
+import loads
 import numpy as np
 import pytest
 from conftest import until
 from server_checks import StubHandler, http_stub
 from test_load_http import factory, server  # noqa: F401  (server is a fixture)
 
-from servebench.load import LoadSettings, constant, read_records, run
+from servebench.load import LoadControl, LoadSettings, Progress, constant, read_records
 from servebench.load.live import (
     RELATIVE_ACCURACY,
-    GeneratorSketch,
-    LiveMerge,
+    LiveRate,
+    MergedCounts,
+    PartCounts,
     decode,
     new_sketch,
 )
+from servebench.load.stats import Columns
 
 BODY = b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"data":[0.5,0.25]}]}'
 
 
-def test_merged_generator_sketches_are_the_sketch_of_all_samples():
-    """Two generators' sketches (each fed by batches, through its protobuf encoding) merged
-    give the very bins, so the very quantiles, of one sketch fed every sample singly."""
+def _columns(latency: np.ndarray, ok: np.ndarray) -> Columns:
+    zeros = np.zeros(latency.size, np.float32)
+    code = np.where(ok, 0, 1).astype(np.int8)
+    return Columns(latency.astype(np.float32), zeros, zeros, zeros, code, zeros.astype(np.int32))
+
+
+def test_merged_part_counts_are_the_sketch_of_all_samples():
+    """Two parts' counts (each fed by batches, through its protobuf encoding) merged give
+    the very bins, so the very quantiles, of one sketch fed every sample singly."""
     rng = np.random.default_rng(3)
-    latency = rng.lognormal(-6, 1.5, 20_000)
+    latency = rng.lognormal(-6, 1.5, 20_000).astype(np.float32)
     ok = rng.random(latency.size) > 0.05
     whole = new_sketch()
-    for value in latency[ok].tolist():
+    for value in latency[ok].astype(np.float64).tolist():
         whole.add(value)
-    merge = LiveMerge(2)
+    snapshots = []
     for index, part in enumerate((slice(0, 12_345), slice(12_345, None))):
-        sketch = GeneratorSketch()
+        counts = PartCounts()
         for chunk in np.array_split(np.arange(latency.size)[part], 7):
-            sketch.add(latency[chunk], ok[chunk])
-        snapshot = sketch.snapshot(in_flight=index)
+            counts.add(_columns(latency[chunk], ok[chunk]))
+        snapshot = counts.snapshot(in_flight=index, watermark=1.0)
         assert decode(snapshot["sketch"]).count == ok[part].sum()
-        merge.update(index, snapshot)
-    figures = merge.figures(elapsed=2.0)
+        snapshots.append(snapshot)
+    live = LiveRate()
+    figures = live.figures(MergedCounts(snapshots, [False, False]), elapsed=2.0)
     assert figures.completed == latency.size and figures.errors == (~ok).sum()
     assert figures.sent == latency.size + 1
     assert figures.by_generator == (12_345, latency.size - 12_345)
@@ -67,29 +77,32 @@ def test_merged_generator_sketches_are_the_sketch_of_all_samples():
         assert value == whole.get_quantile_value(q)
         exact = np.quantile(latency[ok], q, method="lower")
         assert abs(value - exact) <= RELATIVE_ACCURACY * exact
-    assert merge.figures(elapsed=4.0).rate == 0.0  # nothing more completed
+    merged = MergedCounts(snapshots, [False, False])
+    assert live.figures(merged, elapsed=4.0).rate == 0.0  # nothing more completed
 
 
 def test_live_figures_come_during_the_run_and_a_stop_keeps_every_record(server, tmp_path):  # noqa: F811
     """A gang with `on_progress`, stopped (as the scenario runner's Ctrl-C does, through
-    `on_engine`'s handle) from the callback once it has shown requests: the figures grew
-    during the run, the last ones hold every record, and nothing measured is lost."""
+    its `LoadControl`) from a subscriber once it has shown requests: the figures grew during
+    the run, the last ones hold every record, and nothing measured is lost."""
     path = tmp_path / "records.parquet"
     figures = []
-    stops = []
+    control = LoadControl()
 
-    def on_progress(f):
-        figures.append(f)
+    def on_progress(event):
+        if not isinstance(event, Progress):
+            return
+        figures.append(event.figures)
         if sum(1 for g in figures if g.completed) == 3:
-            threading.Thread(target=stops[0].stop, args=("stopped by the test",)).start()
+            threading.Thread(target=control.stop, args=("stopped by the test",)).start()
 
-    settings = LoadSettings(arrivals=constant(100), duration=120.0, processes=2)
-    s = run(
+    settings = LoadSettings(arrivals=constant(100), duration=120.0, generators=2)
+    s = loads.load(
         factory(f"{server}/work"),
         settings,
         records=path,
-        on_engine=stops.append,
-        on_progress=on_progress,
+        control=control,
+        subscribers=(on_progress,),
     )
     table = read_records(path)
     assert 0 < s.count == table.num_rows < 100 * 120

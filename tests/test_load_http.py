@@ -112,10 +112,10 @@ def factory(url, **options):
 
 
 def run_load(url, **settings):
-    from servebench.load import LoadSettings, run
+    from servebench.load import LoadPlan, LoadSettings, OneClient, run
 
     records = settings.pop("records", None)
-    return run(factory(url), LoadSettings(**settings), records=records)
+    return run(LoadPlan(LoadSettings(**settings), OneClient(factory(url))), records=records)
 
 
 def measured(check, attempts=2):
@@ -277,7 +277,7 @@ def test_two_processes_split_the_schedule_and_merge_records(server, tmp_path):
     from servebench.load import constant, read_records
 
     path = tmp_path / "records.parquet"
-    s = run_load(f"{server}/work", arrivals=constant(400), duration=2, processes=2, records=path)
+    s = run_load(f"{server}/work", arrivals=constant(400), duration=2, generators=2, records=path)
     table = read_records(path)
     assert s.count == 800 == table.num_rows and s.processes == 2
     assert sorted(table["seq"].to_pylist()) == list(range(800))

@@ -9,16 +9,18 @@ about once in 150,000 runs for a fair draw; with the seeds fixed here, never).
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import json
 import math
 
+import loads
 import numpy as np
 import pyarrow as pa
 import pytest
+from loads import Given
 from test_load_engine import FakeClient
 
-from servebench.load import LoadSettings, MemoryRecordSink, constant, run_load
+from servebench.load import LoadPlan, LoadSettings, MemoryRecordSink, Target, constant, run
 from servebench.load.mix import BLOCK, Mix, MixTarget
 from servebench.results import RECORD_SCHEMA, conform_records
 from servebench.trial_row import TrialCoordinates, build_row
@@ -42,6 +44,15 @@ def mix_of(weights: dict[str, float], seed: int = 7, delay: float = 0.001) -> Mi
         client = FakeClient(delay=delay)
         targets.append(MixTarget(model, weight, client, (client.encode(1, {}),)))
     return Mix(targets, seed)
+
+
+def run_mix(mix: Mix, settings: LoadSettings, sink: MemoryRecordSink):
+    """Run `mix`'s models (their weights, stand-in clients and seed) as one load plan."""
+    settings = dataclasses.replace(settings, seed=mix.seed)
+    source = Given(by_model={t.model: t.client for t in mix.targets})
+    targets = [Target(t.model, t.weight) for t in mix.targets]
+    plan = LoadPlan(settings, source, tuple(targets))
+    return run(plan, records=sink, handle_signals=False, use_uvloop=False)
 
 
 def test_picks_follow_the_weights():
@@ -100,7 +111,7 @@ def test_engine_sends_each_request_to_its_model_and_records_it():
     mix = mix_of({"a": 3, "b": 1}, seed=11)
     sink = MemoryRecordSink()
     settings = LoadSettings(arrivals=constant(2000), count=2000, trial_id="t-mix")
-    summary = asyncio.run(run_load(mix, settings, sink=sink))
+    summary = run_mix(mix, settings, sink)
     table = sink.table()
     assert table.schema == RECORD_SCHEMA
     seq = table["seq"].to_numpy()
@@ -126,7 +137,7 @@ def test_closed_loop_mix():
     mix = mix_of({"a": 1, "b": 1}, seed=5)
     sink = MemoryRecordSink()
     settings = LoadSettings(concurrency=4, count=1000, trial_id="t-mix")
-    summary = asyncio.run(run_load(mix, settings, sink=sink))
+    summary = run_mix(mix, settings, sink)
     models = sink.table()["model"].to_pylist()
     assert len(models) == 1000 and set(models) == {"a", "b"}
     assert within_binomial(models.count("a"), 1000, 0.5)
@@ -136,7 +147,7 @@ def test_closed_loop_mix():
 def test_one_model_leaves_the_model_column_null_and_the_row_empty():
     sink = MemoryRecordSink()
     settings = LoadSettings(arrivals=constant(1000), count=50)
-    summary = asyncio.run(run_load(FakeClient(), settings, sink=sink))
+    summary = loads.load(FakeClient(), settings, records=sink)
     assert sink.table()["model"].null_count == 50
     assert summary.mix is None and build_row(_where(), summary).mix_json is None
 

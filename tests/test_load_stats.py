@@ -95,7 +95,7 @@ def test_window_agreement():
         ({"concurrency": 2, "duration": 1, "timeout": 0}, "load.timeout"),
         ({"arrivals": constant(1), "duration": 1, "think_time": 0.1}, "load.think_time"),
         ({"concurrency": 2, "duration": 1, "stability": StabilitySettings()}, "load.stability"),
-        ({"concurrency": 2, "duration": 1, "processes": 3}, "load.processes"),
+        ({"concurrency": 2, "duration": 1, "generators": 3}, "load.generators"),
         ({"concurrency": 2, "duration": 1, "max_in_flight": 0}, "load.max_in_flight"),
         ({"concurrency": 2, "duration": 1, "late_limit": 2}, "load.late_limit"),
     ],

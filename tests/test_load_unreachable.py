@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import loads
 import pytest
 
-from servebench.load import LoadSettings, constant, run
+from servebench.load import LoadSettings, constant
 from servebench.load.engine import SERVER_UNREACHABLE
 
 HTTP_TEST_SERVER = Path(__file__).with_name("test_load_http.py")
@@ -58,7 +59,7 @@ def _free_port() -> int:
 def test_a_dead_address_stops_the_load_early(closed_loop: bool) -> None:
     url = f"http://127.0.0.1:{_free_port()}/work"
     load = {"concurrency": 2} if closed_loop else {"arrivals": constant(50)}
-    summary = run(_client(url), LoadSettings(duration=60, unreachable_after=1.0, **load))
+    summary = loads.load(_client(url), LoadSettings(duration=60, unreachable_after=1.0, **load))
     # Ended early: sends were due for 60 s, yet first send to last answer took less.
     assert summary.duration < 60
     assert summary.verdict == "INVALID"
@@ -72,7 +73,7 @@ def test_a_server_killed_mid_run_stops_the_load_and_keeps_its_answers(tmp_path: 
     )
     try:
         port = int(proc.stdout.readline())
-        summary = run(
+        summary = loads.load(
             _killing_client(f"http://127.0.0.1:{port}/work", proc, after=50),
             LoadSettings(arrivals=constant(50), duration=60, unreachable_after=1.0),
             records=tmp_path / "r.parquet",
@@ -91,6 +92,6 @@ def test_a_server_killed_mid_run_stops_the_load_and_keeps_its_answers(tmp_path: 
 def test_without_the_rule_the_load_runs_its_course() -> None:
     url = f"http://127.0.0.1:{_free_port()}/work"
     settings = LoadSettings(arrivals=constant(50), duration=2.5, unreachable_after=None)
-    summary = run(_client(url), settings)
+    summary = loads.load(_client(url), settings)
     assert summary.count == 125 and summary.errors == 125
     assert not any(SERVER_UNREACHABLE in reason for reason in summary.reasons)

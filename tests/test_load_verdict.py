@@ -134,13 +134,16 @@ def test_every_reason_and_warning_has_its_code_beside_its_text() -> None:
 def test_the_load_log_follows_the_codes(caplog: pytest.LogCaptureFixture) -> None:
     """The runner logs what the generator did wrong by code: a reason worded otherwise is
     still logged, and another check's reason is not."""
+    from servebench.load import LoadPlan, OneClient
+    from servebench.load.combine import summarize_reports
     from servebench.load.engine import EngineReport
-    from servebench.load.runner import summarize_reports
+    from servebench.load.rules import RulesOutcome
 
     lag = np.linspace(0, 4.0, 2000)
-    settings = LoadSettings(arrivals=constant(100.0), duration=20.0)
-    with caplog.at_level("WARNING", logger="servebench.load.runner"):
-        summary = summarize_reports(settings, [EngineReport(columns=open_run(0.05, lag))])
+    plan = LoadPlan(LoadSettings(arrivals=constant(100.0), duration=20.0), OneClient(object))
+    with caplog.at_level("WARNING", logger="servebench.load.combine"):
+        reports = [EngineReport(columns=open_run(0.05, lag))]
+        summary = summarize_reports(plan, reports, RulesOutcome())
     logged = [r.getMessage() for r in caplog.records]
     assert VerdictCode.RATE_SHORT in summary.reason_codes
     assert logged == [f"load {text}" for text in summary.reasons + summary.warnings]

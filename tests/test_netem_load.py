@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import loads
 import pytest
 from link_checks import rtt_floor_s
 
@@ -63,11 +64,11 @@ def http_server() -> Iterator[Address]:
 
 def _load(address: Address, records: Path | None = None):  # type: ignore[no-untyped-def]
     from servebench.clients.factory import create_client
-    from servebench.load import LoadSettings, constant, run
+    from servebench.load import LoadSettings, constant
 
     factory = functools.partial(create_client, "http", f"http://{address}/work", "test")
     settings = LoadSettings(arrivals=constant(50), duration=2.0, warmup=0.5)
-    return run(factory, settings, records=records, handle_signals=False)
+    return loads.load(factory, settings, records=records, use_uvloop=None)
 
 
 def test_load_generator_through_a_link(tmp_path: Path):

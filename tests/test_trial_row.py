@@ -19,7 +19,7 @@ import pytest
 from test_scenario_run import scenario as scenario_file
 
 from servebench.analysis.loader import BOOL_COLUMNS, NUMBER_COLUMNS, TEXT_COLUMNS, read_trials
-from servebench.load import LoadSettings, LoadSummary, columns_from_table, summarize
+from servebench.load import LoadControl, LoadSettings, LoadSummary, columns_from_table, summarize
 from servebench.load.records import TIMEOUT_CODE, Chunk, Clock, chunk_to_batch
 from servebench.load.summary import MAX_ERROR_SHARE, judge
 from servebench.locust.facts import TrialFacts
@@ -93,8 +93,7 @@ def _context(scenario: Scenario, tmp_path: Path) -> TrialContext:
         records_path=lambda trial_id: tmp_path / f"{trial_id}.parquet",
         host_peak_flops=5e10,
         price=InstancePrice("c6i.xlarge", 0.17),
-        on_engine=lambda engine: None,
-        stop_requested=lambda: False,
+        control=LoadControl(),
     )
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -63,10 +62,11 @@ from servebench.load.summary import (
 
 if TYPE_CHECKING:
     from servebench.cli.load_server import ServerMetrics
-    from servebench.clients.base import InferenceClient
-    from servebench.load import ArrivalProcess, LoadSettings, LoadSummary
+    from servebench.load import ArrivalProcess, LoadPlan, LoadSettings, LoadSummary, Target
+    from servebench.load.events import LoadEvent, Subscriber
     from servebench.load.live import LiveFigures
     from servebench.load.settings import EarlyStopSettings, StabilitySettings
+    from servebench.results import GangRecord
 
 EXIT_FAILED = 1
 EXIT_INVALID = 3
@@ -99,6 +99,14 @@ class LoadOptions:
         typer.Option(help="Server URL (the full endpoint for protocol http).", parser=Endpoint()),
     ]
     model: Annotated[str, typer.Option(help="Model name.")] = ""
+    mix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="MODEL=WEIGHT, repeatable: one load over several models at the URL, each "
+            "request to a model picked by weight (seeded); instead of --model.",
+            rich_help_panel=_LOAD,
+        ),
+    ] = None
     protocol: Annotated[
         str | None,
         typer.Option(
@@ -437,7 +445,7 @@ class LoadOptions:
             batch_size=self.batch_size,
             seed=self.seed,
             trial_id=self.trial_id,
-            processes=self.generators,
+            generators=self.generators,
             scheduler=self.scheduler,
             late_threshold=self.late_threshold_ms / 1e3,
             late_limit=self.late_limit,
@@ -520,31 +528,63 @@ class LoadOptions:
             )
         return arrivals.linear(start, step, end, poisson=self.poisson, seed=self.seed)
 
-    def client(self, settings: LoadSettings) -> Client:
-        """The client the load sends with, made from these options and checked against
-        the server before anything is sent (`load_server.checked_connect`): the address,
-        model, version, protocol, request size and input data. ValueError saying which."""
+    def plan(self, settings: LoadSettings) -> Plan:
+        """The load plan: its models (`--model`, or each of `--mix`) and their clients, made
+        from these options and checked against the server before anything is sent
+        (`load_server.checked_connect`): the address, each model, version, protocol,
+        request size and input data. ValueError saying which."""
         from servebench.cli.load_server import checked_connect
-        from servebench.clients.factory import create_client
+        from servebench.clients.factory import ModelClients
+        from servebench.load import LoadPlan
 
-        protocol, probed = _chosen_protocol(self.protocol, self.url, self.model)
+        targets = self.targets()
+        named = targets[0].model != ""
+        protocol, probed = _chosen_protocol(
+            self.protocol, self.url, targets[0].model if named else self.model
+        )
+        if named and protocol == "http":
+            raise ValueError("--mix: protocol http sends to one endpoint; give a model protocol")
         options = self.client_options(protocol)
         options.setdefault("transport", self.transport)
-        factory = functools.partial(
-            create_client, protocol, self.url, self.model, version=self.model_version, **options
+        served = tuple((t.model, t.model or self.model) for t in targets)
+        source = ModelClients(
+            protocol, self.url, served, self.model_version, tuple(sorted(options.items()))
         )
-        factory()  # validate the URL and options before anything starts
-        check = checked_connect(
-            factory,
-            protocol,
-            self.url,
-            self.model,
-            settings.batch_size,
-            settings.seed,
-            settings.input_data,
-        )
-        asyncio.run(check)
-        return Client(protocol, probed, factory)
+        clients = source.for_part(0, [m for m, _ in served])
+        for (_, model), client in zip(served, clients, strict=True):
+            check = checked_connect(
+                lambda client=client: client,
+                protocol,
+                self.url,
+                model,
+                settings.batch_size,
+                settings.seed,
+                settings.input_data,
+            )
+            asyncio.run(check)
+        return Plan(protocol, probed, LoadPlan(settings, source, targets))
+
+    def targets(self) -> tuple[Target, ...]:
+        """`--mix`'s models and weights, or the one unnamed target of `--model`."""
+        from servebench.load import Target
+
+        if not self.mix:
+            return (Target(),)
+        if self.model:
+            raise ValueError("give --model or --mix, not both")
+        targets = []
+        for item in self.mix:
+            model, sep, weight = item.partition("=")
+            try:
+                value = float(weight)
+            except ValueError:
+                value = math.nan
+            if not sep or not model or not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--mix {item!r}: expected MODEL=WEIGHT, a weight > 0")
+            targets.append(Target(model, value))
+        if len({t.model for t in targets}) != len(targets):
+            raise ValueError("--mix: each model once")
+        return tuple(targets)
 
     def client_options(self, protocol: str) -> dict[str, Any]:
         """The client's options: protocol http's request and pool (each generator's
@@ -583,13 +623,12 @@ class LoadOptions:
 
 
 @dataclass(frozen=True)
-class Client:
-    """How the load's clients are made: the protocol (and whether the address was asked
-    for it) and a factory that pickles, for a gang's generators."""
+class Plan:
+    """The load to run: its plan, and its protocol (and whether the address was asked)."""
 
     protocol: str
     probed: bool
-    factory: Callable[[], InferenceClient]
+    load: LoadPlan
 
 
 @with_options(LoadOptions)
@@ -600,14 +639,13 @@ def load(options: LoadOptions) -> None:
     model, protocol or an output path is wrong (one line saying which).
     """
     try:
-        settings = options.settings()
-        client = options.client(settings)
+        plan = options.plan(options.settings())
     except ValueError as exc:
         raise fail(str(exc)) from None
-    _run(options, settings, client)
+    _run(options, plan)
 
 
-def _run(o: LoadOptions, settings: LoadSettings, client: Client) -> None:
+def _run(o: LoadOptions, client: Plan) -> None:
     """Measure, print the summary (and write what was asked for), exit 3 unless VALID."""
     from servebench.cli.load_server import ServerMetrics, default_metrics_url, protocol_hint
 
@@ -616,9 +654,10 @@ def _run(o: LoadOptions, settings: LoadSettings, client: Client) -> None:
     metrics_url = o.metrics_url
     if metrics_url is None:
         metrics_url = default_metrics_url(client.protocol, o.url)
-    quiet = settings.mode == "closed" and settings.processes == 1
+    settings = client.load.settings
+    quiet = settings.mode == "closed" and not settings.is_gang
     metrics = ServerMetrics(metrics_url, o.model, quiet=quiet) if metrics_url else None
-    summary = _measure(o, settings, client, metrics)
+    summary = _measure(o, client, metrics)
     server = metrics.summary() if metrics is not None else None
     print_load_summary(
         summary,
@@ -640,23 +679,22 @@ def _run(o: LoadOptions, settings: LoadSettings, client: Client) -> None:
         raise typer.Exit(EXIT_INVALID)
 
 
-def _measure(
-    o: LoadOptions, settings: LoadSettings, client: Client, metrics: ServerMetrics | None
-) -> LoadSummary:
-    """Run the load (a gang's live figures on a terminal); a failure is one line."""
+def _measure(o: LoadOptions, client: Plan, metrics: ServerMetrics | None) -> LoadSummary:
+    """Run the load (its live figures on a terminal); a failure is one line."""
     from servebench.cli.load_server import explain
     from servebench.clients.base import InferenceError
-    from servebench.load import run
+    from servebench.load import Measuring, run
+
+    def on_measuring(event: LoadEvent) -> None:
+        if isinstance(event, Measuring) and metrics is not None:
+            metrics.start()
 
     try:
-        gang = settings.processes > 1 or settings.scheduler is not None
-        with _live_display(gang and o.json_out is None, o.generators) as on_progress:
+        with _live_display(o.json_out is None, o.generators) as on_progress:
             return run(
-                client.factory,
-                settings,
+                client.load,
                 records=o.records,
-                on_measure_start=metrics.start if metrics is not None else None,
-                on_progress=on_progress,
+                subscribers=(on_measuring, on_progress) if on_progress else (on_measuring,),
             )
     except InferenceError as exc:  # the server went away after the check above
         raise fail(asyncio.run(explain(exc, client.protocol, o.url, o.model))) from None
@@ -700,28 +738,37 @@ def _headers(items: list[str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _live_display(wanted: bool, generators: int) -> Iterator[Callable[[LiveFigures], None] | None]:
-    """A gang's live figures as one line that updates in place, on a terminal only (the
+def _live_display(wanted: bool, generators: int) -> Iterator[Subscriber | None]:
+    """The load's live figures as one line that updates in place, on a terminal only (the
     final table replaces it)."""
     from rich.console import Console
     from rich.live import Live
+
+    from servebench.load import Progress
 
     console = Console()
     if not wanted or not console.is_terminal:
         yield None
         return
-    with Live(f"starting {generators} generators …", console=console, transient=True) as live:
-        yield lambda figures: live.update(_live_line(figures))
+    starting = f"starting {generators} generators …" if generators > 1 else "starting …"
+    with Live(starting, console=console, transient=True) as live:
+
+        def show(event: LoadEvent) -> None:
+            if isinstance(event, Progress):
+                live.update(_live_line(event.figures))
+
+        yield show
 
 
 def _live_line(f: LiveFigures) -> str:
-    """Locust's live figures for a gang: requests, failures, req/s, p50/p90/p99 (with the
-    sketch's accuracy: the final table's come from the records) and each generator's share."""
+    """Locust's live figures: requests, failures, req/s, p50/p90/p99 (with the sketch's
+    accuracy: the final table's come from the records) and, for a gang, each generator's
+    share."""
     shares = " / ".join(f"{n:,}" for n in f.by_generator)
     return (
         f"live, ±{f.relative_accuracy * 100:g} %: {f.elapsed:.0f} s, {f.completed:,} requests, "
         f"{f.errors:,} failures, {f.rate:,.1f} req/s, p50 {_ms(f.p50)} / p90 {_ms(f.p90)} / "
-        f"p99 {_ms(f.p99)} ms; by generator {shares}"
+        f"p99 {_ms(f.p99)} ms" + (f"; by generator {shares}" if len(f.by_generator) > 1 else "")
     )
 
 
@@ -813,30 +860,30 @@ def print_load_summary(
         console.print(f"records: {records}")
 
 
-def _gang_table(gang: dict[str, Any]) -> Any:
+def _gang_table(gang: GangRecord) -> Any:
     """Each generator of a gang: its clock against this one's, what it sent, how late."""
     from rich.table import Table
 
     table = Table(
-        title=f"generators ({gang['scheduler']}): start skew <= "
-        f"{gang['start_skew_s'] * 1e3:.3f} ms (limit {gang['start_skew_limit_s'] * 1e3:g} ms)"
-        + (", partial" if gang["partial"] else "")
+        title=f"generators ({gang.scheduler}): start skew <= "
+        f"{gang.start_skew_s * 1e3:.3f} ms (limit {gang.start_skew_limit_s * 1e3:g} ms)"
+        + (", partial" if gang.partial else "")
     )
     for col in ("#", "worker", "clock (ms)", "± (ms)", "requests", "req/s", "short", "lag p99"):
         table.add_column(col, justify="right")
     table.add_column("lost")
-    for g in gang["generators"]:
-        short = g["shortfall"]
+    for g in gang.generators:
+        short = g.shortfall
         table.add_row(
-            str(g["index"]),
-            g["worker"].removeprefix("tcp://"),
-            f"{g['clock_offset_s'] * 1e3:+.3f}",
-            f"{g['clock_uncertainty_s'] * 1e3:.3f}",
-            str(g["count"]),
-            f"{g['sent_rate']:.1f}",
+            str(g.index),
+            g.worker.removeprefix("tcp://"),
+            f"{g.clock_offset_s * 1e3:+.3f}",
+            f"{g.clock_uncertainty_s * 1e3:.3f}",
+            str(g.count),
+            f"{g.sent_rate:.1f}",
             "-" if short is None else f"{max(short, 0.0):.1%}",  # never "-0.0%"
-            _ms(g["lag_p99_s"]),
-            g["lost"] or "",
+            _ms(g.lag_p99_s),
+            g.lost or "",
         )
     return table
 

@@ -8,6 +8,8 @@ processes need.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from servebench.clients.base import InferenceClient
@@ -23,3 +25,26 @@ def create_client(
         return cls(url, model, version=version, **options)
     except TypeError as exc:
         raise ValueError(f"protocol {protocol!r}: bad client option ({exc})") from exc
+
+
+@dataclass(frozen=True)
+class ModelClients:
+    """Clients of one protocol at one URL, one per model asked for: a load plan's client
+    source (`load.plan.ClientSource`). `served` maps a plan's model ids to the names the
+    server serves them under (a load of one model: its empty id to its name). It pickles,
+    so a gang's generators make theirs from it."""
+
+    protocol: str
+    url: str
+    served: tuple[tuple[str, str], ...]
+    version: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def for_part(self, index: int, models: Sequence[str]) -> list[InferenceClient]:
+        served = dict(self.served)
+        return [
+            create_client(
+                self.protocol, self.url, served[m], version=self.version, **dict(self.options)
+            )
+            for m in models
+        ]

@@ -1,72 +1,63 @@
-"""Running a load from start to end, on the executor its settings ask for.
+"""Running a load plan from start to end, on the executor its settings ask for.
 
-One process (`load.runner`: one engine in a fresh (uv)loop), or, with `processes > 1` or
-a Dask scheduler, a gang of generators on Dask (`load.gang`: the schedule split between
-them, each with its own client and loop, one measured start, their records merged). Both
-executors build on `load.runner`'s shared parts; this module sits above the two, so that
-neither needs the other to pick.
+One interface, two executors (as Locust's runners share one base): `InProcess`, one part
+in this process (`load.in_process`), and `DaskGang`, `settings.generators` parts on Dask
+(`load.gang`: the schedule split between them, each with its own clients and loop, one
+measured start, their records merged). Both publish the same events (`load.events`), stop
+through the same `LoadControl` and hand their parts' counts to the same stop rules
+(`load.rules`); this module sits above the two, so that neither needs the other to pick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from servebench.load.engine import Stoppable
+from servebench.load.events import Events, LoadControl, Subscriber, signals_stop
+from servebench.load.in_process import InProcess
+from servebench.load.plan import LoadPlan
 from servebench.load.records import RecordSink
-from servebench.load.runner import ClientFactory, run_in_process
-from servebench.load.settings import LoadSettings
 from servebench.load.summary import LoadSummary
 
-if TYPE_CHECKING:
-    from servebench.load.live import LiveFigures  # a gang's: ddsketch is imported with it
+
+class Executor(Protocol):
+    """Runs a load plan: its parts, its rules, its events; returns the merged summary."""
+
+    def run(
+        self,
+        plan: LoadPlan,
+        records: str | Path | RecordSink | None,
+        control: LoadControl,
+        events: Events,
+    ) -> LoadSummary: ...
+
+
+def executor_for(plan: LoadPlan, use_uvloop: bool | None = None) -> Executor:
+    """The executor of `plan`: a gang where it has more than one generator or a Dask
+    scheduler, else this process."""
+    if plan.settings.is_gang:
+        # Imported here: a load of one process does not pay for Dask's import.
+        from servebench.load.gang import DaskGang
+
+        return DaskGang(use_uvloop)
+    return InProcess(use_uvloop)
 
 
 def run(
-    factory: ClientFactory,
-    settings: LoadSettings,
+    plan: LoadPlan,
     *,
     records: str | Path | RecordSink | None = None,
+    control: LoadControl | None = None,
+    subscribers: tuple[Subscriber, ...] = (),
     use_uvloop: bool | None = None,
     handle_signals: bool = True,
-    on_measure_start: Callable[[], None] | None = None,
-    on_engine: Callable[[Stoppable], None] | None = None,
-    on_progress: Callable[[LiveFigures], None] | None = None,
 ) -> LoadSummary:
     """Run one load from start to end; `records` is a Parquet path or a sink (or None).
 
-    `on_engine` receives what stops the load, before it starts (callable from any thread
-    for a gang): the engine, or a gang's `GangStop`; either keeps what was measured, as
-    SIGINT/SIGTERM do with `handle_signals`. `on_progress` receives a gang's live figures
-    (`load.live`) about every second; one process has none.
-
-    `on_measure_start` is called (in a thread: it may block, e.g. on a scrape of the
-    server's counters) when the measured window opens. In one process that is before the
-    first measured send (`LoadEngine`); a gang's generators cannot wait for a caller, so
-    there it is called when the warm-up ends by the shared start, and requests in flight
-    around that instant may fall on either side of it.
+    `control` stops it from any thread (`LoadControl`: what was measured is kept);
+    `subscribers` receive its events (`load.events`). With `handle_signals` (in the main
+    thread), the first SIGINT/SIGTERM stops it as `control` would and a second aborts.
     """
-    if settings.processes > 1 or settings.scheduler is not None:
-        # Imported here: a load of one process does not pay for Dask's side (ddsketch).
-        from servebench.load.gang import run_gang
-
-        return run_gang(
-            factory,
-            settings,
-            records,
-            use_uvloop,
-            on_measure_start,
-            handle_signals=handle_signals,
-            on_engine=on_engine,
-            on_progress=on_progress,
-        )
-    return run_in_process(
-        factory,
-        settings,
-        records,
-        use_uvloop,
-        on_measure_start,
-        handle_signals=handle_signals,
-        on_engine=on_engine,
-    )
+    control = control if control is not None else LoadControl()
+    with signals_stop(control, handle_signals):
+        return executor_for(plan, use_uvloop).run(plan, records, control, Events(*subscribers))

@@ -30,20 +30,15 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter
-from typing import Protocol
 
-import numpy as np
-
-from servebench.clients.base import ErrorKind, InferenceClient, InferenceError, Payload
+from servebench.clients.base import ErrorKind, InferenceError
 from servebench.clients.input_data import answer_matches
-from servebench.common.quantiles import MET, UNDECIDED
-from servebench.common.slo_judge import count_at_or_under, judge_counts
 from servebench.common.verdict_codes import VerdictCode
-from servebench.load.error_spending import ErrorSpending
+from servebench.load.live import CountRules, PartCounts
 from servebench.load.mix import Mix
 from servebench.load.records import (
     CLIENT_ERROR_CODE,
@@ -58,8 +53,7 @@ from servebench.load.records import (
     chunk_to_batch,
 )
 from servebench.load.settings import LoadSettings
-from servebench.load.stats import Columns, Measurements, agree, window_stats
-from servebench.load.summary import WindowStats
+from servebench.load.stats import Columns, Measurements
 from servebench.load.timer import PreciseTimer, precise_timer
 
 log = logging.getLogger(__name__)
@@ -94,59 +88,48 @@ class EngineReport:
     columns: Columns
     first_offset: float | None = None  # first and last measured intended send, global schedule
     last_offset: float | None = None
-    windows: list[WindowStats] = field(default_factory=list)
-    stable: bool | None = None
     stop_reason: str | None = None
     stop_code: VerdictCode | None = None  # what kind of stop stop_reason is
     # Seconds the engine began after the shared start it was given (0 when it began in time,
     # or had none): its first sends left late by as much, and a gang counts it as start skew.
     late_start: float = 0.0
-    # Early stop: the level its SLO question is decided at (the deciding look's, else the
-    # final look's); None without early stop (`LoadSummary.slo_confidence_level`).
-    slo_level: float | None = None
-
-
-class Stoppable(Protocol):
-    """What a running load is stopped through: one `LoadEngine`, or a gang's
-    `load.gang.GangStop` (which stops each of its generators' engines)."""
-
-    def stop(self, reason: str | None = ..., code: VerdictCode = ...) -> None: ...
 
 
 class LoadEngine:
-    """Runs one load against one connected client; `part=(i, n)` runs the i-th of n shares.
+    """Runs one part of a load from its connected clients (`load.plan.connect_part`);
+    `part=(i, n)` runs the i-th of n shares.
 
-    `payloads` is the one request every send repeats, or a cycle of them (real input data):
-    request `seq` sends `payloads[seq % len(payloads)]`, `seq` counted over every part, so the
-    parts of a load go through the cycle in order between them. A payload with `expected`
-    outputs has its answer compared (`input_data.answer_matches`) after the answer's time
-    is taken; a mismatch is recorded as `wrong_answer`.
+    Request `seq` goes to the model `mix.target(seq)` picks (a load of one model: always
+    it, without a look-up) and sends `payloads[seq % len(payloads)]` of that model, `seq`
+    counted over every part, so the parts of a load go through the cycle in order between
+    them. A payload with `expected` outputs has its answer compared
+    (`input_data.answer_matches`) after the answer's time is taken; a mismatch is recorded
+    as `wrong_answer`. The records of a mix of named models name each request's model.
 
-    `client` may instead be a `Mix` of several models (with no `payloads`: each model has
-    its own): request `seq` then goes to the model `mix.target(seq)` picks, with that model's
-    client and its cycle of payloads, and its record names the model.
+    When to stop, beyond its schedule and a server that is gone, is not the engine's: a
+    coordinator (`load.rules`) reads its counts (`snapshot`) and calls `stop`.
     """
 
     def __init__(
         self,
-        client: InferenceClient | Mix,
-        payloads: Sequence[Payload],
+        mix: Mix,
         settings: LoadSettings,
         sink: RecordSink | None = None,
         *,
         start_at: float | None = None,
         part: tuple[int, int] = (0, 1),
         on_measure_start: Callable[[], Awaitable[None]] | None = None,
+        counts: CountRules | None = None,
     ):
         if not 0 <= part[0] < part[1]:
             raise ValueError(f"engine part: index {part[0]} outside 0..{part[1] - 1}")
-        self.mix = client if isinstance(client, Mix) else None
-        self.client = client
-        self.payloads = tuple(payloads)
-        if self.mix is not None and self.payloads:
-            raise ValueError("engine payload: a mix sends each model's own payloads")
-        if self.mix is None and not self.payloads:
-            raise ValueError("engine payload: give at least one request")
+        # One target: its client and payloads, with no look-up on the hot path.
+        self.mix = mix if len(mix.targets) > 1 else None
+        self.client = mix.targets[0].client
+        self.payloads = mix.targets[0].payloads
+        # The records' model codes: only a mix of named models has them.
+        self.models = mix.models if mix.named else ()
+        self._codes = mix.codes if mix.named else None
         self.settings = settings
         self.sink = sink
         self.start_at = start_at  # wall-clock start shared by cooperating processes
@@ -167,18 +150,10 @@ class LoadEngine:
         self._client_bug_logged = False
         self._first_offset: float | None = None
         self._last_offset: float | None = None
-        self._windows: list[WindowStats] = []
-        self._stable: bool | None = None
+        self.counts = PartCounts(counts or CountRules())
         self._timer: PreciseTimer | None = None
         self._unreachable_since: float | None = None
         self._late_start = 0.0
-        # Early stop's looks and the level of the one that decided (`_stop_when_decided`).
-        # Made here, before the clock starts: it imports scipy (0.67 s measured), which
-        # mid-load would stall every send behind it.
-        self._spending = (
-            ErrorSpending(settings.confidence) if settings.early_stop is not None else None
-        )
-        self._decided_level: float | None = None
         # One writer thread converts and writes record chunks off the event loop; it starts
         # with the first chunk, so an engine that never runs holds no thread.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="servebench-records")
@@ -200,7 +175,7 @@ class LoadEngine:
         """Stop issuing, let requests in flight finish, and keep everything measured.
 
         A `reason` marks the run as stopped early (the verdict says so, with `code`); None
-        is a normal end, used by stability mode once the windows agree.
+        is a normal end (stability windows that agreed).
         """
         if reason and not self._stop_reason:
             self._stop_reason, self._stop_code = reason, code
@@ -231,10 +206,6 @@ class LoadEngine:
             start, batch_size=s.batch_size, latency_from_send=s.mode == "closed"
         )
         background = [loop.create_task(self._sweep())]
-        if s.stability is not None:
-            background.append(loop.create_task(self._monitor()))
-        if s.early_stop is not None:
-            background.append(loop.create_task(self._stop_when_decided()))
         try:
             await self._sleep_until(start)
             if s.arrivals is not None:
@@ -508,93 +479,6 @@ class LoadEngine:
                 self._expired.add(seq)
                 task.cancel()
 
-    # -- stability ---------------------------------------------------------------------
-
-    async def _monitor(self) -> None:
-        st = self.settings.stability
-        measurements = self._measurements
-        assert st is not None and measurements is not None
-        t = self._measure_from
-        for i in range(st.max_windows):
-            end = t + st.window
-            await self._sleep_until(end)
-            if self._stopping and self._stop_reason:
-                break
-            await self.flush()
-            cols = measurements.completed_between(t - self._start, end - self._start)
-            self._windows.append(
-                window_stats(i, cols, t - self._start, end - self._start, st.percentile)
-            )
-            if len(self._windows) >= st.agree and agree(self._windows[-st.agree :], st.tolerance):
-                self._stable = True
-                break
-            t = end
-        else:
-            self._stable = False
-        self.stop(None)
-
-    # -- early stop --------------------------------------------------------------------
-
-    async def _stop_when_decided(self) -> None:
-        """Stop (through `stop`, as stability mode does) once the requests answered so far
-        decide the SLO question, after the minimum duration and request count. Each look
-        decides at the level the error spending allows it (`load.error_spending`), so the
-        looks together are wrong no more often than one look at `confidence` would be."""
-        rule = self.settings.early_stop
-        measurements, spending = self._measurements, self._spending
-        assert rule is not None and measurements is not None and spending is not None
-        await self._sleep_until(self._measure_from + rule.min_duration)
-        seen = n = at_or_under = 0  # running counts: each check reads only the new requests
-        while not self._stopping:
-            await self.flush()
-            cols = measurements.since(seen)
-            seen += len(cols)
-            latency = cols.latency[cols.code == OK].astype(np.float64)  # as the row has it
-            n += int(latency.size)
-            at_or_under += count_at_or_under(latency, rule.bound_s)
-            level = None
-            if n >= rule.min_requests:
-                # Off the loop: a look's integration takes up to a few ms (measured 0.5 ms
-                # typical, 7 ms for the first looks' wide grids), which would hold sends.
-                level = await asyncio.to_thread(spending.level, self._planned_share(seen), n)
-            if level is not None:
-                judged = judge_counts(
-                    n, at_or_under, percentile=rule.percentile, bound_s=rule.bound_s, level=level
-                )
-                if judged.verdict != UNDECIDED:
-                    self._decided_level = level
-                    self.stop(
-                        f"SLO {judged.verdict}: p{rule.percentile:g} "
-                        f"{'within' if judged.verdict == MET else 'over'} "
-                        f"{rule.bound_s * 1e3:g} ms at {_percent(level)} confidence after {n} "
-                        f"requests ({spending.spent:.2g} of the {spending.alpha:.2g} error "
-                        "budget spent)",
-                        VerdictCode.SLO_DECIDED,
-                    )
-                    return
-            await self._sleep_until(perf_counter() + rule.every)
-
-    def _planned_share(self, measured: int) -> float:
-        """How far through its planned measured window the load is (τ of the error
-        spending): the smaller share of its duration and of its count, where it has each
-        (it ends once both are reached)."""
-        s = self.settings
-        shares = []
-        if s.duration is not None:
-            shares.append((perf_counter() - self._measure_from) / s.duration)
-        if s.count is not None:
-            shares.append(measured / s.count)
-        return min(shares, default=1.0)
-
-    def _slo_level(self, columns: Columns) -> float | None:
-        """Early stop's level for the SLO question: the deciding look's, else the final
-        look's at the end, on every answered request (what the earlier looks left)."""
-        if self._spending is None:
-            return None
-        if self._decided_level is not None:
-            return self._decided_level
-        return self._spending.final_level(int((columns.code == OK).sum()))
-
     # -- records -----------------------------------------------------------------------
 
     def _flush(self) -> Future:
@@ -607,9 +491,19 @@ class LoadEngine:
         return future
 
     async def flush(self) -> None:
-        """Hand the records buffered so far to the writer (and the sink) and wait for it:
-        what stability mode, early stop and a gang's live figures read (in the run only)."""
+        """Hand the records buffered so far to the writer (and the sink) and wait for it."""
         await asyncio.wrap_future(self._flush())
+
+    def elapsed(self) -> float:
+        """Seconds since the schedule's time 0 (-inf before the run sets it)."""
+        return perf_counter() - self._start if self._clock is not None else -math.inf
+
+    async def snapshot(self) -> dict:
+        """This part's counts so far (`load.live.PartCounts`), every request completed
+        before the call counted (its watermark); in the run only."""
+        mark = self.elapsed()
+        await self.flush()
+        return self.counts.snapshot(self._inflight, mark)
 
     @property
     def in_flight(self) -> int:
@@ -619,9 +513,9 @@ class LoadEngine:
     def _write(self, chunk: Chunk) -> None:
         clock, measurements = self._clock, self._measurements
         assert clock is not None and measurements is not None, "records before the run started"
-        if self.mix is not None:
-            chunk.model = self.mix.codes(chunk.seq)
-        measurements.add(chunk)
+        if self._codes is not None:
+            chunk.model = self._codes(chunk.seq)
+        self.counts.add(measurements.add(chunk))
         if self.sink is not None and len(chunk):
             self.sink.write(
                 chunk_to_batch(
@@ -630,7 +524,7 @@ class LoadEngine:
                     batch_size=self.settings.batch_size,
                     clock=clock,
                     latency_from_send=self.settings.mode == "closed",
-                    models=self.mix.models if self.mix is not None else (),
+                    models=self.models,
                 )
             )
 
@@ -645,28 +539,11 @@ class LoadEngine:
 
     def _report(self) -> EngineReport:
         assert self._measurements is not None
-        columns = self._measurements.columns()
-        if self._windows:
-            st = self.settings.stability
-            assert st is not None
-            last = self._windows[-st.agree :]
-            columns = columns.select(
-                (columns.completion >= last[0].start) & (columns.completion < last[-1].end)
-            )
         return EngineReport(
-            columns=columns,
+            columns=self._measurements.columns(),
             first_offset=self._first_offset,
             last_offset=self._last_offset,
-            windows=list(self._windows),
-            stable=self._stable,
             stop_reason=self._stop_reason,
             stop_code=self._stop_code if self._stop_reason else None,
             late_start=self._late_start,
-            slo_level=self._slo_level(columns),
         )
-
-
-def _percent(level: float) -> str:
-    """A level near 1 with the digits that tell it from 100 %: 99.976%, 99.99999%."""
-    digits = max(0, math.ceil(-math.log10((1.0 - level) * 100.0))) + 1
-    return f"{level:.{digits}%}"

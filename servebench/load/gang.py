@@ -20,15 +20,17 @@ A generator whose worker dies or whose task fails is lost: the others' records a
 the run is partial (`LoadSummary.gang`) and INVALID with `generator_lost` naming it and why.
 A start skew (clock uncertainty plus a late start) over `start_skew_limit` is `start_skew`.
 
-While the load runs, each generator publishes a sketch of its latencies and its counts every
-second (a Dask `Variable` each), which the coordinator merges for `on_progress` (`load.live`).
-A stop (`GangStop`: the first SIGINT/SIGTERM, or a caller such as the scenario runner's
-Ctrl-C) goes to every generator through a Dask `Event`; each stops its engine as one process
-does (`LoadEngine.stop`: no new sends, the ones in flight answered) and returns its records
-as at a normal end, so a stopped gang keeps everything it measured and its verdict says it
-stopped early. A second signal aborts at once. A local gang's workers ignore SIGINT and
-SIGTERM: a Ctrl-C at the terminal, or a SIGTERM to the whole process group (systemd's
-default), reaches every process of the group, and would kill them with their records.
+While the load runs, each generator publishes its counts every second (`load.live.PartCounts`,
+a Dask `Variable` each: the counts are cumulative, so the latest is all the coordinator
+needs), which the coordinator merges for its stop rules (stability windows, early stop:
+`load.rules`) and the live figures (`events.Progress`). A stop (a rule's, or the caller's
+`LoadControl`: a signal, the scenario runner's Ctrl-C) goes to every generator through a
+Dask `Event`; each stops its engine as one process does (`LoadEngine.stop`: no new sends,
+the ones in flight answered) and returns its records as at a normal end, so a stopped gang
+keeps everything it measured and its verdict says why it stopped. A local gang's workers
+ignore SIGINT and SIGTERM: a Ctrl-C at the terminal, or a SIGTERM to the whole process
+group (systemd's default), reaches every process of the group, and would kill them with
+their records; the coordinator stops them instead.
 
 A local gang has at most one generator per core here (`check_local_gang`): more measure
 the generators' fight for the cores, not the server. Dask's own messages (its
@@ -48,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from servebench.clients.base import InferenceClient
 from servebench.common.dask_cluster import (
     SCHEDULER_TIMEOUT,
     SLOT,
@@ -68,19 +69,18 @@ from servebench.common.dask_cluster import (
 )
 from servebench.common.errors import ServebenchError
 from servebench.common.verdict_codes import VerdictCode
-from servebench.load.engine import EngineReport, LoadEngine, Stoppable
-from servebench.load.live import PUBLISH_EVERY, GeneratorSketch, LiveFigures, LiveMerge, LiveSink
+from servebench.load.combine import summarize_reports
+from servebench.load.engine import EngineReport, LoadEngine
+from servebench.load.events import Events, LoadControl, Measuring, PartLost, Started, Stopped
+from servebench.load.in_process import loop_factory, open_sink
+from servebench.load.live import PUBLISH_EVERY, MergedCounts
+from servebench.load.plan import LoadPlan, connect_part
 from servebench.load.records import RECORD_SCHEMA, ParquetRecordWriter, RecordSink
-from servebench.load.runner import (
-    ClientFactory,
-    load_payloads,
-    loop_factory,
-    open_sink,
-    summarize_reports,
-)
+from servebench.load.rules import Coordinator, count_rules
 from servebench.load.settings import LoadSettings
 from servebench.load.stats import Columns, columns_from_table, summarize
 from servebench.load.summary import LoadSummary, add_reason
+from servebench.results import GangRecord, GeneratorRecord
 
 log = logging.getLogger(__name__)
 
@@ -128,23 +128,6 @@ def measure_clock(client: Any, worker: str, exchanges: int = CLOCK_EXCHANGES) ->
     return best
 
 
-class GangStop:
-    """Stops a running gang from any thread (a signal handler, a scenario's Ctrl-C), as
-    `LoadEngine.stop` stops one engine: the coordinator passes the first request on to every
-    generator. `stop(None)` is a normal end."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()  # a signal handler may call in while the thread holds it
-        self.requested: tuple[str | None, VerdictCode] | None = None
-
-    def stop(
-        self, reason: str | None = "stop requested", code: VerdictCode = VerdictCode.STOPPED_EARLY
-    ) -> None:
-        with self._lock:
-            if self.requested is None:
-                self.requested = (reason, code)
-
-
 @dataclass
 class _Outcome:
     """One generator's end: its report and records (Parquet bytes), or why it was lost."""
@@ -154,57 +137,52 @@ class _Outcome:
     lost: str | None = None
 
 
-def run_gang(
-    factory: ClientFactory,
-    settings: LoadSettings,
-    records: str | Path | RecordSink | None,
-    use_uvloop: bool | None,
-    on_measure_start: Callable[[], None] | None,
-    *,
-    handle_signals: bool = True,
-    on_engine: Callable[[Stoppable], None] | None = None,
-    on_progress: Callable[[LiveFigures], None] | None = None,
-) -> LoadSummary:
-    """Run one load from `settings.processes` generators (see the module's docstring);
-    `records` (a Parquet path or a sink) is opened once the generators are done, so a gang
-    that never starts leaves no file behind. `on_engine` receives the gang's `GangStop`
-    before it starts; `on_progress` the live figures about every second, and the last ones
-    (every record in) once the generators are done. `handle_signals`: SIGINT/SIGTERM stop
-    the gang (main thread only)."""
-    if settings.scheduler is None:
-        check_local_gang(settings.processes)
-    try:
-        pickle.dumps(factory)
-    except Exception as exc:
-        raise ValueError(
-            "load.generators: generators need a client factory that pickles "
-            f"(e.g. functools.partial(create_client, ...)); {exc}"
-        ) from None
-    stopper = GangStop()
-    if on_engine is not None:
-        on_engine(stopper)
-    with _stop_on_signals(stopper, handle_signals):
-        return _run(factory, settings, records, use_uvloop, on_measure_start, stopper, on_progress)
+class DaskGang:
+    """Runs a plan's `settings.generators` parts on Dask (see the module's docstring)."""
+
+    def __init__(self, use_uvloop: bool | None = None) -> None:
+        self.use_uvloop = use_uvloop
+
+    def run(
+        self,
+        plan: LoadPlan,
+        records: str | Path | RecordSink | None,
+        control: LoadControl,
+        events: Events,
+    ) -> LoadSummary:
+        """`records` (a Parquet path or a sink) is opened once the generators are done, so a
+        gang that never starts leaves no file behind."""
+        settings = plan.settings
+        if settings.scheduler is None:
+            check_local_gang(settings.generators)
+        try:
+            pickle.dumps(plan.clients)
+        except Exception as exc:
+            raise ValueError(
+                "load.generators: generators need a client source that pickles "
+                f"(e.g. functools.partial(create_client, ...)); {exc}"
+            ) from None
+        return _run(plan, records, self.use_uvloop, control, events)
 
 
 def _run(
-    factory: ClientFactory,
-    settings: LoadSettings,
+    plan: LoadPlan,
     records: str | Path | RecordSink | None,
     use_uvloop: bool | None,
-    on_measure_start: Callable[[], None] | None,
-    stopper: GangStop,
-    on_progress: Callable[[LiveFigures], None] | None,
+    control: LoadControl,
+    events: Events,
 ) -> LoadSummary:
-    n = settings.processes
+    settings = plan.settings
+    n = settings.generators
     run_id = f"servebench-gang-{uuid.uuid4().hex[:12]}"
+    own = LoadControl()  # the load's: its rules stop it, and so does the caller's
+    coordinator = Coordinator(settings, own, events)
     with _dask_log(run_id) as dask_log, _dask_client(n, settings.scheduler, dask_log) as client:
         workers = _pick_workers(client, n, settings.scheduler)
         futures = [
             client.submit(
                 _generate,
-                factory,
-                settings,
+                plan,
                 i,
                 run_id,
                 use_uvloop,
@@ -226,17 +204,19 @@ def _run(
                 _start(client, run_id, None)
                 client.cancel(futures)
             raise
+        events.publish(Started(start_at=start_at, parts=n, name=run_id))
         timer: threading.Timer | None = None
-        if on_measure_start is not None:
+        if events:
             timer = threading.Timer(
-                max(0.0, start_at + settings.warmup - time.time()), on_measure_start
+                max(0.0, start_at + settings.warmup - time.time()), events.publish, (Measuring(),)
             )
             timer.daemon = True
             timer.start()
-        coordinator = _Coordinator(client, run_id, n, start_at, stopper, on_progress)
+        watch = _Watch(client, run_id, n, start_at, own, coordinator, events)
         try:
-            outcomes = _await(client, futures, workers, coordinator.tick)
-            coordinator.tick(final=True)
+            with control.listening(own.stop):
+                outcomes = _await(client, futures, workers, watch)
+            watch.tick(final=True)
         except BaseException:  # a second signal: the generators must not run on
             with contextlib.suppress(Exception):
                 _send_stop(client, run_id, ("aborted", VerdictCode.STOPPED_EARLY))
@@ -256,9 +236,11 @@ def _run(
     finally:
         if owned and sink is not None:
             sink.close()
-    summary = summarize_reports(settings, reports)
+    summary = summarize_reports(plan, reports, coordinator.outcome())
     summary.gang = _describe(settings, workers, clocks, outcomes, reports, summary)
     _judge_gang(summary, settings)
+    code = next((r.stop_code for r in reports if r.stop_reason), None)
+    events.publish(Stopped(summary.stop_reason, code))
     return summary
 
 
@@ -340,33 +322,6 @@ def _log_file_handler(path: Path) -> logging.Handler:
         logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s")
     )
     return handler
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stopper: GangStop, enabled: bool) -> Iterator[None]:
-    """The first SIGINT/SIGTERM stops the gang (`stopper`), keeping what it measured; a
-    second aborts (KeyboardInterrupt). Only in the main thread, where signals arrive."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[str] = []
-
-    def handle(signum: int, frame: Any) -> None:
-        if received:
-            raise KeyboardInterrupt
-        received.append(signal.Signals(signum).name)
-        log.warning(
-            "%s: stopping the generators, keeping what they measured (again to abort)",
-            received[0],
-        )
-        stopper.stop(f"interrupted by {received[0]}")
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -469,10 +424,10 @@ def _forget(client: Any, run_id: str, n: int) -> None:
         _event(client, name).clear()
 
 
-class _Coordinator:
+class _Watch:
     """The coordinator's side of a running gang, called every `POLL`: passes a stop on to
-    the generators, and about every `PUBLISH_EVERY` merges their latest live figures for
-    `on_progress` (which, should it fail, is dropped: the load goes on)."""
+    the generators, and about every `PUBLISH_EVERY` merges their latest counts for the
+    stop rules and the live figures (`load.rules.Coordinator`)."""
 
     def __init__(
         self,
@@ -480,34 +435,40 @@ class _Coordinator:
         run_id: str,
         n: int,
         start_at: float,
-        stopper: GangStop,
-        on_progress: Callable[[LiveFigures], None] | None,
+        control: LoadControl,
+        coordinator: Coordinator,
+        events: Events,
     ):
         self.client, self.run_id, self.n, self.start_at = client, run_id, n, start_at
-        self.stopper = stopper
-        self.on_progress = on_progress
-        self.merge = LiveMerge(n)
+        self.control = control
+        self.coordinator = coordinator
+        self.events = events
+        self.latest: list[dict[str, Any] | None] = [None] * n
+        self.lost = [False] * n
         self.stop_sent = False
-        self.due = time.monotonic() + PUBLISH_EVERY
+        self.due = time.monotonic()
 
     def tick(self, final: bool = False) -> None:
-        if not self.stop_sent and self.stopper.requested is not None:
-            _send_stop(self.client, self.run_id, self.stopper.requested)
+        if not self.stop_sent and self.control.requested is not None:
+            _send_stop(self.client, self.run_id, self.control.requested)
             self.stop_sent = True
-        if self.on_progress is None or not (final or time.monotonic() >= self.due):
+        if not (final or time.monotonic() >= self.due):
             return
+        self.due = time.monotonic() + PUBLISH_EVERY
+        if self.coordinator.due() == float("inf") and not final:
+            return  # no rule to look, no figures wanted
         from distributed import Variable
 
-        self.due = time.monotonic() + PUBLISH_EVERY
         for i in range(self.n):
             with contextlib.suppress(TimeoutError):  # not published yet
                 board = Variable(f"{self.run_id}-live-{i}", client=self.client)
-                self.merge.update(i, board.get(timeout=LIVE_TIMEOUT))
-        try:
-            self.on_progress(self.merge.figures(max(0.0, time.time() - self.start_at)))
-        except Exception:
-            log.warning("live figures: on_progress failed; no more of them", exc_info=True)
-            self.on_progress = None
+                self.latest[i] = board.get(timeout=LIVE_TIMEOUT)
+        now = time.time() - self.start_at
+        self.coordinator.tick(MergedCounts(self.latest, self.lost), now, final=final)
+
+    def part_lost(self, index: int, why: str) -> None:
+        self.lost[index] = True
+        self.events.publish(PartLost(index, why))
 
 
 def _why(future: Any) -> str:
@@ -520,18 +481,16 @@ def _why(future: Any) -> str:
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
-def _await(
-    client: Any, futures: list[Any], workers: list[str], tick: Callable[[], None]
-) -> list[_Outcome]:
+def _await(client: Any, futures: list[Any], workers: list[str], watch: _Watch) -> list[_Outcome]:
     """Every generator's outcome; a generator whose worker left the cluster is lost (its
-    task is cancelled, so the scheduler never re-runs it late on another worker). `tick`
-    is called every `POLL` meanwhile."""
+    task is cancelled, so the scheduler never re-runs it late on another worker). `watch`
+    ticks every `POLL` meanwhile."""
     outcomes: list[_Outcome | None] = [None] * len(futures)
     began = time.monotonic()
     missing: set[int] = set()  # generators whose worker the last look did not find
     while any(o is None for o in outcomes):
         time.sleep(POLL)
-        tick()
+        watch.tick()
         alive = _workers(client)
         for i, future in enumerate(futures):
             if outcomes[i] is not None:
@@ -542,6 +501,7 @@ def _await(
                 outcomes[i] = _Outcome(report=report, records=records)
             elif future.done():
                 outcomes[i] = _Outcome(lost=f"failed: {_why(future)}")
+                watch.part_lost(i, outcomes[i].lost)
             elif gone and i not in missing:
                 missing.add(i)  # look once more: a result may be on its way
             elif gone:
@@ -552,6 +512,7 @@ def _await(
                     "killed); its records are lost"
                 )
                 log.warning("load generator %d lost: %s", i, outcomes[i].lost)
+                watch.part_lost(i, outcomes[i].lost)
     return [o for o in outcomes if o is not None]
 
 
@@ -596,7 +557,7 @@ def _describe(
     outcomes: list[_Outcome],
     reports: list[EngineReport],
     summary: LoadSummary,
-) -> dict[str, Any]:
+) -> GangRecord:
     """The gang's part of the summary: its start and each generator's figures, from that
     generator's own records (its share of the schedule is 1/n of it)."""
     n = len(workers)
@@ -611,28 +572,27 @@ def _describe(
         own = summarize(report.columns, mode=settings.mode, target_rate=None)
         sent = own.achieved_rate if own.count else 0.0
         generators.append(
-            {
-                "index": i,
-                "worker": worker,
-                "clock_offset_s": clock.offset,
-                "clock_uncertainty_s": clock.uncertainty,
-                "late_start_s": report.late_start,
-                "count": own.count,
-                "sent_rate": sent,
-                "scheduled_rate": share,
-                "shortfall": (1 - sent / share) if share else None,
-                "lag_p99_s": own.schedule_lag_p99 if own.count else None,
-                "lost": outcome.lost,
-            }
+            GeneratorRecord(
+                index=i,
+                worker=worker,
+                clock_offset_s=clock.offset,
+                clock_uncertainty_s=clock.uncertainty,
+                late_start_s=report.late_start,
+                count=own.count,
+                sent_rate=sent,
+                scheduled_rate=share,
+                shortfall=(1 - sent / share) if share else None,
+                lag_p99_s=own.schedule_lag_p99 if own.count else None,
+                lost=outcome.lost,
+            )
         )
-    skew = max(g["clock_uncertainty_s"] + g["late_start_s"] for g in generators)
-    return {
-        "scheduler": settings.scheduler or "local",
-        "start_skew_s": skew,
-        "start_skew_limit_s": settings.start_skew_limit,
-        "partial": any(o.lost for o in outcomes),
-        "generators": generators,
-    }
+    return GangRecord(
+        scheduler=settings.scheduler or "local",
+        start_skew_s=max(g.clock_uncertainty_s + g.late_start_s for g in generators),
+        start_skew_limit_s=settings.start_skew_limit,
+        partial=any(o.lost for o in outcomes),
+        generators=tuple(generators),
+    )
 
 
 def _judge_gang(summary: LoadSummary, settings: LoadSettings) -> None:
@@ -640,97 +600,91 @@ def _judge_gang(summary: LoadSummary, settings: LoadSettings) -> None:
     figures beside a verdict about lateness, so one verdict names the generator to fix."""
     gang = summary.gang
     assert gang is not None
-    for g in gang["generators"]:
-        if g["lost"]:
+    for g in gang.generators:
+        if g.lost:
             add_reason(
                 summary,
                 VerdictCode.GENERATOR_LOST,
-                f"partial run: generator {g['index']} ({g['worker']}) lost: {g['lost']}"
+                f"partial run: generator {g.index} ({g.worker}) lost: {g.lost}"
                 + (
-                    f"; its share of the schedule ({g['scheduled_rate']:.1f} req/s, "
-                    f"{g['shortfall']:.0%} of it missing) is not in the records"
-                    if g["scheduled_rate"]
+                    f"; its share of the schedule ({g.scheduled_rate:.1f} req/s, "
+                    f"{g.shortfall:.0%} of it missing) is not in the records"
+                    if g.scheduled_rate and g.shortfall is not None
                     else ""
                 ),
             )
-    if gang["start_skew_s"] > settings.start_skew_limit:
+    if gang.start_skew_s > settings.start_skew_limit:
         add_reason(
             summary,
             VerdictCode.START_SKEW,
-            f"start skew: the generators may have started {gang['start_skew_s'] * 1e3:.2f} ms "
+            f"start skew: the generators may have started {gang.start_skew_s * 1e3:.2f} ms "
             f"apart (clock uncertainty plus late start; limit "
             f"{settings.start_skew_limit * 1e3:g} ms)",
         )
     late = {str(VerdictCode.RATE_SHORT), str(VerdictCode.LAG_HIGH)}
-    causes = "; ".join(_cause(g) for g in gang["generators"])
+    causes = "; ".join(_cause(g) for g in gang.generators)
     summary.reasons = [
         f"{text} (by generator: {causes})" if code in late else text
         for code, text in zip(summary.reason_codes, summary.reasons, strict=True)
     ]
 
 
-def _cause(g: dict[str, Any]) -> str:
-    if g["lost"]:
-        return f"g{g['index']} lost"
-    lag = "-" if g["lag_p99_s"] is None else f"{g['lag_p99_s'] * 1e3:.2f} ms"
-    short = "" if g["shortfall"] is None else f", {max(g['shortfall'], 0.0):.1%} short"
-    return f"g{g['index']} lag p99 {lag}{short}"
+def _cause(g: GeneratorRecord) -> str:
+    if g.lost:
+        return f"g{g.index} lost"
+    lag = "-" if g.lag_p99_s is None else f"{g.lag_p99_s * 1e3:.2f} ms"
+    short = "" if g.shortfall is None else f", {max(g.shortfall, 0.0):.1%} short"
+    return f"g{g.index} lag p99 {lag}{short}"
 
 
 # -- on the worker -----------------------------------------------------------------------
 
 
 def _generate(
-    factory: ClientFactory,
-    settings: LoadSettings,
-    index: int,
-    run_id: str,
-    use_uvloop: bool | None,
+    plan: LoadPlan, index: int, run_id: str, use_uvloop: bool | None
 ) -> tuple[EngineReport, bytes]:
-    """One generator (a Dask task): connect, say ready, wait for the start, send its share;
-    returns its report and its records as Parquet bytes (the columns travel in those)."""
-    from distributed import Event, Variable, get_client
+    """One generator (a Dask task): connect its part's clients, say ready, wait for the
+    start, send its share; returns its report and its records as Parquet bytes (the
+    columns travel in those)."""
+    from distributed import get_client
 
     dask = get_client()
     with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
-        client = _generator_client(factory, index)
-        runner.run(client.connect())
-        try:
-            payload = runner.run(load_payloads(client, settings))
-            Event(f"{run_id}-ready-{index}", client=dask).set()
-            if not Event(f"{run_id}-go", client=dask).wait(timeout=READY_TIMEOUT):
-                raise GangError(f"no start after {READY_TIMEOUT:.0f} s")
-            start = Variable(f"{run_id}-start", client=dask).get()
-            if start is None:
-                raise GangError("aborted before the start")
-            local_start = start["start_at"] + start["offsets"][index]
-            live = GeneratorSketch()
-            with tempfile.TemporaryDirectory(prefix="servebench-generator-") as tmp:
-                part = os.path.join(tmp, "records.parquet")
-                with ParquetRecordWriter(part) as writer:
-                    engine = LoadEngine(
-                        client,
-                        payload,
-                        settings,
-                        LiveSink(writer, live),
-                        start_at=local_start,
-                        part=(index, settings.processes),
-                    )
-                    report = runner.run(_run_engine(engine, live, dask, run_id, index))
-                with open(part, "rb") as f:
-                    records = f.read()
-        finally:
-            runner.run(client.close())
+        return runner.run(_generate_part(plan, index, run_id, dask))
+
+
+async def _generate_part(
+    plan: LoadPlan, index: int, run_id: str, dask: Any
+) -> tuple[EngineReport, bytes]:
+    from distributed import Event, Variable
+
+    settings = plan.settings
+    loop = asyncio.get_running_loop()
+    async with connect_part(plan, index) as mix:
+        await loop.run_in_executor(None, Event(f"{run_id}-ready-{index}", client=dask).set)
+        go = Event(f"{run_id}-go", client=dask)
+        if not await loop.run_in_executor(None, go.wait, READY_TIMEOUT):
+            raise GangError(f"no start after {READY_TIMEOUT:.0f} s")
+        start = await loop.run_in_executor(None, Variable(f"{run_id}-start", client=dask).get)
+        if start is None:
+            raise GangError("aborted before the start")
+        local_start = start["start_at"] + start["offsets"][index]
+        with tempfile.TemporaryDirectory(prefix="servebench-generator-") as tmp:
+            part = os.path.join(tmp, "records.parquet")
+            with ParquetRecordWriter(part) as writer:
+                engine = LoadEngine(
+                    mix,
+                    settings,
+                    writer,
+                    start_at=local_start,
+                    part=(index, settings.generators),
+                    counts=count_rules(settings),
+                )
+                report = await _run_engine(engine, dask, run_id, index)
+            with open(part, "rb") as f:
+                records = f.read()
     report.columns = Columns.concat([])  # they travel in the records
     return report, records
-
-
-def _generator_client(factory: ClientFactory, index: int) -> InferenceClient:
-    """Generator `index`'s client: the factory's `for_generator(index)` where it has one (a
-    factory whose generators each set up their client their own way, e.g. seeded by their
-    index), else `factory()`."""
-    for_generator = getattr(factory, "for_generator", None)
-    return for_generator(index) if for_generator is not None else factory()
 
 
 def _generator_process(dask_log: str) -> None:
@@ -745,12 +699,10 @@ def _generator_process(dask_log: str) -> None:
     _log_to(_log_file_handler(Path(dask_log)))
 
 
-async def _run_engine(
-    engine: LoadEngine, live: GeneratorSketch, dask: Any, run_id: str, index: int
-) -> EngineReport:
-    """Run the engine, publishing its live figures every `PUBLISH_EVERY` s (and once more
-    at the end, every record in) and stopping it when the coordinator asks (`GangStop`).
-    Dask's calls block, so they run off the loop; should they fail, the load goes on."""
+async def _run_engine(engine: LoadEngine, dask: Any, run_id: str, index: int) -> EngineReport:
+    """Run the engine, publishing its counts every `PUBLISH_EVERY` s (and once more at the
+    end, every record in) and stopping it when the coordinator asks. Dask's calls block,
+    so they run off the loop; should they fail, the load goes on."""
     from distributed import Event, Variable
 
     loop = asyncio.get_running_loop()
@@ -758,11 +710,8 @@ async def _run_engine(
     stop = Event(f"{run_id}-stop", client=dask)
     finished = asyncio.Event()
 
-    def publish() -> None:
-        board.set(live.snapshot(engine.in_flight))
-
     async def watch() -> None:
-        due = time.monotonic()  # the first (empty) figures at once
+        due = time.monotonic()  # the first (empty) counts at once
         stopped = False
         while not finished.is_set():
             if stopped:
@@ -775,14 +724,14 @@ async def _run_engine(
                 engine.stop(request["reason"], VerdictCode(request["code"]))
             if not finished.is_set() and time.monotonic() >= due:
                 due = time.monotonic() + PUBLISH_EVERY
-                await engine.flush()
-                await loop.run_in_executor(None, publish)
+                counts = await engine.snapshot()
+                await loop.run_in_executor(None, board.set, counts)
 
     async def watching() -> None:
         try:
             await watch()
         except Exception:
-            log.warning("generator %d: live figures and stop requests failed", index, exc_info=True)
+            log.warning("generator %d: live counts and stop requests failed", index, exc_info=True)
 
     task = loop.create_task(watching())
     try:
@@ -791,7 +740,7 @@ async def _run_engine(
         finished.set()
         await task
     try:
-        publish()
-    except Exception:  # the figures are live ones: the records still go back
-        log.warning("generator %d: the last live figures were not published", index, exc_info=True)
+        board.set(engine.counts.snapshot(0, engine.elapsed()))
+    except Exception:  # the counts are live ones: the records still go back
+        log.warning("generator %d: the last live counts were not published", index, exc_info=True)
     return report

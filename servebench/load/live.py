@@ -1,13 +1,16 @@
-"""Live figures of a gang while it runs: each generator's latency sketch, merged.
+"""A load's counts while it runs: each part's mergeable counts, merged by the coordinator.
 
-A gang's final figures come from its merged records, which travel once each generator
-ends (`load.gang`). While it runs, each generator keeps a DDSketch of its completed
-requests' latencies beside its counts (`GeneratorSketch`, fed from the record batches its
-engine writes), and publishes it every `PUBLISH_EVERY` s in the sketch's own protobuf
-encoding (its bins, never the samples). The coordinator merges every generator's latest
-sketch (`LiveMerge`: a sketch merge adds bin counts, so the merged sketch is the sketch
-of all their samples; percentiles are never averaged) into `LiveFigures`, what a live
-display shows, like Locust's "RPS / failures / p50 / p99".
+A load's final figures come from its merged records (`load.executors`). While it runs, each
+part (one process, or one of a gang's generators) keeps `PartCounts` of its completed
+measured requests: ok and error counts, how many answered within the early stop's bound,
+a DDSketch of the ok latencies, and the same per stability window. A part publishes them
+(`PartCounts.snapshot`: counts and each sketch's own protobuf encoding, never the samples)
+with a watermark, the schedule offset up to which every completion is counted. The
+coordinator merges every part's latest snapshot (`MergedCounts`: a sketch merge adds bin
+counts, so the merged sketch is the sketch of all their samples; percentiles are never
+averaged), and its stop rules (`load.rules`) and the live figures (`LiveFigures`, like
+Locust's "RPS / failures / p50 / p99") read the merge. Counts are cumulative, so the
+latest snapshot of each part is all the coordinator needs, however many it missed.
 
 DDSketch (`ddsketch` on the package index) rather than HdrHistogram: its guarantee is a
 relative accuracy over any range of values with nothing to configure (HdrHistogram needs
@@ -19,32 +22,33 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from ddsketch.ddsketch import BaseDDSketch
 from ddsketch.mapping import LogarithmicMapping
 from ddsketch.pb.ddsketch_pb2 import DDSketch as SketchMessage
 from ddsketch.pb.proto import DDSketchProto
 from ddsketch.store import DenseStore
 
-from servebench.load.records import RecordSink
+from servebench.load.records import OK
+from servebench.load.stats import Columns
 
 # Every live percentile is within 1 % of the value at its rank (the sketch's guarantee).
 RELATIVE_ACCURACY = 0.01
-# Seconds between a generator's snapshots (and the coordinator's updates).
+# Seconds between a gang generator's snapshots (and the coordinator's updates).
 PUBLISH_EVERY = 1.0
 
 
 @dataclass(frozen=True)
 class LiveFigures:
-    """A gang's figures so far: measured requests completed (each generator's share in
-    `by_generator`), failures, the completion rate over the last interval and the
-    latency percentiles (s) of the merged sketch, each within `relative_accuracy` of the
-    latency at the sketch's rank, q(n - 1) (the records' nearest rank, ceil(qn), may be one
-    further: the final figures, from the records, are the ones to quote)."""
+    """A load's figures so far: measured requests completed (each part's share in
+    `by_generator`), failures, the completion rate over the last interval and the latency
+    percentiles (s) of the merged sketch, each within `relative_accuracy` of the latency at
+    the sketch's rank, q(n - 1) (the records' nearest rank, ceil(qn), may be one further:
+    the final figures, from the records, are the ones to quote)."""
 
     elapsed: float  # seconds since the shared start
     completed: int
@@ -60,7 +64,7 @@ class LiveFigures:
 
 def new_sketch(mapping: LogarithmicMapping | None = None) -> BaseDDSketch:
     """An empty sketch at `RELATIVE_ACCURACY` (what `ddsketch.DDSketch` builds, with its
-    mapping at hand for `GeneratorSketch.add`)."""
+    mapping at hand for `_Tally.add`)."""
     return BaseDDSketch(
         mapping=mapping or LogarithmicMapping(RELATIVE_ACCURACY),
         store=DenseStore(),
@@ -70,107 +74,174 @@ def new_sketch(mapping: LogarithmicMapping | None = None) -> BaseDDSketch:
 
 
 def decode(encoded: bytes) -> BaseDDSketch:
-    """A sketch from its protobuf encoding (`GeneratorSketch.snapshot`)."""
+    """A sketch from its protobuf encoding (`PartCounts.snapshot`)."""
     message = SketchMessage()
     message.ParseFromString(encoded)
     return DDSketchProto.from_proto(message)
 
 
-class GeneratorSketch:
-    """One generator's completed requests: counts, and a sketch of the ok ones' latencies
-    (the ones the final percentiles are taken over). Fed by the engine's writer thread,
-    read by the publisher: a lock keeps the two apart."""
+def _encode(sketch: BaseDDSketch) -> bytes:
+    return DDSketchProto.to_proto(sketch).SerializeToString()
 
-    def __init__(self) -> None:
-        self._mapping = LogarithmicMapping(RELATIVE_ACCURACY)
-        self._sketch = new_sketch(self._mapping)
-        self._log_gamma = math.log(self._mapping.gamma)
-        self._lock = threading.Lock()
+
+class _Tally:
+    """Completed requests: counts, and a sketch of the ok ones' latencies."""
+
+    def __init__(self, mapping: LogarithmicMapping) -> None:
+        self.mapping = mapping
+        self.sketch = new_sketch(mapping)
         self.ok = 0
         self.errors = 0
 
     def add(self, latency: np.ndarray, ok: np.ndarray) -> None:
-        """Add a batch of requests. Adding each value costs 1.7-2.8 µs of Python (measured
-        here), taken from the event loop's share of the GIL at tens of thousands of
-        requests per second; instead each bin gets its count at once (0.1-0.25 µs a request
-        in a chunk of 8192, the same as one by one in a second's few dozen at a low rate).
-        The bin of a value is the
-        sketch's logarithmic mapping, key = ceil(ln v / ln gamma), and the bin's own value
-        stands for it, so the sketch's bins are those of adding each value."""
-        good = latency[ok]
+        """Add a batch. Adding each value costs 1.7-2.8 µs of Python (measured here), taken
+        from the event loop's share of the GIL at tens of thousands of requests per second;
+        instead each bin gets its count at once (0.1-0.25 µs a request in a chunk of 8192).
+        The bin of a value is the sketch's logarithmic mapping, key = ceil(ln v / ln gamma),
+        and the bin's own value stands for it, so the bins are those of adding each value."""
+        good = latency[ok].astype(np.float64)
         positive = good[good > 0]
-        keys, counts = np.unique(np.ceil(np.log(positive) / self._log_gamma), return_counts=True)
+        log_gamma = math.log(self.mapping.gamma)
+        keys, counts = np.unique(np.ceil(np.log(positive) / log_gamma), return_counts=True)
+        for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+            self.sketch.add(self.mapping.value(int(key)), float(count))
+        if good.size > positive.size:
+            self.sketch.add(0.0, float(good.size - positive.size))
+        self.ok += int(good.size)
+        self.errors += int(ok.size - good.size)
+
+
+@dataclass(frozen=True)
+class CountRules:
+    """What a part counts besides its totals: answers within `bound_s` (early stop), and
+    completions per stability window of `window_s` from offset `windows_from`."""
+
+    bound_s: float | None = None
+    window_s: float | None = None
+    windows_from: float = 0.0
+
+
+class PartCounts:
+    """One part's measured requests as mergeable counts. Fed by the engine's writer thread
+    (`add`, with the columns it measured), read by the publisher (`snapshot`): a lock keeps
+    the two apart."""
+
+    def __init__(self, rules: CountRules = CountRules()) -> None:
+        self.rules = rules
+        self._mapping = LogarithmicMapping(RELATIVE_ACCURACY)
+        self._total = _Tally(self._mapping)
+        self._windows: dict[int, _Tally] = {}
+        self._at_or_under = 0
+        self._lock = threading.Lock()
+
+    def add(self, cols: Columns) -> None:
+        if not len(cols):
+            return
+        ok = cols.code == OK
         with self._lock:
-            for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
-                self._sketch.add(self._mapping.value(int(key)), float(count))
-            if good.size > positive.size:
-                self._sketch.add(0.0, float(good.size - positive.size))
-            self.ok += int(good.size)
-            self.errors += int(ok.size - good.size)
+            self._total.add(cols.latency, ok)
+            if self.rules.bound_s is not None:
+                # float64, as the row's and `common.slo_judge`'s comparisons are.
+                latency = cols.latency[ok].astype(np.float64)
+                self._at_or_under += int((latency <= self.rules.bound_s).sum())
+            if self.rules.window_s is not None:
+                index = np.floor(
+                    (cols.completion.astype(np.float64) - self.rules.windows_from)
+                    / self.rules.window_s
+                ).astype(np.int64)
+                for i in np.unique(index[index >= 0]).tolist():
+                    mine = index == i
+                    tally = self._windows.setdefault(i, _Tally(self._mapping))
+                    tally.add(cols.latency[mine], ok[mine])
 
-    def snapshot(self, in_flight: int) -> dict[str, Any]:
-        """What a generator publishes: its counts and its sketch's protobuf encoding."""
+    def snapshot(self, in_flight: int, watermark: float) -> dict[str, Any]:
+        """What a part publishes: its counts, each sketch's encoding, how many requests it
+        has in flight and its `watermark` (every completion before that offset is counted)."""
         with self._lock:
-            encoded = DDSketchProto.to_proto(self._sketch).SerializeToString()
-            ok, errors = self.ok, self.errors
-        return {"ok": ok, "errors": errors, "in_flight": in_flight, "sketch": encoded}
+            return {
+                "ok": self._total.ok,
+                "errors": self._total.errors,
+                "at_or_under": self._at_or_under,
+                "sketch": _encode(self._total.sketch),
+                "windows": {
+                    i: (t.ok, t.errors, _encode(t.sketch)) for i, t in self._windows.items()
+                },
+                "in_flight": in_flight,
+                "watermark": watermark,
+            }
 
 
-class LiveSink:
-    """A record sink that feeds a `GeneratorSketch` on its way to `inner`."""
+@dataclass
+class WindowCounts:
+    """One stability window's completions over every part."""
 
-    def __init__(self, inner: RecordSink, sketch: GeneratorSketch):
-        self.inner = inner
-        self.sketch = sketch
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        self.sketch.add(
-            batch.column("latency").to_numpy(zero_copy_only=False),
-            batch.column("ok").to_numpy(zero_copy_only=False),
-        )
-        self.inner.write(batch)
-
-    def close(self) -> None:
-        self.inner.close()
+    ok: int = 0
+    errors: int = 0
+    sketch: BaseDDSketch = field(default_factory=new_sketch)
 
 
-class LiveMerge:
-    """The coordinator's side: the generators' latest snapshots merged into `LiveFigures`."""
+class MergedCounts:
+    """The parts' latest snapshots, merged: what stop rules and live figures read."""
 
-    def __init__(self, generators: int):
-        self._latest: list[dict[str, Any] | None] = [None] * generators
-        self._last: tuple[float, int] | None = None  # (elapsed, completed) at the last figures
+    def __init__(self, snapshots: Sequence[dict[str, Any] | None], lost: Sequence[bool]):
+        self.by_part = tuple(0 if s is None else s["ok"] + s["errors"] for s in snapshots)
+        present = [s for s in snapshots if s is not None]
+        self.ok = sum(s["ok"] for s in present)
+        self.errors = sum(s["errors"] for s in present)
+        self.at_or_under = sum(s["at_or_under"] for s in present)
+        self.in_flight = sum(s["in_flight"] for s in present)
+        # Every completion before this offset is counted by every part still running (a
+        # lost part counts no more); -inf until each has published once.
+        marks = [
+            -math.inf if s is None else s["watermark"]
+            for s, gone in zip(snapshots, lost, strict=True)
+            if not gone
+        ]
+        self.watermark = min(marks, default=math.inf)
+        self._present = present
 
-    def update(self, index: int, snapshot: dict[str, Any]) -> None:
-        self._latest[index] = snapshot
+    @property
+    def completed(self) -> int:
+        return self.ok + self.errors
 
-    def figures(self, elapsed: float) -> LiveFigures:
+    def sketch(self) -> BaseDDSketch:
         merged = new_sketch()
-        by_generator = []
-        errors = sent = 0
-        for snapshot in self._latest:
-            if snapshot is None:
-                by_generator.append(0)
-                continue
-            merged.merge(decode(snapshot["sketch"]))
-            done = snapshot["ok"] + snapshot["errors"]
-            by_generator.append(done)
-            errors += snapshot["errors"]
-            sent += done + snapshot["in_flight"]
-        completed = sum(by_generator)
+        for s in self._present:
+            merged.merge(decode(s["sketch"]))
+        return merged
+
+    def window(self, index: int) -> WindowCounts:
+        merged = WindowCounts()
+        for s in self._present:
+            part = s["windows"].get(index)
+            if part is not None:
+                merged.ok += part[0]
+                merged.errors += part[1]
+                merged.sketch.merge(decode(part[2]))
+        return merged
+
+
+class LiveRate:
+    """The completion rate between successive figures."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+
+    def figures(self, merged: MergedCounts, elapsed: float) -> LiveFigures:
         rate = 0.0
         if self._last is not None and elapsed > self._last[0]:
-            rate = (completed - self._last[1]) / (elapsed - self._last[0])
-        self._last = (elapsed, completed)
-        p50, p90, p99 = (merged.get_quantile_value(q) for q in (0.5, 0.9, 0.99))
+            rate = (merged.completed - self._last[1]) / (elapsed - self._last[0])
+        self._last = (elapsed, merged.completed)
+        sketch = merged.sketch()
+        p50, p90, p99 = (sketch.get_quantile_value(q) for q in (0.5, 0.9, 0.99))
         return LiveFigures(
             elapsed=elapsed,
-            completed=completed,
-            errors=errors,
-            sent=sent,
+            completed=merged.completed,
+            errors=merged.errors,
+            sent=merged.completed + merged.in_flight,
             rate=rate,
             p50=p50,
             p90=p90,
             p99=p99,
-            by_generator=tuple(by_generator),
+            by_generator=merged.by_part,
         )

@@ -60,6 +60,9 @@ class Mix:
                 )
             if not target.payloads:
                 raise ValueError(f"mix: model {target.model!r} has no request to send")
+        # Whether the records name each request's model: a load of one model (its id
+        # empty, `load.plan.UNNAMED`) names none.
+        self.named = any(self.models)
         self.seed = seed
         weights = np.array([t.weight for t in self.targets], dtype=np.float64)
         self.shares = weights / weights.sum()

@@ -86,7 +86,7 @@ class LoadSettings:
     Stop rules (MLPerf style): `duration` only, `count` only, or both (run until both
     minimums are met); `stability` replaces them. `early_stop` may end it sooner, once its
     SLO question is decided, at `confidence`: the level of every interval the summary
-    reports too. `warmup` seconds come first and are not recorded. Latency is measured
+    reports too (with stability, whichever decides first ends the load). `warmup` seconds come first and are not recorded. Latency is measured
     from the intended send time in open loop and from the actual send in closed loop.
     """
 
@@ -102,10 +102,10 @@ class LoadSettings:
     batch_size: int = 1
     seed: int = 0
     trial_id: str = ""
-    # Generators sending the load (`load.gang`): above 1, or with a Dask `scheduler`
-    # (tcp://host:port), a gang on Dask: a LocalCluster of that many worker processes here,
-    # or that many workers of the scheduler's cluster. The name is older than the gang.
-    processes: int = 1
+    # Generators sending the load, each a part of its plan (`load.plan`): above 1, or with
+    # a Dask `scheduler` (tcp://host:port), a gang on Dask (`load.gang`): a LocalCluster of
+    # that many worker processes here, or that many workers of the scheduler's cluster.
+    generators: int = 1
     scheduler: str | None = None
     # A gang whose generators may have started further apart than this (s) is INVALID.
     start_skew_limit: float = START_SKEW_LIMIT
@@ -146,8 +146,6 @@ class LoadSettings:
                 raise ValueError(
                     "load.stability: decides when to stop itself; drop duration and count"
                 )
-            if self.processes != 1:
-                raise ValueError("load.stability: needs processes = 1 (windows are judged live)")
         elif self.duration is None and self.count is None:
             raise ValueError("load: give duration, count, or both (or stability)")
         if self.duration is not None:
@@ -161,12 +159,12 @@ class LoadSettings:
             raise ValueError(f"load.max_in_flight: must be >= 1, got {self.max_in_flight}")
         if self.batch_size < 1:
             raise ValueError(f"load.batch_size: must be >= 1, got {self.batch_size}")
-        if self.processes < 1:
-            raise ValueError(f"load.processes: must be >= 1, got {self.processes}")
-        if self.concurrency is not None and self.processes > self.concurrency:
+        if self.generators < 1:
+            raise ValueError(f"load.generators: must be >= 1, got {self.generators}")
+        if self.concurrency is not None and self.generators > self.concurrency:
             raise ValueError(
-                f"load.processes: {self.processes} processes need at least as many workers, "
-                f"concurrency is {self.concurrency}"
+                f"load.generators: {self.generators} generators need at least as many "
+                f"workers, concurrency is {self.concurrency}"
             )
         if self.scheduler is not None and not self.scheduler:
             raise ValueError("load.generators.scheduler: give a Dask address tcp://host:port")
@@ -189,11 +187,11 @@ class LoadSettings:
             raise ValueError(f"load.chunk_rows: must be >= 1, got {self.chunk_rows}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"load.confidence: must be in (0, 1), got {self.confidence}")
-        if self.early_stop is not None:
-            if self.processes != 1:
-                raise ValueError("load.early_stop: needs processes = 1 (decided live)")
-            if self.stability is not None:
-                raise ValueError("load.early_stop: stability decides when to stop; not both")
+
+    @property
+    def is_gang(self) -> bool:
+        """Whether the load runs on a gang of generators on Dask (`load.gang`)."""
+        return self.generators > 1 or self.scheduler is not None
 
     @property
     def mode(self) -> str:

@@ -109,9 +109,10 @@ class Measurements:
         self._parts: list[Columns] = []
         self._lock = threading.Lock()
 
-    def add(self, chunk: Chunk) -> None:
+    def add(self, chunk: Chunk) -> Columns:
+        """Add a chunk's requests; returns their columns (for a reader of the same)."""
         if not len(chunk):
-            return
+            return Columns.concat([])
         start = chunk.send if self.latency_from_send else chunk.intended
         part = Columns(
             latency=(chunk.completion - start).astype(np.float32),
@@ -129,6 +130,7 @@ class Measurements:
         )
         with self._lock:
             self._parts.append(part)
+        return part
 
     def extend(self, other: Columns) -> None:
         with self._lock:

@@ -28,6 +28,8 @@ from servebench.common.verdict_codes import VerdictCode
 if TYPE_CHECKING:
     import numpy as np
 
+    from servebench.results import GangRecord
+
 VALID = "VALID"
 INVALID = "INVALID"
 # A run whose failed requests are more than this share of its requests is INVALID, and an
@@ -140,7 +142,7 @@ class LoadSummary:
     # A load sent by a gang of generators (`load.gang`): the scheduler, the start skew, whether
     # the run is partial (a generator lost) and each generator's clock and figures; None for
     # a load of one process.
-    gang: dict[str, Any] | None = None
+    gang: GangRecord | None = None
     # The successful requests' latencies (s, float64) the percentiles above were taken
     # from: any other percentile of the same requests (an SLO's) comes from them too, by
     # the same function (`latency_at`). Not written out.
@@ -175,6 +177,7 @@ class LoadSummary:
         """Plain values for JSON/CSV; NaN becomes None so JSON stays valid."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "latencies"}
         values["windows"] = [asdict(window) for window in self.windows]
+        values["gang"] = asdict(self.gang) if self.gang is not None else None
         return {key: _plain(value) for key, value in values.items()}
 
 

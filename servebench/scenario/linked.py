@@ -1,27 +1,27 @@
-"""A trial's clients, and a gang generator's own emulated link.
+"""A trial's clients: the load plan's client source (`load.plan.ClientSource`) of a trial.
 
 One way to build a trial's client: `ClientRecipe` makes the client of the trial's protocol
 for one model at a URL, `link_url` gives that URL for an emulator's address (HTTP clients
-take `http://host:port`, gRPC clients `host:port`).
+take `http://host:port`, gRPC clients `host:port`). `TrialClients` makes a part's clients,
+one per model of the trial (one, or each of a mix), the same way whatever runs the part.
 
-Through a link, a gang (`workload.generators`) must not send every generator's traffic
-through one emulator in the coordinator: that one process would carry all of it, the
-bottleneck the gang exists to remove, and the generators would share one link. So each
-generator runs its own `LinkEmulator` of the trial's profile, in its own process, in front
-of the server's real address: `LinkedFactory` is the gang's client factory, and the
-`LinkedClient` it builds for generator i starts its emulator in `connect()` (seeded from
-the scenario's seed and i: distinct and reproducible) and stops it in `close()`. N
-generators through a link are therefore N links of that profile: bandwidth and loss are
-each generator's, as N users each on their own LTE, not one shared pipe (`describe`, which
-the trial puts in the gang's summary block).
+Through a link, each part runs its own `LinkEmulator` of the trial's profile, in its own
+process, in front of the server's real address, seeded from the scenario's seed and the
+part's index (distinct and reproducible): one process sends through one emulator, a gang's
+generators each through their own. A gang must not send every generator's traffic through
+one emulator in the coordinator: that one process would carry all of it, the bottleneck the
+gang exists to remove. N generators through a link are therefore N links of that profile:
+bandwidth and loss are each generator's, as N users each on their own LTE, not one shared
+pipe (`describe`, which the trial puts in the gang's summary block). A part's models (a mix)
+share its one link, as the models behind one front door do.
 
-The `load` layer sees only a client factory; it knows nothing of links.
+The `load` layer sees only the client source; it knows nothing of links.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 from servebench.clients.base import InferenceClient, InferResult, ModelSignature, Payload
 from servebench.clients.factory import create_client
 from servebench.netem import Address, LinkEmulator, LinkProfile
+from servebench.results import LinkRecord
 
 
 def link_url(transport: str, address: Address) -> str:
@@ -58,14 +59,39 @@ class ClientRecipe:
         )
 
 
-class LinkedClient:
-    """An `InferenceClient` through its own link emulator: `connect` starts the emulator
-    and connects the recipe's client through it, `close` closes both."""
+class SharedLink:
+    """One part's link emulator, shared by the part's clients: started by the first client
+    that connects through it, stopped when the last one closes (they connect and close in
+    turn, in the part's one loop)."""
 
-    def __init__(self, recipe: ClientRecipe, transport: str, emulator: LinkEmulator) -> None:
+    def __init__(self, emulator: LinkEmulator) -> None:
+        self.emulator = emulator
+        self._users = 0
+        self._address: Address | None = None
+
+    async def acquire(self) -> Address:
+        if self._users == 0:
+            self._address = await asyncio.to_thread(self.emulator.start)
+        self._users += 1
+        assert self._address is not None
+        return self._address
+
+    async def release(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._address = None
+            await asyncio.to_thread(self.emulator.stop)
+
+
+class LinkedClient:
+    """An `InferenceClient` through its part's link: `connect` starts the emulator (the
+    first of the part's clients to connect) and connects the recipe's client through it,
+    `close` closes both."""
+
+    def __init__(self, recipe: ClientRecipe, transport: str, link: SharedLink) -> None:
         self.recipe = recipe
         self.transport = transport
-        self.emulator = emulator
+        self.link = link
         self._client: InferenceClient | None = None
 
     @property
@@ -75,13 +101,13 @@ class LinkedClient:
         return self._client
 
     async def connect(self) -> None:
-        address = await asyncio.to_thread(self.emulator.start)
+        address = await self.link.acquire()
         try:
             client = self.recipe(link_url(self.transport, address))
             await client.connect()
         except BaseException:
-            # The caller closes only a client that connected: the emulator stops here.
-            await asyncio.to_thread(self.emulator.stop)
+            # The caller closes only a client that connected: the link is let go here.
+            await self.link.release()
             raise
         self._client = client
 
@@ -99,30 +125,36 @@ class LinkedClient:
             if self._client is not None:
                 await self._client.close()
         finally:
-            self._client = None
-            await asyncio.to_thread(self.emulator.stop)
+            if self._client is not None:
+                self._client = None
+                await self.link.release()
 
 
 @dataclass(frozen=True)
-class LinkedFactory:
-    """A gang's client factory through a link: generator i's client goes through its own
-    emulator of `profile` in front of `target` (the server's host:port), seeded from
-    (`seed`, i). It pickles: the gang sends it to every generator's process."""
+class TrialClients:
+    """A trial's client source: part i's clients, one per model (`recipes`: a model id of
+    the plan to its recipe), at the server's `url`, or through part i's own emulator of
+    `link` in front of `target` (the server's host:port), seeded from (`seed`, i). It
+    pickles: a gang sends it to every generator's process."""
 
-    recipe: ClientRecipe
+    recipes: tuple[tuple[str, ClientRecipe], ...]
     transport: str  # the server's: http or grpc (the URL form, `link_url`)
-    profile: LinkProfile
+    url: str
     target: str
     seed: int
+    link: LinkProfile | None = None
 
-    def __call__(self) -> LinkedClient:
-        """The client of a load of one process: generator 0's."""
-        return self.for_generator(0)
+    def for_part(self, index: int, models: Sequence[str]) -> list[InferenceClient]:
+        recipes = dict(self.recipes)
+        if self.link is None:
+            return [recipes[m](self.url) for m in models]
+        shared = SharedLink(
+            LinkEmulator(self.link, self.target, seed=generator_seed(self.seed, index))
+        )
+        return [LinkedClient(recipes[m], self.transport, shared) for m in models]
 
-    def for_generator(self, index: int) -> LinkedClient:
-        emulator = LinkEmulator(self.profile, self.target, seed=generator_seed(self.seed, index))
-        return LinkedClient(self.recipe, self.transport, emulator)
-
-    def describe(self, generators: int) -> dict[str, Any]:
+    def describe(self, generators: int) -> LinkRecord | None:
         """The gang summary's `link` block: `generators` links of the profile, one each."""
-        return {"profile": self.profile.name, "per_generator": True, "links": generators}
+        if self.link is None:
+            return None
+        return LinkRecord(profile=self.link.name, per_generator=True, links=generators)

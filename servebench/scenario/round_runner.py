@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
-from servebench.load.engine import Stoppable
+from servebench.load import LoadControl
 from servebench.pricing import InstancePrice
 from servebench.results import RunDirectory, TrialRow, no_space
 from servebench.scenario.deploy import ServerGroup, server_groups
@@ -43,12 +43,12 @@ from servebench.trial_row import disturbed, failed_row
 
 @dataclass
 class RunControl:
-    """What the scenario runner lends the loop: whether it is stopping, and where the
-    running load's engine goes (so Ctrl-C can stop it)."""
+    """What the scenario runner lends the loop: whether it is stopping, and the control
+    its Ctrl-C stops every load through."""
 
     interrupted: Callable[[], str | None]  # the reason, once stopped by a signal
     left_out: Callable[[], bool]  # stopping: the next replicate is left out (noted)
-    on_engine: Callable[[Stoppable | None], None]
+    load: LoadControl
 
 
 class RoundRunner:
@@ -223,8 +223,7 @@ class RoundRunner:
             records_path=directory.trial_records_path,
             host_peak_flops=self.peak_flops,
             price=self.price,
-            on_engine=self.control.on_engine,
-            stop_requested=lambda: self.control.interrupted() is not None,
+            control=self.control.load,
             model_names=group.names(trial.setting),
             interference=self.interference,
         )

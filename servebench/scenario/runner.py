@@ -23,7 +23,7 @@ import json
 import signal
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,7 @@ from rich.progress import (
 )
 
 from servebench.common.quantiles import CONFIDENCE
-from servebench.load import run_in_loop
-from servebench.load.engine import Stoppable
+from servebench.load import LoadControl, run_in_loop
 from servebench.pricing import InstancePrice, estimate_cost
 from servebench.results import (
     ResultDirError,
@@ -76,7 +75,8 @@ class RunOutcome:
 
 @dataclass
 class _State:
-    engine: Stoppable | None = None  # the load running: its engine, or a gang's stop
+    # Stops the load running (and any after it) on the first Ctrl-C, keeping its records.
+    control: LoadControl = field(default_factory=LoadControl)
     interrupted: str | None = None
     paused: str | None = None  # SIGUSR1: stop after the current trial
     # A trial the run meant to measure was left out because it was stopping: a pause
@@ -232,7 +232,7 @@ class ScenarioRunner:
                     control=RunControl(
                         interrupted=lambda: self.state.interrupted,
                         left_out=self._left_out,
-                        on_engine=self._set_engine,
+                        load=self.state.control,
                     ),
                 )
                 try:
@@ -250,12 +250,6 @@ class ScenarioRunner:
             # A pause that comes while the run closes is moot, and must not end it (the
             # default action of SIGUSR1).
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-
-    def _set_engine(self, engine: Stoppable | None) -> None:
-        """The load now running (None: none); a gang's comes from its coordinator's thread."""
-        self.state.engine = engine
-        if engine is not None and self.state.interrupted:
-            engine.stop(self.state.interrupted)
 
     def _replicates_left(self, directory: RunDirectory) -> bool:
         """Whether a resumed run still has replicates to measure (its plan trials all have
@@ -350,8 +344,7 @@ class ScenarioRunner:
         """First Ctrl-C: stop the current load, keep its records, end after this trial."""
         name = signal.Signals(signum).name
         self.state.interrupted = f"stopped by {name}"
-        if self.state.engine is not None:
-            self.state.engine.stop(f"stopped by {name}")
+        self.state.control.stop(f"stopped by {name}")
         loop = asyncio.get_running_loop()
         loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C interrupts at once
         self.console.print(f"[yellow]{name}[/yellow]: finishing the current trial's records …")

@@ -535,15 +535,6 @@ class Workload(Strict):
         description="send each load from a gang of generators on Dask (docs/load.md)",
     )
 
-    @rule("generators")
-    def _gang_alone(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        gang = self.generators
-        if gang is None or not gang.is_gang:
-            return
-        for name in ("mix", "stability", "stop"):
-            if known(self, name) and getattr(self, name):
-                yield ("generators",), f"a gang does not run with {name} (decided in one process)"
-
     @rule("mix")
     def _mix_models_distinct(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         seen: set[str] = set()
@@ -580,8 +571,6 @@ class Workload(Strict):
     def _when_to_stop(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         if known(self, "stability", "requests") and self.stability and self.requests:
             yield ("stability",), "decides when to stop; drop requests"
-        if known(self, "stability", "stop") and self.stability and self.stop:
-            yield ("stop",), "stability decides when to stop; give stop or stability, not both"
         if (
             known(self, "duration_s", "requests", "stability")
             and self.duration_s is None

@@ -13,38 +13,37 @@ import functools
 import json
 import os
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_zoo.counting import count
 from model_zoo.imports import ImportedModel, ServedModel
-from servebench.clients.base import InferenceClient, Payload
-from servebench.clients.payloads import build_payloads
 from servebench.common.errors import ServebenchError
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
 from servebench.load import (
     EarlyStopSettings,
+    LoadControl,
+    LoadEvent,
+    LoadPlan,
     LoadSettings,
     LoadSummary,
-    Mix,
-    MixTarget,
+    Measuring,
     ParquetRecordWriter,
     StabilitySettings,
+    Target,
     TraceArrivals,
     constant,
     poisson,
-    run_load,
+    run,
 )
-from servebench.load.dispatch import run as run_gang_load
-from servebench.load.engine import SERVER_UNREACHABLE, Stoppable
-from servebench.load.runner import ClientFactory
-from servebench.netem import LinkEmulator, LinkProfile
+from servebench.load.engine import SERVER_UNREACHABLE
+from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
 from servebench.scenario.deploy import client_target
-from servebench.scenario.linked import ClientRecipe, LinkedFactory, link_url
+from servebench.scenario.linked import ClientRecipe, TrialClients
 from servebench.scenario.plan import ModelMix, Trial
 from servebench.scenario.schema import Scenario
 from servebench.scenario.search import search_max_rate
@@ -79,8 +78,9 @@ class TrialContext:
     records_path: Callable[[str], Path]
     host_peak_flops: float | None
     price: InstancePrice | None
-    on_engine: Callable[[Stoppable | None], None]  # a load's engine, or a gang's stop
-    stop_requested: Callable[[], bool]
+    # The run's: a stop (Ctrl-C) ends the running load, keeping what it measured, and any
+    # load after it at once.
+    control: LoadControl
     # Model id -> the name the server serves it under for this trial's setting (settings
     # served side by side have names of their own: `deploy.ServerGroup`); absent: its id.
     model_names: Mapping[str, str] = field(default_factory=dict)
@@ -141,9 +141,8 @@ def load_settings(
         lag_ratio=w.lag_ratio,
         early_stop=_early_stop(scenario),
         confidence=w.stop.confidence if w.stop else CONFIDENCE,
-        processes=w.generators.count if w.generators else 1,
+        generators=w.generators.count if w.generators else 1,
         scheduler=w.generators.scheduler if w.generators else None,
-        # A gang's generators build their payloads from it; one process is given its own.
         input_data=scenario.input_data(base_dir),
     )
 
@@ -190,73 +189,40 @@ async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None
     """Measure one trial (as the replicate `trial_id`: its records' and row's id, the
     trial's own by default); exceptions propagate (the runner marks the trial failed)."""
     scenario = ctx.scenario
-    profile = trial.link
     trial_id = trial_id or trial.id
-    records_path = ctx.records_path(trial_id)
-    generators = scenario.workload.generators
-    async with AsyncExitStack() as stack:
-        factory: ClientFactory | None = None  # a gang's: each generator makes its own client
-        client: InferenceClient | Mix | None = None
-        payload: list[Payload] | None = None
-        if generators is not None and generators.is_gang:
-            factory = gang_factory(trial, ctx)
-        else:
-            client, payload = await _connect(trial, ctx, stack)
-        sink = TrialSink(records_path)
+    clients, targets = trial_clients(trial, ctx)
+    with ExitStack() as stack:
+        sink = TrialSink(ctx.records_path(trial_id))
         stack.callback(sink.close)
         recorder = server_recorder(ctx.server, trial_id).start()
         stack.callback(recorder.stop)
-
-        loop = asyncio.get_running_loop()
         closed = trial.level.kind == "concurrency"
         window = _InterferenceWindow(ctx)
         stack.callback(window.close)
 
-        def mark_measured() -> None:
-            recorder.mark_measured(quiet=closed)
-            window.open()
-
-        async def window_opens() -> None:
-            # Before the first measured send (the engine waits for it); off the loop, since
-            # a scrape blocks. A search keeps the mark of its first step: its telemetry
-            # spans every step.
-            if recorder.measured_from is None:
-                await loop.run_in_executor(None, mark_measured)
+        def on_event(event: LoadEvent) -> None:
+            # The measured window opens (in a thread: a scrape blocks). A search keeps the
+            # mark of its first step: its telemetry spans every step.
+            if isinstance(event, Measuring) and recorder.measured_from is None:
+                recorder.mark_measured(quiet=closed)
+                window.open()
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
-            if factory is not None:
-                opened = mark_measured
-                try:
-                    summary = await loop.run_in_executor(
-                        None,
-                        functools.partial(
-                            run_gang_load,
-                            factory,
-                            settings,
-                            records=sink,
-                            handle_signals=False,
-                            on_measure_start=opened if recorder.measured_from is None else None,
-                            on_engine=ctx.on_engine,  # Ctrl-C stops the gang (`GangStop`)
-                        ),
-                    )
-                finally:
-                    ctx.on_engine(None)
-                if isinstance(factory, LinkedFactory) and summary.gang is not None:
-                    summary.gang["link"] = factory.describe(settings.processes)
-                return summary
-            assert client is not None  # connected above: not a gang
-            try:
-                return await run_load(
-                    client,
-                    settings,
-                    sink=sink,
-                    payload=payload,
-                    on_engine=ctx.on_engine,
-                    on_measure_start=window_opens,
+            summary = await asyncio.to_thread(
+                functools.partial(
+                    run,
+                    LoadPlan(settings, clients, targets),
+                    records=sink,
+                    control=ctx.control,
+                    subscribers=(on_event,),
+                    handle_signals=False,  # the scenario runner's, through ctx.control
                 )
-            finally:
-                ctx.on_engine(None)
+            )
+            link = clients.describe(settings.generators)
+            if summary.gang is not None and link is not None:
+                summary.gang = replace(summary.gang, link=link)
+            return summary
 
         search = None
         if trial.level.kind == "search":
@@ -270,7 +236,7 @@ async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None
         # A mix's server counters are those of every model (only its models are sent to).
         model = None if isinstance(trial.model, ModelMix) else ctx.served(trial.model.id)
         row = trial_row(
-            trial, ctx, profile, summary, recorder.summary(model), sink, search, interference
+            trial, ctx, trial.link, summary, recorder.summary(model), sink, search, interference
         )
         return TrialOutcome(row, telemetry)
 
@@ -284,55 +250,26 @@ def _recipe(trial: Trial, ctx: TrialContext, model: str) -> ClientRecipe:
     )
 
 
-async def _connect(
-    trial: Trial, ctx: TrialContext, stack: AsyncExitStack
-) -> tuple[InferenceClient | Mix, list[Payload] | None]:
-    """The trial's client in this process, connected (through one link emulator here where
-    the trial has a link), and its payloads (None for a mix: each model has its own);
-    `stack` closes them."""
-    scenario = ctx.scenario
+def trial_clients(trial: Trial, ctx: TrialContext) -> tuple[TrialClients, tuple[Target, ...]]:
+    """The trial's client source and its load's targets: its one model (records that name
+    none), or each model of its mix with its weight. Each part of the load makes its own
+    clients from the source, through its own emulator of the trial's link where it has one
+    (`scenario.linked`)."""
     transport = trial.setting.server.protocol
     target, url = client_target(ctx.server, transport)
-    if trial.link.name != DIRECT:
-        address = await stack.enter_async_context(
-            LinkEmulator(trial.link, target, seed=scenario.seed)
+    if isinstance(trial.model, ModelMix):
+        weights = [weight for _, weight in trial.model.members]  # trial.models' order
+        targets = tuple(
+            Target(spec.id, weight) for spec, weight in zip(trial.models, weights, strict=True)
         )
-        url = link_url(transport, address)
-    data = scenario.input_data(ctx.base_dir)
-    targets = []
-    for spec in trial.models:
-        one = _recipe(trial, ctx, spec.id)(url)
-        await one.connect()
-        stack.push_async_callback(one.close)
-        payloads = build_payloads(
-            one.encode, await one.signature(), trial.batch_size, scenario.seed, data
-        )
-        targets.append((spec, one, payloads))
-    if not isinstance(trial.model, ModelMix):
-        ((_, client, payloads),) = targets
-        return client, payloads
-    # One load over every model of the mix, each request to the model it picks.
-    weights = [weight for _, weight in trial.model.members]  # trial.models' order
-    mix = Mix(
-        [
-            MixTarget(spec.id, weight, one, tuple(payloads))
-            for (spec, one, payloads), weight in zip(targets, weights, strict=True)
-        ],
-        scenario.seed,
+    else:
+        targets = (Target(),)
+    recipes = tuple(
+        (t.model, _recipe(trial, ctx, spec.id))
+        for t, spec in zip(targets, trial.models, strict=True)
     )
-    return mix, None
-
-
-def gang_factory(trial: Trial, ctx: TrialContext) -> ClientFactory:
-    """The client factory of a trial's gang (`workload.generators`): each generator makes
-    its own client in its own process, through its own emulator of the trial's link where
-    it has one (`scenario.linked`). One model: the schema keeps a mix off a gang."""
-    transport = trial.setting.server.protocol
-    target, direct_url = client_target(ctx.server, transport)
-    recipe = _recipe(trial, ctx, trial.models[0].id)
-    if trial.link.name == DIRECT:
-        return functools.partial(recipe, direct_url)
-    return LinkedFactory(recipe, transport, trial.link, target, ctx.scenario.seed)
+    link = trial.link if trial.link.name != DIRECT else None
+    return TrialClients(recipes, transport, url, target, ctx.scenario.seed, link), targets
 
 
 def server_recorder(server: Server, trial_id: str) -> TelemetryRecorder:
@@ -376,7 +313,7 @@ async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
         one,
         min_rate=settings.min_rate, max_rate=settings.max_rate,
         precision=settings.precision, max_steps=settings.max_steps,
-        should_stop=ctx.stop_requested,
+        should_stop=lambda: ctx.control.requested is not None,
     )  # fmt: skip
     chosen = result.best or result.steps[-1]
     return chosen.result, Search(result.max_rate, result.steps)
