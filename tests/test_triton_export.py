@@ -30,7 +30,7 @@ from model_zoo.export import (
     write_triton_model,
 )
 from model_zoo.export.onnx import check_onnx_interface
-from model_zoo.export.triton import PYTHON_MODEL_SOURCE, render_config
+from model_zoo.export.triton import PYTHON_MODEL_SOURCE, TORCHSCRIPT_MODEL_SOURCE, render_config
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 
@@ -132,15 +132,25 @@ def test_model_name_must_be_usable() -> None:
         build_model_config(DENSE, TritonSettings(), name="../evil")
 
 
-def test_python_model_imports_only_what_the_stub_has() -> None:
-    tree = ast.parse(PYTHON_MODEL_SOURCE.read_text())
+# What each python-backend model file may import: the modules Triton's stub process has.
+STUB_MODULES = [
+    (PYTHON_MODEL_SOURCE, {"json", "os", "numpy", "onnxruntime", "triton_python_backend_utils"}),
+    (
+        TORCHSCRIPT_MODEL_SOURCE,
+        {"itertools", "json", "os", "numpy", "torch", "triton_python_backend_utils"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "allowed"), STUB_MODULES, ids=["onnx", "torchscript"])
+def test_python_model_imports_only_what_the_stub_has(source: Path, allowed: set[str]) -> None:
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"json", "os", "numpy", "onnxruntime", "triton_python_backend_utils"}
+    assert imported <= allowed
 
 
 @pytest.fixture(scope="module")
