@@ -16,10 +16,8 @@ import argparse
 import asyncio
 import resource
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as triton_grpc
@@ -97,10 +95,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     args = parser.parse_args()
 
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp,
-        served_dense_model(Path(tmp)) as (server, name),
-    ):
+    with served_dense_model() as (server, name):
         http, grpc = server.endpoints.http_address, server.endpoints.grpc_address
         n = args.requests
         cases = {

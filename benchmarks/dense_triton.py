@@ -4,6 +4,7 @@ against this one model and server."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +19,13 @@ SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_ou
 
 
 @contextmanager
-def served_dense_model(out: Path) -> Iterator[tuple[Server, str]]:
-    """The model exported to `out` and served by a local Triton: (the server, its name)."""
-    export = export_triton(build_torch(SPEC), SPEC, out, TritonSettings(max_batch_size=64))
-    with create_server(
-        "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
-    ) as server:
-        yield server, export.name
+def served_dense_model() -> Iterator[tuple[Server, str]]:
+    """The model exported to a temporary folder and served by a local Triton: (the server,
+    its name); the folder goes with the server."""
+    with tempfile.TemporaryDirectory(prefix="bench-dense-") as tmp:
+        out = Path(tmp)
+        export = export_triton(build_torch(SPEC), SPEC, out, TritonSettings(max_batch_size=64))
+        with create_server(
+            "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
+        ) as server:
+            yield server, export.name

@@ -54,10 +54,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="swarm time per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        served_dense_model(Path(tmp) / "export") as (server, name),
-    ):
+    with tempfile.TemporaryDirectory() as tmp, served_dense_model() as (server, name):
         out = Path(tmp)
         print(f"{'protocol':<12} batch  CPU us/req   req/s  p50 ms  (median of {args.repeats})")
         for protocol in ("triton-http", "triton-grpc"):
