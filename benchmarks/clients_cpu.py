@@ -16,24 +16,19 @@ import argparse
 import asyncio
 import resource
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
+from dense_triton import served_dense_model
 
-from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
-from model_zoo.spec import ModelSpec
-from model_zoo.torch_builder import build_torch
 from servebench.clients.payloads import random_payload
 from servebench.clients.triton_grpc import TritonGrpcClient
 from servebench.clients.triton_http import TritonHttpClient
-from servebench.servers.kinds import create_server
 
 CONCURRENCY = 8
 
@@ -100,38 +95,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     args = parser.parse_args()
 
-    spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
-    with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp:
-        out = Path(tmp)
-        export = export_triton(build_torch(spec), spec, out, TritonSettings(max_batch_size=64))
-        served = create_server(
-            "triton-local", model_repository=out / PYTHON_REPOSITORY, load_models=[export.name]
+    with served_dense_model() as (server, name):
+        http, grpc = server.endpoints.http_address, server.endpoints.grpc_address
+        n = args.requests
+        cases = {
+            "servebench triton-http (binary)": lambda b: _servebench(
+                TritonHttpClient(http, name, connections=CONCURRENCY), b, n
+            ),
+            "servebench triton-http (json)": lambda b: _servebench(
+                TritonHttpClient(http, name, binary_data=False, connections=CONCURRENCY), b, n
+            ),
+            "tritonclient.http.aio infer (binary)": lambda b: _tritonclient(
+                "http", http, name, b, n
+            ),
+            "servebench triton-grpc": lambda b: _servebench(TritonGrpcClient(grpc, name), b, n),
+            "tritonclient.grpc.aio infer": lambda b: _tritonclient("grpc", grpc, name, b, n),
+        }
+        print(
+            f"{'client':40} {'batch':>5} {'CPU us/req':>11} {'req/s':>7}  (median of {args.repeats})"
         )
-        with served as server:
-            http, grpc = server.endpoints.http_address, server.endpoints.grpc_address
-            name, n = export.name, args.requests
-            cases = {
-                "servebench triton-http (binary)": lambda b: _servebench(
-                    TritonHttpClient(http, name, connections=CONCURRENCY), b, n
-                ),
-                "servebench triton-http (json)": lambda b: _servebench(
-                    TritonHttpClient(http, name, binary_data=False, connections=CONCURRENCY), b, n
-                ),
-                "tritonclient.http.aio infer (binary)": lambda b: _tritonclient(
-                    "http", http, name, b, n
-                ),
-                "servebench triton-grpc": lambda b: _servebench(TritonGrpcClient(grpc, name), b, n),
-                "tritonclient.grpc.aio infer": lambda b: _tritonclient("grpc", grpc, name, b, n),
-            }
-            print(
-                f"{'client':40} {'batch':>5} {'CPU us/req':>11} {'req/s':>7}  (median of {args.repeats})"
-            )
-            for batch in (1, 16):
-                for label, run in cases.items():
-                    runs = [asyncio.run(run(batch)) for _ in range(args.repeats)]
-                    cpu = statistics.median(r[0] for r in runs) * 1e6
-                    rate = statistics.median(r[1] for r in runs)
-                    print(f"{label:40} {batch:>5} {cpu:>11.0f} {rate:>7.0f}", flush=True)
+        for batch in (1, 16):
+            for label, run in cases.items():
+                runs = [asyncio.run(run(batch)) for _ in range(args.repeats)]
+                cpu = statistics.median(r[0] for r in runs) * 1e6
+                rate = statistics.median(r[1] for r in runs)
+                print(f"{label:40} {batch:>5} {cpu:>11.0f} {rate:>7.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ from model_zoo.torch_builder import build_torch
 from servebench.clients.base import InferenceError, Payload
 from servebench.clients.factory import create_client
 from servebench.clients.payloads import random_payload
+from servebench.common.background import BackgroundThread
 from servebench.common.quantiles import decides, percentile, percentile_bounds
 from servebench.servers.kinds import create_server
 
@@ -167,33 +168,24 @@ class LoopSut:
         self.loop.close()
 
 
-class CpuSampler:
+class CpuSampler(BackgroundThread):
     """This process's CPU time twice a second, split into the client's loop thread and
     every other thread (LoadGen's issue, response and logging threads, the main thread
     in StartTest), and the server's; `shares()` gives each as cores used between 40 %
     and 90 % of the run (loadgen_peers.cpu_share, as the servebench run is measured)."""
 
     def __init__(self, loop_thread: int) -> None:
+        super().__init__("cpu-sampler")
         self.loop_thread = loop_thread
         self.samples: dict[str, list[tuple[float, float]]] = {
             "client loop thread": [], "LoadGen's threads": [], "server": []
         }  # fmt: skip
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> CpuSampler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.done.set()
-        self.thread.join()
-
-    def _run(self) -> None:
+    def run(self) -> None:
         me = psutil.Process()
         server = psutil.Process(SERVER_PID[0])
         sampler = threading.get_native_id()
-        while not self.done.wait(0.5):
+        while not self.stop.wait(0.5):
             now = time.perf_counter()
             threads = {t.id: t.user_time + t.system_time for t in me.threads()}
             loop = threads.pop(self.loop_thread, 0.0)

@@ -22,12 +22,9 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+from dense_triton import served_dense_model
 
-from model_zoo.export import PYTHON_REPOSITORY, TritonSettings, export_triton
-from model_zoo.spec import ModelSpec
-from model_zoo.torch_builder import build_torch
 from servebench.servers.base import Server
-from servebench.servers.kinds import create_server
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "servebench" / "locust" / "locustfile.py"
@@ -57,26 +54,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="swarm time per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     args = parser.parse_args()
-    spec = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, served_dense_model() as (server, name):
         out = Path(tmp)
-        export = export_triton(
-            build_torch(spec, seed=0), spec, out / "export", TritonSettings(max_batch_size=64)
-        )
-        with create_server(
-            "triton-local",
-            model_repository=out / "export" / PYTHON_REPOSITORY,
-            load_models=[export.name],
-        ) as server:
-            print(f"{'protocol':<12} batch  CPU us/req   req/s  p50 ms  (median of {args.repeats})")
-            for protocol in ("triton-http", "triton-grpc"):
-                for batch in (1, 16):
-                    runs = [
-                        swarm(server, export.name, protocol, batch, args.seconds, out / "runs")
-                        for _ in range(args.repeats)
-                    ]
-                    cpu, rps, p50 = (statistics.median(r[i] for r in runs) for i in range(3))
-                    print(f"{protocol:<12} {batch:5d} {cpu:11.0f} {rps:7.0f} {p50 * 1e3:7.2f}")
+        print(f"{'protocol':<12} batch  CPU us/req   req/s  p50 ms  (median of {args.repeats})")
+        for protocol in ("triton-http", "triton-grpc"):
+            for batch in (1, 16):
+                runs = [
+                    swarm(server, name, protocol, batch, args.seconds, out / "runs")
+                    for _ in range(args.repeats)
+                ]
+                cpu, rps, p50 = (statistics.median(r[i] for r in runs) for i in range(3))
+                print(f"{protocol:<12} {batch:5d} {cpu:11.0f} {rps:7.0f} {p50 * 1e3:7.2f}")
 
 
 if __name__ == "__main__":

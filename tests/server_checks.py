@@ -156,3 +156,38 @@ def http_stub(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- python-backend test models (Triton's stub runs them; no export needed) -------------------
+
+
+def scaling_model(scale: int) -> str:
+    """The `model.py` of a python-backend model answering each request's float32 `x` with
+    `y = scale * x`: the smallest model whose answers a test can predict exactly."""
+    return f"""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", {scale} * x)]) for x in inputs]
+"""
+
+
+def python_config(max_batch_size: int, input_size: int, output_size: int) -> str:
+    """The `config.pbtxt` of a python-backend model with one float32 input `x` of
+    `input_size` and one float32 output `y` of `output_size` per sample."""
+    return f"""
+backend: "python"
+max_batch_size: {max_batch_size}
+input {{ name: "x" data_type: TYPE_FP32 dims: [ {input_size} ] }}
+output {{ name: "y" data_type: TYPE_FP32 dims: [ {output_size} ] }}
+"""
+
+
+def write_python_model(folder: Path, code: str, config: str) -> None:
+    """A Triton model folder: `code` as version 1's `model.py`, `config` as its config."""
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(code)
+    (folder / "config.pbtxt").write_text(config)

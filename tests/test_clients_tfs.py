@@ -14,13 +14,7 @@ import json
 import numpy as np
 import pytest
 from aiohttp import web
-from client_checks import (
-    connect_error,
-    errors_both_ways,
-    infer_error,
-    one_answer,
-    random_request,
-)
+from client_checks import connect_error, errors_both_ways, infer_error, one_answer, random_request
 from conftest import serving
 
 from model_zoo.parity import run_torch

@@ -8,13 +8,7 @@ import functools
 
 import numpy as np
 import pytest
-from client_checks import (
-    connect_error,
-    errors_both_ways,
-    infer_error,
-    one_answer,
-    random_request,
-)
+from client_checks import connect_error, errors_both_ways, infer_error, one_answer, random_request
 
 from model_zoo.parity import run_torch
 from servebench.clients.base import ErrorKind, InferenceError, ModelSignature, TensorSpec

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -77,12 +78,7 @@ async def test_a_follower_killed_mid_job_gives_it_to_the_other(tmp_path: Path, t
             finally:
                 await leader.close()
     # The killed follower's run and its Triton went with it (parent-death signals).
-    until(
-        lambda: not any(p.is_running() for p in doomed),
-        60,
-        "the orphaned run to stop",
-        every_s=EXPENSIVE_POLL_S,
-    )
+    _until(lambda: not any(p.is_running() for p in doomed), 60, "the orphaned run to stop")
     done = store.get(job.id)
     assert done.follower == ({"a", "b"} - {first}).pop() and done.attempts == 2
     requeues = [t for t in store.history(job.id) if t.from_state is JobState.RUNNING]
@@ -103,12 +99,7 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
           "--port", str(port)]  # fmt: skip
     api = LeaderApi(f"http://127.0.0.1:{port}")
     with child(up, tmp_path / "first.log") as first:
-        until(
-            lambda: _followers(api) == 2,
-            120,
-            "the first leader and its two followers",
-            every_s=EXPENSIVE_POLL_S,
-        )
+        _until(lambda: _followers(api) == 2, 120, "the first leader and its two followers")
         # One long job keeps a follower busy while the short ones pass through the other,
         # so "one done, one running, one waiting" lasts seconds, not a race's instant.
         ids = [
@@ -117,20 +108,12 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
             )["id"]
             for i, duration in enumerate((0.5, 8.0, 0.5, 0.5))
         ]
-        until(
-            lambda: _mix(api, ids),
-            300,
-            "one job done, one running and one waiting",
-            every_s=EXPENSIVE_POLL_S,
-        )
+        _until(lambda: _mix(api, ids), 300, "one job done, one running and one waiting")
         first.send_signal(signal.SIGKILL)
         first.wait()
         gone = [p for p in psutil.process_iter() if _in_group(p, first.pid)]
-        until(
-            lambda: not any(p.is_running() for p in gone),
-            60,
-            "the first cluster's processes to go",
-            every_s=EXPENSIVE_POLL_S,
+        _until(
+            lambda: not any(p.is_running() for p in gone), 60, "the first cluster's processes to go"
         )
     before = _snapshot(state)
     assert sorted(before) == sorted(ids)  # nothing submitted was lost
@@ -138,18 +121,8 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
     running_before = {i for i, (s, _, _) in before.items() if s == JobState.RUNNING}
     assert done_before and running_before and len(done_before | running_before) < len(ids)
     with child(up, tmp_path / "second.log") as second:
-        until(
-            lambda: _followers(api) == 2,
-            120,
-            "the restarted leader and its followers",
-            every_s=EXPENSIVE_POLL_S,
-        )
-        until(
-            lambda: _states(api, ids) == {"done"},
-            300,
-            "every job to finish after the restart",
-            every_s=EXPENSIVE_POLL_S,
-        )
+        _until(lambda: _followers(api) == 2, 120, "the restarted leader and its followers")
+        _until(lambda: _states(api, ids) == {"done"}, 300, "every job to finish after the restart")
         second.send_signal(signal.SIGINT)
         assert second.wait(timeout=60) == 0
     after = _snapshot(state)
@@ -165,6 +138,12 @@ def test_a_leader_killed_with_jobs_queued_and_running_resumes_without_losing_or_
             assert after[job_id][1] == before[job_id][1] + 1
     assert sorted(p.name for p in results.iterdir()) == sorted(ids)
     store.close()
+
+
+def _until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    """`until` at the pace for what each wait here asks: the leader's API, the job store or
+    the process table, each too dear to ask every 10 ms."""
+    until(condition, timeout_s, what, every_s=EXPENSIVE_POLL_S)
 
 
 def _followers(api: LeaderApi) -> int:

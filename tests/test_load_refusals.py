@@ -22,49 +22,24 @@ from pathlib import Path
 
 import pytest
 from cli_checks import assert_one_line_error
-from server_checks import StubHandler, http_stub
+from server_checks import StubHandler, http_stub, python_config, scaling_model, write_python_model
 from typer.testing import CliRunner
 
 from servebench.cli import app
 from servebench.telemetry.prometheus import TRITON_PREFIXES, parse_metrics
 
-ECHO_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        inputs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", x)]) for x in inputs]
-"""
-ECHO_CONFIG = """
-backend: "python"
-max_batch_size: 8
-input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }
-output { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }
-"""
 HUGE_MODEL = """
 class TritonPythonModel:
     def execute(self, requests):
         raise RuntimeError("never asked: servebench load refuses the request before it")
 """
 # 1e9 float32 elements per sample: 3,815 MiB a request, over the 256 MiB default limit.
-HUGE_CONFIG = """
-backend: "python"
-max_batch_size: 8
-input { name: "x" data_type: TYPE_FP32 dims: [ 1000000000 ] }
-output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }
-"""
+HUGE_CONFIG = python_config(8, 1000000000, 1)
 
 
 def _repository(root: Path) -> Path:
-    for name, code, config in (
-        ("echo", ECHO_MODEL, ECHO_CONFIG),
-        ("huge", HUGE_MODEL, HUGE_CONFIG),
-    ):
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "1" / "model.py").write_text(code)
-        (root / name / "config.pbtxt").write_text(config)
+    write_python_model(root / "echo", scaling_model(1), python_config(8, 4, 4))
+    write_python_model(root / "huge", HUGE_MODEL, HUGE_CONFIG)
     return root
 
 

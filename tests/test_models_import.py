@@ -24,6 +24,7 @@ import pytest
 import torch
 import tritonclient.http as triton_http
 from cli_checks import assert_one_line_error
+from server_checks import python_config, scaling_model, write_python_model
 from tritonclient.grpc import model_config_pb2 as mc
 from typer.testing import CliRunner
 
@@ -60,21 +61,7 @@ class TwoInputs(torch.nn.Module):
         return mixed, mixed.sum(dim=1, keepdim=True)
 
 
-PYTHON_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        doubled = [2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", y)]) for y in doubled]
-"""
-PYTHON_CONFIG = """
-backend: "python"
-max_batch_size: 4
-input { name: "x" data_type: TYPE_FP32 dims: [ 3 ] }
-output { name: "y" data_type: TYPE_FP32 dims: [ 3 ] }
-"""
+PYTHON_MODEL = scaling_model(2)
 
 
 def _torch_model() -> torch.nn.Module:
@@ -125,9 +112,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (hand / "config.pbtxt").write_text("# written by hand\n" + render_config(config))
 
     python = root / "pyrepo" / "double"
-    (python / "1").mkdir(parents=True)
-    (python / "1" / "model.py").write_text(PYTHON_MODEL)
-    (python / "config.pbtxt").write_text(PYTHON_CONFIG)
+    write_python_model(python, PYTHON_MODEL, python_config(4, 3, 3))
 
     def run_torch(feeds: dict) -> dict:
         with torch.no_grad():

@@ -30,7 +30,12 @@ from model_zoo.export import (
     write_triton_model,
 )
 from model_zoo.export.onnx import check_onnx_interface
-from model_zoo.export.triton import PYTHON_MODEL_SOURCE, render_config
+from model_zoo.export.triton import (
+    PYTHON_MODEL_SOURCE,
+    STUB_SOURCE,
+    TORCHSCRIPT_MODEL_SOURCE,
+    render_config,
+)
 from model_zoo.spec import ModelSpec
 from model_zoo.torch_builder import build_torch
 
@@ -132,15 +137,24 @@ def test_model_name_must_be_usable() -> None:
         build_model_config(DENSE, TritonSettings(), name="../evil")
 
 
-def test_python_model_imports_only_what_the_stub_has() -> None:
-    tree = ast.parse(PYTHON_MODEL_SOURCE.read_text())
+# What each python-backend model file may import: the modules Triton's stub process has,
+# and triton_stub beside it (the TorchScript model's fallback, model_zoo, runs outside).
+STUB_MODULES = [
+    (STUB_SOURCE, {"itertools", "json", "os", "numpy", "triton_python_backend_utils"}),
+    (PYTHON_MODEL_SOURCE, {"os", "onnxruntime", "triton_stub"}),
+    (TORCHSCRIPT_MODEL_SOURCE, {"os", "numpy", "torch", "triton_stub", "model_zoo"}),
+]
+
+
+@pytest.mark.parametrize(("source", "allowed"), STUB_MODULES, ids=["stub", "onnx", "torchscript"])
+def test_python_model_imports_only_what_the_stub_has(source: Path, allowed: set[str]) -> None:
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"json", "os", "numpy", "onnxruntime", "triton_python_backend_utils"}
+    assert imported <= allowed
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +220,11 @@ def test_export_writes_both_repositories(tmp_path: Path, exported: dict) -> None
     assert result.python_dir == tmp_path / PYTHON_REPOSITORY / DENSE.id
     files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())  # noqa: E731
     assert files(result.standard_dir) == ["1/model.onnx", "config.pbtxt"]
-    assert files(result.python_dir) == ["1/model.onnx", "1/model.py", "config.pbtxt"]
+    assert files(result.python_dir) == [
+        "1/model.onnx", "1/model.py", "1/triton_stub.py", "config.pbtxt",
+    ]  # fmt: skip
     assert (result.python_dir / "1/model.py").read_text() == PYTHON_MODEL_SOURCE.read_text()
+    assert (result.python_dir / "1/triton_stub.py").read_text() == STUB_SOURCE.read_text()
     standard = parse_config((result.standard_dir / "config.pbtxt").read_text())
     python = parse_config((result.python_dir / "config.pbtxt").read_text())
     assert standard.platform == "onnxruntime_onnx" and python.backend == "python"

@@ -21,6 +21,7 @@ from servebench.scenario.tune import (
     Point,
     TuneResult,
     brute_search,
+    distinct_points,
     neighbours,
     quick_search,
 )
@@ -170,7 +171,7 @@ def test_brute_measures_every_distinct_setting_once() -> None:
     def key(point: Point) -> str:
         return _name(point if point[1] else (point[0], 0, 0, point[3]))
 
-    result = asyncio.run(brute_search(SIZES, key, measure, maximize=True))
+    result = asyncio.run(brute_search(distinct_points(SIZES, key), measure, maximize=True))
     assert len(calls) == len(set(calls)) == 24  # 36 points, 12 the same with axis 1 off
     assert result.trials_spent == 24
 

@@ -15,9 +15,11 @@ log for the block (as `servebench.common.tf_runtime` does for TensorFlow's start
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,3 +66,19 @@ def output_to(log: Path) -> Iterator[None]:
     finally:
         os.close(saved[0])
         os.close(saved[1])
+
+
+@contextmanager
+def quieted(logger_name: str, level: int) -> Iterator[None]:
+    """Python warnings ignored, and the logger `logger_name` (with the ones below it) held
+    to `level`, during the block; the logger's own level comes back after it. One place for
+    what reading, exporting and converting a user's file each need while torch talks."""
+    logger = logging.getLogger(logger_name)
+    saved = logger.level
+    logger.setLevel(level)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(saved)

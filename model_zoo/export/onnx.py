@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from model_zoo.errors import ModelZooError
+from model_zoo.export.library_output import quieted
 from model_zoo.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
 
 if TYPE_CHECKING:
@@ -85,15 +85,8 @@ def quiet_exporter() -> Iterator[None]:
     """Silence the exporter's notes about its internals (size checks, deprecated helpers,
     missing torchvision ops): they say nothing about the exported graph, whose interface
     `check_onnx_interface` verifies instead."""
-    logger = logging.getLogger(_REGISTRATION_LOGGER)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    with quieted(_REGISTRATION_LOGGER, logging.ERROR):
+        yield
 
 
 def _dims(value_info: onnx.ValueInfoProto) -> list[int | str]:

@@ -8,9 +8,9 @@ Two repositories come from one export, differing only in how the model is execut
 
 - `<out>/triton/<model>/`: `platform: "onnxruntime_onnx"`, what the official Triton
   container runs (GPU machines);
-- `<out>/triton-python/<model>/`: `backend: "python"` plus a `model.py` that runs the same
-  `model.onnx` with onnxruntime, for the pip-installed `tritonserver` that only has the
-  python backend.
+- `<out>/triton-python/<model>/`: `backend: "python"` plus a `model.py` (and the
+  `triton_stub.py` it imports) that runs the same `model.onnx` with onnxruntime, for the
+  pip-installed `tritonserver` that only has the python backend.
 
 What a version folder holds is a `ServedFile`: ONNX for everything servebench converts, or a
 user's TorchScript file as it is (`pytorch_libtorch` in the official image, a `model.py`
@@ -44,6 +44,8 @@ CONFIG_FILENAME = "config.pbtxt"
 PYTHON_MODEL_SOURCE = Path(__file__).with_name("triton_python_model.py")
 TORCHSCRIPT_FILENAME = "model.pt"  # the name Triton's pytorch_libtorch backend loads
 TORCHSCRIPT_MODEL_SOURCE = Path(__file__).with_name("triton_torchscript_model.py")
+# What both python models import, copied beside each `model.py` (its docstring says why).
+STUB_SOURCE = Path(__file__).with_name("triton_stub.py")
 
 Form = Literal["onnx", "python"]
 InstanceKind = Literal["KIND_CPU", "KIND_GPU"]
@@ -365,7 +367,8 @@ def write_model_folder(
     """Write `<repository>/<config.name>/` serving `model_path` (a `served` file) as
     `config` says.
 
-    A python-backend config gets the `model.py` that runs that file beside it.
+    A python-backend config gets the `model.py` that runs that file beside it, and the
+    `triton_stub.py` that `model.py` imports.
     """
     if version < 1:
         raise ValueError(f"version: must be >= 1, got {version}")
@@ -384,6 +387,7 @@ def write_model_folder(
         shutil.copyfile(model_path, target)
     if config.backend == "python":
         shutil.copyfile(served.python_model, version_dir / "model.py")
+        shutil.copyfile(STUB_SOURCE, version_dir / STUB_SOURCE.name)
     text = render_config(config)
     parse_config(text, where=str(model_dir / CONFIG_FILENAME))  # by construction, but cheap
     (model_dir / CONFIG_FILENAME).write_text(text)

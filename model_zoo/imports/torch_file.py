@@ -12,7 +12,6 @@ goes to a log (`export.library_output`), never to the terminal.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from model_zoo.export.library_output import log_beside, output_to
+from model_zoo.export.library_output import log_beside, output_to, quieted
 from model_zoo.export.onnx import quiet_exporter
 from model_zoo.export.triton import TORCHSCRIPT_FILE
 from model_zoo.imports.signature import (
@@ -45,15 +44,8 @@ def quiet_torch() -> Iterator[None]:
     """Keep torch's own log lines and warnings from the user's terminal while it reads or
     converts their file: a file torch cannot read is one line (`refused_as`), not that line
     after a dozen of torch's (a zero-byte `.pt2` logged its zip reader's traceback)."""
-    logger = logging.getLogger("torch")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL + 1)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    with quieted("torch", logging.CRITICAL + 1):
+        yield
 
 
 def _output_names(count: int) -> list[str]:

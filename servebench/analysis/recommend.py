@@ -986,9 +986,8 @@ def headline(ranking: Ranking, query: Query) -> str:
             f"${c.usd_per_million:,.4g} per million inferences, {latency} "
             f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
         )
-    plural = "replica" if c.replicas == 1 else "replicas"
     return (
-        f"Run {c.replicas} {plural} of {what}: ${c.usd_per_hour_total:,.4g}/h, "
+        f"Run {replicas_text(c.replicas)} of {what}: ${c.usd_per_hour_total:,.4g}/h, "
         f"${c.usd_per_million:,.4g} per million inferences at {q.qps:,.6g} req/s, {latency} "
         f"(SLO {q.slo_s * 1e3:,.4g} ms) {over}."
     )
@@ -1002,8 +1001,12 @@ def _offer(c: Candidate, q: Query) -> str:
             f"${c.usd_per_million:,.4g} per million inferences at {c.per_replica_rate:,.4g} "
             f"req/s per replica, {latency}"
         )
-    plural = "replica" if c.replicas == 1 else "replicas"
-    return f"{c.replicas} {plural}, ${c.usd_per_hour_total:,.4g}/h, {latency}"
+    return f"{replicas_text(c.replicas)}, ${c.usd_per_hour_total:,.4g}/h, {latency}"
+
+
+def replicas_text(count: int) -> str:
+    """`1 replica`, `3 replicas`: how every sentence of a recommendation counts them."""
+    return f"{count} replica" if count == 1 else f"{count} replicas"
 
 
 def to_json(rec: Recommendation) -> dict[str, Any]:

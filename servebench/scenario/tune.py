@@ -91,19 +91,14 @@ def distinct_points(sizes: Sequence[int], key: Callable[[Point], str]) -> dict[s
 
 
 async def brute_search(
-    sizes: Sequence[int],
-    key: Callable[[Point], str],
-    measure: Measure,
-    *,
-    maximize: bool,
-    rounds: int = 1,
+    candidates: Mapping[str, Point], measure: Measure, *, maximize: bool, rounds: int = 1
 ) -> TuneResult:
-    """Every distinct point of the grid, measured as one batch (`rounds` rounds of it),
-    recorded in the matrix's order."""
+    """Every one of `candidates` (each setting's name and its point, in the matrix's order:
+    `distinct_points`, as `race_search` takes them), measured as one batch (`rounds` rounds
+    of it), recorded in that order."""
     result = TuneResult("brute", maximize)
-    points = distinct_points(sizes, key)
-    got = await result.counting(measure)(list(points), rounds)
-    for name, point in points.items():
+    got = await result.counting(measure)(list(candidates), rounds)
+    for name, point in candidates.items():
         result.measured[name] = got[name]
         result.record(point, name, MEASURED, got[name].note or "every setting is measured")
     result.stop_reason = "every setting measured"
@@ -526,9 +521,8 @@ async def tune_server(
     maximize = MAXIMIZE[tune.objective]
     start = space.point(tune.start)
     if tune.method == "brute":
-        result = await brute_search(
-            space.sizes, space.key, measure, maximize=maximize, rounds=repeats
-        )
+        every = distinct_points(space.sizes, space.key)
+        result = await brute_search(every, measure, maximize=maximize, rounds=repeats)
     elif tune.method == "race":
         candidates = (
             distinct_points(space.sizes, space.key)

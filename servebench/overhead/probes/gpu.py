@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from typing import Any
 
 import torch
 
+from servebench.common.background import BackgroundThread
 from servebench.overhead.measure import Measurement
 from servebench.overhead.probes import ProbeContext, ProbeUnavailable
 
@@ -226,30 +226,21 @@ def _copy(
     return work
 
 
-class _UtilizationSampler:
+class _UtilizationSampler(BackgroundThread):
     """Polls NVML's GPU utilization from a thread while the main thread keeps the GPU
     busy (NVML's figure is the busy share of the driver's last sample period)."""
 
     def __init__(self, nvml: Any, handle: Any, interval_s: float = 0.05) -> None:
+        super().__init__("nvml-utilization")
         self._nvml, self._handle, self._interval_s = nvml, handle, interval_s
         self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="nvml-utilization", daemon=True)
 
-    def _poll(self) -> None:
+    def run(self) -> None:
         while True:  # at least one sample, however short the work
             rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
             self.samples.append(float(rates.gpu))
-            if self._stop.wait(self._interval_s):
+            if self.stop.wait(self._interval_s):
                 return
-
-    def __enter__(self) -> _UtilizationSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _utilization(gpu: Gpu, nvml: Any, n: int, seconds: float) -> Measurement:
