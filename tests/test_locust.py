@@ -429,7 +429,7 @@ def test_setup_from_the_quickstart_scenario(tmp_path):
     assert setup.to_start is not None  # a local Triton to export and start
     assert setup.to_start.setting.server.server_kind.name == "triton-local"
     assert setup.target.protocol == "triton-http"
-    assert setup.target.model == setup.to_start.spec.id
+    assert (setup.target.model,) == tuple(spec.id for spec in setup.to_start.specs)
     assert setup.target.model.startswith("dense-")
     assert setup.target.batch_size == 1 and setup.target.link == "direct"
     setup = resolve(setup, {"host": "http://127.0.0.1:9", "link": "lte", "batch_size": None})

@@ -30,6 +30,7 @@ import yaml
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.locust.facts import TrialFacts
 from servebench.locust.launch import LaunchError, Target, finish_run, plan_session, run_session
+from servebench.locust.mix import mix_members
 from servebench.locust.settings import PROTOCOLS
 from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, resolve_link
 
@@ -42,10 +43,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class ServerToStart:
-    """What `servebench ui` starts for a scenario's server: its first trial's model on that
-    trial's setting, which the server's kind builds as a scenario run does."""
+    """What `servebench ui` starts for a scenario's server: its first trial's model (each
+    model of a mix) on that trial's setting, which the server's kind builds as a scenario
+    run does."""
 
-    spec: ServedModel
+    specs: tuple[ServedModel, ...]
     setting: ServerSetting
     seed: int = 0
 
@@ -71,7 +73,7 @@ class UiSetup:
 
 def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> UiSetup:
     """The first trial of a scenario's first (or named) server (ScenarioError if invalid)."""
-    from servebench.scenario.plan import ModelMix, expand
+    from servebench.scenario.plan import expand
     from servebench.scenario.validate import load_scenario
 
     scenario = load_scenario(path)
@@ -85,23 +87,19 @@ def setup_from_scenario(path: Path, server_name: str | None, workdir: Path) -> U
     # Validation refuses a batch size no settings combination serves: every server has trials.
     plan = expand(scenario, path.parent)
     trial = next(t for t in plan.trials if t.setting.server is server)
-    if isinstance(trial.model, ModelMix):
-        raise LaunchError(
-            f"{path}: workload.mix: Locust users send to one model; "
-            "`servebench scenario run` measures a mix"
-        )
     inputs = scenario.workload.inputs
     target = Target(
-        model=trial.model.id,
+        model=trial.model.id,  # a mix's id names its models and weights (`locust.mix`)
         protocol=server.client_protocol.name,
         batch_size=trial.batch_size,
         link=_link_argument(trial.link, workdir),
         # Absolute: relative to the scenario's folder, as a scenario run reads it.
         input_data=str((path.parent / inputs).resolve()) if inputs is not None else "",
+        seed=scenario.seed,
     )
     to_start = None
     if server.server_kind.launch.starts:
-        to_start = ServerToStart(trial.model, trial.setting, scenario.seed)
+        to_start = ServerToStart(tuple(trial.models), trial.setting, scenario.seed)
     else:
         target.host = server.url or ""
         target.grpc_host = server.grpc_url or ""
@@ -159,6 +157,10 @@ def resolve(setup: UiSetup, overrides: dict[str, Any]) -> UiSetup:
         raise LaunchError(f"--protocol: {target.protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if not target.model:
         raise LaunchError("--model: give the served model's name (or a scenario file)")
+    try:
+        mix_members(target.model)
+    except ValueError as err:
+        raise LaunchError(str(err)) from None
     if setup.to_start is None and not (target.host or target.grpc_host):
         raise LaunchError("--host: give the server's address (or a scenario file)")
     if target.batch_size < 1:
@@ -191,18 +193,20 @@ def input_data(target: Target) -> InputData | None:
 def started_server(
     to_start: ServerToStart, workdir: Path, say: Callable[[str], None]
 ) -> Iterator[tuple[str, str]]:
-    """Export the model, have its server kind build the server as a scenario run does, start
-    it with the model loaded; yields (http url, grpc address) and stops it after."""
+    """Export the models, have their server kind build the server as a scenario run does,
+    start it with them loaded; yields (http url, grpc address) and stops it after."""
     from servebench.scenario.deploy import build_server, export_for, start_serving
 
     kind = to_start.setting.server.server_kind
     label = f"{kind.launch.name} {kind.api.title}"
-    say(f"exporting {to_start.spec.id} for the {label} ...")
-    export_for([kind], [to_start.spec], workdir, seed=to_start.seed)
-    server = build_server(to_start.setting, 0, [to_start.spec], workdir)
+    specs = list(to_start.specs)
+    ids = [spec.id for spec in specs]
+    say(f"exporting {', '.join(ids)} for the {label} ...")
+    export_for([kind], specs, workdir, seed=to_start.seed)
+    server = build_server(to_start.setting, 0, specs, workdir)
     say(f"starting the {label} ...")
     try:
-        start_serving(server, [to_start.spec.id])
+        start_serving(server, ids)
         ep = server.endpoints
         say(f"{label} ready: {ep.http_url} (gRPC {ep.grpc_address})")
         yield ep.http_url, ep.grpc_address or ""
@@ -213,8 +217,8 @@ def started_server(
 
 def check_target(setup: UiSetup) -> None:
     """What `servebench load` checks before it starts, checked before Locust starts: a
-    server given by address answers for the model, its version, protocol and batch size,
-    and the input data fits its signature (a server servebench starts is checked when it
+    server given by address answers for the model (each model of a mix), its version,
+    protocol and batch size, and the input data fits its signature (a server servebench starts is checked when it
     starts, its scenario's input data by the scenario's validation; `--link` is checked by
     `resolve`). LaunchError
     if not: otherwise the mistake would surface in Locust's own output, after the swarm
@@ -233,21 +237,18 @@ def check_target(setup: UiSetup) -> None:
     option, address = ("--grpc-host", target.grpc_host) if grpc else ("--host", target.host)
     if not address:
         raise LaunchError(f"{option}: protocol {target.protocol} needs the server's address")
-    factory = functools.partial(
-        create_client, target.protocol, address, target.model, version=target.version or None
-    )
     try:
-        asyncio.run(
-            checked_connect(
-                factory,
-                target.protocol,
-                address,
-                target.model,
-                target.batch_size,
-                0,
-                input_data(target),
+        models = mix_members(target.model) or ((target.model, 1.0),)
+        data = input_data(target)
+        for model, _ in models:
+            factory = functools.partial(
+                create_client, target.protocol, address, model, version=target.version or None
             )
-        )
+            asyncio.run(
+                checked_connect(
+                    factory, target.protocol, address, model, target.batch_size, 0, data
+                )
+            )
     except InputDataError as err:
         raise LaunchError(f"--input-data {err}") from None
     except ValueError as err:

@@ -56,6 +56,7 @@ class Target:
     batch_size: int = 1
     link: str = "direct"
     input_data: str = ""  # a file of samples the users send; "" for a random payload
+    seed: int = 0  # a mix's draw of models (the scenario's seed)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def locust_argv(
         "--batch-size", str(target.batch_size),
         "--link", target.link,
         "--input-data", target.input_data,
+        "--seed", str(target.seed),
         "--results-dir", str(results_dir),
         "--run-id", run_id,
         "-u", str(users),
