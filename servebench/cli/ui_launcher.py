@@ -226,9 +226,9 @@ def check_target(setup: UiSetup) -> None:
     import asyncio
     import functools
 
-    from servebench.cli.load_server import checked_connect
     from servebench.clients.factory import create_client
     from servebench.clients.input_data import InputDataError
+    from servebench.clients.probe import checked_connect
 
     target = setup.target
     if setup.to_start is not None:
