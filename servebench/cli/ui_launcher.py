@@ -1,17 +1,17 @@
 """`servebench ui`: Locust's web UI (or a headless Locust run), preconfigured for a model.
 
-Application work, not the Locust adapter's (`servebench.locust` only holds the users and
-their hooks): this module reads a scenario, exports a model, starts a server and runs
-Locust on the adapter's locustfile.
+Application work: this module reads a scenario, has its server started and runs Locust on
+the adapter's locustfile (`servebench.locust.launch`).
 
 From a scenario file it takes the first trial of its first server (or `--server NAME`),
-as `servebench.scenario.plan.expand` orders them: the first model, settings combination,
-link and a batch size that combination serves, and the scenario's input data
-(`workload.inputs`, which its validation has fitted to the model). A server servebench starts (any kind whose
-launch starts one: the local Triton, a container) is exported and built by its server kind
-exactly as a scenario run builds it (`servebench.scenario.deploy`), started here, and
-stopped when Locust ends; a remote one is only addressed. Without a scenario, `--host` and
-`--model` say where to send. Anything given on the command line wins.
+as `servebench.scenario.plan.expand` orders them: the first model (or the mix, with each
+of its models), settings combination, link and a batch size that combination serves, and
+the scenario's input data (`workload.inputs`, which its validation has fitted to the
+model). A server servebench starts (any kind whose launch starts one: the local Triton, a
+container) is exported, built by its server kind and started exactly as a scenario run
+does it (`servebench.scenario.deploy.serving`), and stopped when Locust ends; a remote one
+is only addressed. Without a scenario, `--host` and `--model` say where to send. Anything
+given on the command line wins.
 
 Locust itself runs as a child process (`servebench.locust.launch`, which says why);
 this module imports no Locust.
@@ -20,7 +20,7 @@ this module imports no Locust.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,32 +189,6 @@ def input_data(target: Target) -> InputData | None:
         raise LaunchError(f"--input-data {err}") from None
 
 
-@contextlib.contextmanager
-def started_server(
-    to_start: ServerToStart, workdir: Path, say: Callable[[str], None]
-) -> Iterator[tuple[str, str]]:
-    """Export the models, have their server kind build the server as a scenario run does,
-    start it with them loaded; yields (http url, grpc address) and stops it after."""
-    from servebench.scenario.deploy import build_server, export_for, start_serving
-
-    kind = to_start.setting.server.server_kind
-    label = f"{kind.launch.name} {kind.api.title}"
-    specs = list(to_start.specs)
-    ids = [spec.id for spec in specs]
-    say(f"exporting {', '.join(ids)} for the {label} ...")
-    export_for([kind], specs, workdir, seed=to_start.seed)
-    server = build_server(to_start.setting, 0, specs, workdir)
-    say(f"starting the {label} ...")
-    try:
-        start_serving(server, ids)
-        ep = server.endpoints
-        say(f"{label} ready: {ep.http_url} (gRPC {ep.grpc_address})")
-        yield ep.http_url, ep.grpc_address or ""
-    finally:
-        server.stop()
-        say(f"{label} stopped")
-
-
 def check_target(setup: UiSetup) -> None:
     """What `servebench load` checks before it starts, checked before Locust starts: a
     server given by address answers for the model (each model of a mix), its version,
@@ -271,6 +245,8 @@ def launch(
 
     `workdir` holds the export and the started server's folder (the caller removes it).
     """
+    from servebench.scenario.deploy import serving
+
     target = setup.target
     session = plan_session(
         setup.results_dir,
@@ -289,7 +265,8 @@ def launch(
         facts_file.write_text(setup.facts.to_json())
     with contextlib.ExitStack() as stack:
         if setup.to_start is not None:
-            started = started_server(setup.to_start, workdir, say)
+            to_start = setup.to_start
+            started = serving(to_start.setting, to_start.specs, workdir, to_start.seed, say)
             http_url, grpc_address = stack.enter_context(started)
             target = replace(target, host=http_url, grpc_host=grpc_address)
             if target.input_data:  # the file against the model as the server reports it
