@@ -150,22 +150,23 @@ def _launch(o: UiOptions, workdir: Path) -> tuple[int, Path]:
     """Run Locust for the options (`ui_launcher.launch`): its exit code and run folder; a
     scenario's problems, or an input that cannot start, end the command with exit 2."""
     from servebench.cli.ui_launcher import launch
-    from servebench.locust.launch import LaunchError
+    from servebench.locust.launch import LaunchError, plan_session
     from servebench.scenario.validate import ScenarioError
     from servebench.servers.base import ServerError
 
     try:
-        return launch(
-            o.setup(workdir),
-            workdir,
+        setup = o.setup(workdir)
+        session = plan_session(
+            setup.results_dir,
+            setup.run_prefix,
             port=o.port,
             headless=o.headless,
             users=o.users,
             spawn_rate=o.spawn_rate,
             run_time=o.run_time,
             extra=list(o.ctx.args),
-            say=typer.echo,
         )
+        return launch(setup, session, workdir, say=typer.echo)
     except ScenarioError as err:
         for problem in err.problems:
             say(problem)

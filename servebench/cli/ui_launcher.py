@@ -29,7 +29,7 @@ import yaml
 
 from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.locust.facts import TrialFacts
-from servebench.locust.launch import LaunchError, Target, finish_run, plan_session, run_session
+from servebench.locust.launch import LaunchError, Session, Target, finish_run, run_session
 from servebench.locust.mix import mix_members
 from servebench.locust.settings import PROTOCOLS
 from servebench.netem import BUILTIN_PROFILES, LinkProfile, ProfileError, resolve_link
@@ -230,34 +230,16 @@ def check_target(setup: UiSetup) -> None:
 
 
 def launch(
-    setup: UiSetup,
-    workdir: Path,
-    *,
-    port: int | None,
-    headless: bool,
-    users: int,
-    spawn_rate: float | None,
-    run_time: str | None,
-    extra: list[str],
-    say: Callable[[str], None] = print,
+    setup: UiSetup, session: Session, workdir: Path, *, say: Callable[[str], None] = print
 ) -> tuple[int, Path]:
-    """Start what the setup needs, run Locust, stop it all; returns (exit code, run dir).
+    """Start what the setup needs, run Locust's `session`, stop it all; returns (exit code,
+    run dir).
 
     `workdir` holds the export and the started server's folder (the caller removes it).
     """
     from servebench.scenario.deploy import serving
 
     target = setup.target
-    session = plan_session(
-        setup.results_dir,
-        setup.run_prefix,
-        port=port,
-        headless=headless,
-        users=users,
-        spawn_rate=spawn_rate,
-        run_time=run_time,
-        extra=extra,
-    )
     check_target(setup)
     facts_file = None
     if setup.facts is not None:

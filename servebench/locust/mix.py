@@ -6,10 +6,12 @@ them each request goes to.
 `a`. So a scenario's mix reaches the users through the same option (and the web form's
 field) as a single model, and the trial rows carry the mix's id as a scenario run's do.
 
-Each request's model is a seeded draw by weight, as `servebench.load.mix` draws them: the
-users of one process share one draw per mix (`ModelChoice`), so the k-th request of a
+Each request's model is a seeded draw by weight, as in a scenario run's mix
+(`servebench.load.mix`, whose sequence is drawn otherwise: per block of request numbers).
+The users of one process share one draw per mix (`ModelChoice`), so the k-th request of a
 swarm goes to the same model whichever user sends it and however fast the server answers.
-Each swarm starts the draw again; with `--processes`, each process draws on its own.
+Each swarm starts the draw again; with `--processes`, each process draws the same
+sequence on its own.
 """
 
 from __future__ import annotations

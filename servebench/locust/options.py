@@ -27,6 +27,7 @@ from servebench.netem import BUILTIN_PROFILES
 
 @events.init_command_line_parser.add_listener
 def add_arguments(parser: Any, **_: Any) -> None:
+    """The options the web UI's start form shows, to change between swarms."""
     parser.add_argument(
         "--model",
         default="",
@@ -64,6 +65,11 @@ def add_arguments(parser: Any, **_: Any) -> None:
         help="Send the samples of this file (.npz, or perf_analyzer's JSON) in order instead "
         "of random data; expected outputs in it are checked (wrong_answer). Empty: random",
     )
+
+
+@events.init_command_line_parser.add_listener
+def add_run_arguments(parser: Any, **_: Any) -> None:
+    """The options the start form leaves out: set once per Locust process."""
     parser.add_argument(
         "--seed",
         type=int,
