@@ -37,7 +37,7 @@ from server_checks import StubHandler, http_stub
 
 _PRELOAD = (
     "pandas", "pyarrow.parquet", "servebench.analysis.compare", "servebench.analysis.export",
-    "servebench.analysis.recommend", "servebench.analysis.report", "servebench.cli.load_server",
+    "servebench.analysis.recommend", "servebench.analysis.report", "servebench.clients.probe",
     "servebench.cli.ui_launcher", "servebench.clients.factory", "servebench.cluster.simulate",
     "servebench.load", "servebench.scenario.runner", "servebench.scenario.validate",
 )  # fmt: skip

@@ -179,7 +179,7 @@ def test_serve_exits_non_zero_with_the_log_when_tritonserver_dies(triton_batchin
 def test_serve_takes_fixed_ports_and_names_one_in_use(triton_batching_model):
     import socket
 
-    from servebench.servers.ports import free_ports
+    from servebench.common.ports import free_ports
 
     model = triton_batching_model
     http, grpc, metrics = free_ports(3)

@@ -16,7 +16,7 @@ from cli_checks import assert_one_line_error
 from typer.testing import CliRunner
 
 from servebench.cli import app
-from servebench.cli.ui_launcher import LaunchError, own_options
+from servebench.locust.launch import LaunchError, own_options
 from servebench.locust.results import LocustRun
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"

@@ -18,7 +18,6 @@ from typing import get_args
 import numpy as np
 import pytest
 
-from servebench.cli.load_server import default_metrics_url
 from servebench.clients.base import (
     ErrorKind,
     InferenceError,
@@ -28,6 +27,7 @@ from servebench.clients.base import (
 )
 from servebench.clients.codec import GrpcCodec, HttpAnswer, HttpCodec, drive
 from servebench.clients.factory import create_client
+from servebench.clients.probe import default_metrics_url
 from servebench.clients.registry import PROTOCOLS, for_server, model_protocols, names, protocol
 from servebench.clients.tfs_rest import TfsRestCodec
 from servebench.clients.triton_http import TritonHttpCodec

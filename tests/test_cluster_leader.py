@@ -192,7 +192,7 @@ def test_a_job_whose_trials_were_invalid_is_shown_as_invalid(tmp_path: Path):
     first 60 characters of a reason, not `done · complete`."""
     from rich.console import Console
 
-    from servebench.cli.cluster import status_tables
+    from servebench.cluster.status_table import status_tables
 
     run = tmp_path / "run"
     run.mkdir()

@@ -26,15 +26,9 @@ import pyarrow.parquet as pq
 import pytest
 from link_checks import p50_floor_s
 
-from servebench.cli.ui_launcher import (
-    LaunchError,
-    Target,
-    UiSetup,
-    locust_argv,
-    resolve,
-    setup_from_scenario,
-)
+from servebench.cli.ui_launcher import UiSetup, resolve, setup_from_scenario
 from servebench.load.records import RECORD_SCHEMA, Chunk
+from servebench.locust.launch import LaunchError, Target, locust_argv
 from servebench.locust.records import Coordinates, RecordCollector
 from servebench.locust.results import LocustRun
 from servebench.locust.settings import read_signature_file, user_settings
@@ -435,7 +429,7 @@ def test_setup_from_the_quickstart_scenario(tmp_path):
     assert setup.to_start is not None  # a local Triton to export and start
     assert setup.to_start.setting.server.server_kind.name == "triton-local"
     assert setup.target.protocol == "triton-http"
-    assert setup.target.model == setup.to_start.spec.id
+    assert (setup.target.model,) == tuple(spec.id for spec in setup.to_start.specs)
     assert setup.target.model.startswith("dense-")
     assert setup.target.batch_size == 1 and setup.target.link == "direct"
     setup = resolve(setup, {"host": "http://127.0.0.1:9", "link": "lte", "batch_size": None})
@@ -504,7 +498,7 @@ def test_locust_command_line_binds_the_ui_to_loopback():
 def test_launcher_and_cli_do_not_import_locust():
     """`servebench ui` itself must not monkey-patch: it exports models and runs Triton."""
     code = (
-        "import sys, servebench.cli, servebench.cli.ui_launcher, servebench.locust;"
+        "import sys, servebench.cli, servebench.cli.ui_launcher, servebench.locust.launch;"
         "assert 'locust' not in sys.modules, 'locust imported';"
         "import gevent.monkey; assert not gevent.monkey.is_module_patched('socket')"
     )

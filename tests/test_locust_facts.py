@@ -17,8 +17,9 @@ from model_zoo.counting import count
 from servebench.analysis.loader import load_run
 from servebench.analysis.recommend import Query, price_run, recommend
 from servebench.analysis.report import write_report
-from servebench.cli.ui_launcher import Target, locust_argv, scenario_facts, setup_from_scenario
+from servebench.cli.ui_launcher import scenario_facts, setup_from_scenario
 from servebench.locust.facts import TrialFacts, read_facts
+from servebench.locust.launch import Target, locust_argv
 from servebench.locust.records import Coordinates, RecordCollector
 from servebench.locust.results import LocustRun
 from servebench.pricing import load_prices

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from model_zoo.spec import ModelSpec
-from servebench.servers.ports import free_ports
+from servebench.common.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ModelSpec(layer_type="dense", depth=2, width=16, input_shape=(8,), num_outputs=4)

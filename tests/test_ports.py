@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from servebench.servers.ports import LOOPBACK, free_ports, port_accepts, port_is_free
+from servebench.common.ports import LOOPBACK, free_ports, port_accepts, port_is_free
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:

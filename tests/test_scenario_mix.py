@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from cli_checks import assert_one_line_error
 from scenario_checks import problems, write
 from typer.testing import CliRunner
 
@@ -177,10 +176,3 @@ def test_mix_problems_are_one_line_each_all_at_once(tmp_path: Path):
 def test_other_mix_problems(tmp_path: Path, mix: str, expected: str):
     (found,) = problems(tmp_path, mix_scenario("  rates: [50]\n", mix))
     assert expected in found, found
-
-
-def test_servebench_ui_refuses_a_mix(tmp_path: Path):
-    """Locust users send to one model: a mix scenario is one line, before anything starts."""
-    path = write(tmp_path, mix_scenario("  rates: [50]\n"))
-    result = CliRunner().invoke(app, ["ui", str(path), "--headless", "-t", "1s"])
-    assert_one_line_error(result, "workload.mix", "scenario run")

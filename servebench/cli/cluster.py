@@ -11,25 +11,26 @@ followers (Dask workers), the followers, and the commands that talk to the leade
 from __future__ import annotations
 
 import asyncio
-import logging
+import functools
 import os
-import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from servebench.cli import cluster_simulate
 from servebench.cli.usage import fail, say
 from servebench.cli.values import BadValue, Host, Number, OutputDir, Port, ScenarioFile, Url
 from servebench.common.limits import MAX_GPUS
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from servebench.cluster.service import Connect
 
 app = typer.Typer(
     help="Queue scenario runs on a leader and run them on followers.", no_args_is_help=True
@@ -118,121 +119,30 @@ def _check_bind(host: str, token: str | None) -> None:
         raise fail(str(err)) from None
 
 
-def _logging() -> None:
-    """The leader's and followers' events, one line each; Dask's own only when it warns
-    (the environment variable reaches the follower processes a LocalCluster spawns)."""
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    import dask
-
-    dask.config.refresh()
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
-    )
-    logging.getLogger("distributed").setLevel(
-        logging.getLevelName(os.environ["DASK_LOGGING__DISTRIBUTED"].upper())
-    )
-    logging.getLogger("servebench.cluster").setLevel(logging.INFO)
-
-
-async def _until_signal() -> int:
-    """Wait for SIGINT or SIGTERM; the handlers are removed again afterwards, so a
-    second Ctrl-C while shutting down interrupts as usual."""
-    loop = asyncio.get_running_loop()
-    got: asyncio.Future[int] = loop.create_future()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, lambda s=signum: got.done() or got.set_result(s))
-    try:
-        return await got
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-
-@contextmanager
-def _state(state_dir: Path) -> Iterator[None]:
-    """Hold the state directory's lock (before any cluster starts: a second leader on one
-    store is refused in one line)."""
-    from servebench.cluster.leader import LeaderError, StateLock
-
-    lock = StateLock(state_dir)
-    try:
-        lock.acquire()
-    except LeaderError as err:
-        raise fail(str(err)) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-async def _serve(
-    client: Any, *, policy: Any, state_dir: Path, results: Path, host: str, port: int,
-    token: str | None, scheduler: str,
-) -> None:  # fmt: skip
-    """Run a leader and its API on `client` until SIGINT/SIGTERM, then close it so the
-    store says what a restart should do."""
-    from aiohttp import web
-
-    from servebench.cluster.api import make_app
-    from servebench.cluster.leader import STORE_FILE, Leader
-    from servebench.cluster.store import JobStore, StoreError
-
-    try:
-        store = JobStore(state_dir / STORE_FILE)
-    except StoreError as err:
-        raise fail(str(err)) from None
-    leader = Leader(store, policy, client, results)
-    try:
-        requeued = await leader.start()
-        runner = web.AppRunner(make_app(leader, token), access_log=None)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except OSError as err:
-            await leader.close()
-            raise fail(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-        console.print(
-            escape(
-                f"leader: http://{host}:{port} — scheduler {scheduler}, policy {policy.name}, "
-                f"{len(leader.followers)} follower(s), store {state_dir / STORE_FILE}, "
-                f"results in {results}"
-                + (f"; {len(requeued)} job(s) re-queued" if requeued else "")
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
-        signum = await _until_signal()
-        console.print(f"{signal.Signals(signum).name}: stopping the leader …", highlight=False)
-        await leader.close()
-        await runner.cleanup()
-    finally:
-        store.close()
-
-
 def _lead(
-    connect: Callable[[], AbstractAsyncContextManager[tuple[Any, str]]],
-    policy: str, max_wait_s: float, state_dir: Path, results: Path, host: str, port: int,
-    token: str | None,
+    connect: Connect, policy: str, max_wait_s: float, state_dir: Path, results: Path,
+    host: str, port: int, token: str | None,
 ) -> None:  # fmt: skip
-    """What `up` and `leader` share: check the options, hold the store's lock, then serve a
-    leader on the Dask client `connect` opens (with its scheduler's address) until a signal.
+    """What `up` and `leader` share: check the options, then serve a leader on the Dask
+    client `connect` opens until a signal (`servebench.cluster.service.lead`)."""
+    from servebench.cluster.leader import LeaderError
+    from servebench.cluster.service import lead
+    from servebench.cluster.store import StoreError
+    from servebench.common.dask_cluster import SchedulerUnreachable
 
-    The paths are made absolute, so the ones the store keeps (result_path) do not depend on
-    where the next leader is started from."""
     chosen = _policy(policy, max_wait_s)
-    state_dir, results = state_dir.resolve(), results.resolve()
     _check_bind(host, token)
-    _logging()
+    try:
+        lead(
+            connect, policy=chosen, state_dir=state_dir, results=results, host=host, port=port,
+            token=token, say=_say,
+        )  # fmt: skip
+    except (LeaderError, StoreError, SchedulerUnreachable) as err:
+        raise fail(str(err)) from None
 
-    async def main() -> None:
-        async with connect() as (client, scheduler):
-            await _serve(
-                client, policy=chosen, state_dir=state_dir, results=results, host=host,
-                port=port, token=token, scheduler=scheduler,
-            )  # fmt: skip
 
-    with _state(state_dir):
-        asyncio.run(main())
+def _say(text: str) -> None:
+    console.print(escape(text), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -257,27 +167,11 @@ def up(
 ) -> None:
     """A leader and a Dask LocalCluster of FOLLOWERS followers on this machine; Ctrl-C
     stops all of them and leaves the store consistent."""
-    from servebench.cluster.follower import PRELOAD, gpu_count, preload_argv
+    from servebench.cluster.service import local_followers
 
     labels = _labels(label)
-
-    @asynccontextmanager
-    async def local_cluster() -> AsyncIterator[tuple[Any, str]]:
-        from distributed import Client
-
-        from servebench.common.dask_cluster import local_cluster
-
-        # The machine's GPUs are shared out: a follower never claims one another also claims.
-        async with (
-            local_cluster(
-                followers, gpus=gpu_count() // followers, asynchronous=True,
-                preload=[PRELOAD], preload_argv=preload_argv(labels),
-            ) as cluster,
-            Client(cluster, asynchronous=True) as client,
-        ):  # fmt: skip
-            yield client, cluster.scheduler_address
-
-    _lead(local_cluster, policy, max_wait_s, state_dir, results, host, port, token)
+    connect = functools.partial(local_followers, followers, labels)
+    _lead(connect, policy, max_wait_s, state_dir, results, host, port, token)
 
 
 @app.command()
@@ -295,19 +189,10 @@ def leader(
 ) -> None:
     """A leader on an existing Dask scheduler: followers (`servebench cluster follower`,
     or `dask worker` with servebench's resources and preload) join that scheduler."""
+    from servebench.cluster.service import existing_scheduler
 
-    @asynccontextmanager
-    async def existing() -> AsyncIterator[tuple[Any, str]]:
-        from servebench.common.dask_cluster import SchedulerUnreachable, connect_async
-
-        try:
-            client = await connect_async(scheduler)
-        except SchedulerUnreachable as err:
-            raise fail(str(err)) from None
-        async with client:
-            yield client, scheduler
-
-    _lead(existing, policy, max_wait_s, state_dir, results, host, port, token)
+    connect = functools.partial(existing_scheduler, scheduler)
+    _lead(connect, policy, max_wait_s, state_dir, results, host, port, token)
 
 
 @app.command()
@@ -332,9 +217,10 @@ def follower(
     """A follower: a Dask worker that runs one benchmark at a time; Ctrl-C interrupts its
     run (what it measured stays) and leaves; the leader re-queues the job."""
     from servebench.cluster.follower import run_follower
+    from servebench.cluster.service import quiet_dask_logging
 
     labels = _labels(label)
-    _logging()
+    quiet_dask_logging()
 
     def started(worker: Any) -> None:
         console.print(
@@ -431,52 +317,6 @@ def submit(
         raise typer.Exit(code=2)
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def status_tables(jobs: list[dict[str, Any]], followers: list[dict[str, Any]], now: float) -> Table:
-    """The jobs and followers as one rich table group (what `status` prints)."""
-    from rich.console import Group
-
-    table = Table(
-        "job",
-        "scenario",
-        "state",
-        "follower",
-        "try",
-        "waited",
-        "ran",
-        "est.",
-        "reason",
-        title="jobs",
-    )
-    for job in jobs:
-        end = job.get("finished_at") or now
-        started = job.get("started_at")
-        waited = (started or end) - job["submitted_at"]
-        table.add_row(
-            job["id"], escape(job["scenario_name"]), job["state"], escape(job.get("follower") or ""),
-            str(job["attempts"]), _age(waited), _age(end - started if started else None),
-            _age(job["estimate_s"]), escape((job.get("reason") or "")[:60]),
-        )  # fmt: skip
-    people = Table("follower", "address", "GPUs", "labels", "running", "queued", title="followers")
-    for f in followers:
-        labels = ", ".join(f"{k}={v}" for k, v in f["labels"].items())
-        people.add_row(
-            escape(f["name"]), f["address"], str(f["gpus"]), escape(labels),
-            " ".join(f["running"]), str(len(f["queued"])),
-        )  # fmt: skip
-    return Group(table, people)  # type: ignore[return-value]
-
-
 @app.command()
 def status(
     once: Annotated[bool, typer.Option(help="print once and exit (for scripts)")] = False,
@@ -493,10 +333,11 @@ def status(
     from rich.live import Live
 
     from servebench.cluster.api_client import ApiError
+    from servebench.cluster.status_table import status_tables
 
     api = _api(leader_url, token)
 
-    def render() -> Table:
+    def render() -> Group:
         return status_tables(api.jobs(), api.followers(), time.time())
 
     try:

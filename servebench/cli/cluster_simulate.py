@@ -8,7 +8,6 @@ and servebench.cluster.trace for the trace file format.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,6 @@ from servebench.cluster.policy import PAUSE_COST_S
 if TYPE_CHECKING:
     from servebench.cluster.job import FollowerInfo
     from servebench.cluster.policy import Policy
-    from servebench.cluster.simulate import SimResult
     from servebench.cluster.trace import TraceJob
 
 DEFAULT_POLICIES = "two-tier,two-tier-preemptive,fifo-roundrobin,fifo-leastloaded"
@@ -216,8 +214,10 @@ class SimulateOptions:
 @with_options(SimulateOptions)
 def simulate(options: SimulateOptions) -> None:
     """Simulate scheduling policies on a job trace: JCT, queueing, makespan, utilization."""
-    from servebench.cluster.policy import FIFO_REFERENCE
+    from rich.console import Console
+
     from servebench.cluster.simulate import compare
+    from servebench.cluster.simulate_report import comparison_json, comparison_table
 
     source = options.source().removeprefix("--")
     names = options.policies()
@@ -225,46 +225,11 @@ def simulate(options: SimulateOptions) -> None:
     work, pool = options.workload()
     results = compare(names, make, work, pool, pause_cost_s=options.pause_cost_s)
     if options.as_json:
-        document = {
-            "source": source,
-            "jobs": len(work),
-            "followers": len(pool),
-            "fifo_reference": FIFO_REFERENCE,
-            "policies": [_finite(r.as_dict()) for r in results],
-        }
+        document = comparison_json(results, source, len(work), len(pool))
         typer.echo(json.dumps(document, indent=2))
         return
-    _print_table(results, source, len(work), len(pool), FIFO_REFERENCE)
-
-
-def _finite(data: dict[str, object]) -> dict[str, object]:
-    """JSON has no NaN: a figure with nothing to average is null."""
-    return {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()
-    }
-
-
-def _print_table(
-    results: list[SimResult], source: str, jobs: int, followers: int, reference: str
-) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        "policy", "avg JCT s", "p95 JCT s", "queueing s", "makespan s", "utilization",
-        "JCT ratio", "pauses", "sim s",
-        title=f"{jobs:,} jobs ({source}) on {followers:,} followers",
-        caption=f"JCT ratio: {reference}'s average JCT over the policy's (higher is better)",
-    )  # fmt: skip
-    for r in results:
-        table.add_row(
-            r.policy, f"{r.avg_jct_s:,.1f}", f"{r.p95_jct_s:,.1f}", f"{r.mean_queueing_s:,.1f}",
-            f"{r.makespan_s:,.0f}", f"{r.utilization:.1%}",
-            "-" if r.jct_ratio is None else f"{r.jct_ratio:.2f}", f"{r.preemptions:,}",
-            f"{r.wall_s:.2f}",
-        )  # fmt: skip
     console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
+    console.print(comparison_table(results, source, len(work), len(pool)))
     unplaced = max((r.unplaced for r in results), default=0)
     if unplaced:
         console.print(

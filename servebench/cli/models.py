@@ -398,6 +398,15 @@ def import_(
     console.print(f"  seconds: {seconds}\nexport folder: {out}", highlight=False)
 
 
+# How `check` marks each model's line.
+_CHECK_MARKS = {
+    "skip": "[yellow]skip[/yellow]",
+    "ok": "[green]ok[/green]  ",
+    "fail": "[red]FAIL[/red]",
+    "unreadable": "[red]FAIL[/red]",
+}
+
+
 @app.command()
 def check(
     export_dir: Annotated[Path, typer.Argument(help="a `models export` folder", parser=InputDir())],
@@ -407,11 +416,9 @@ def check(
     Exit 1 when outputs differ, 2 when an exported file cannot be run at all (truncated,
     corrupt): each model gets its own line either way, and the others are still checked.
     """
-    from model_zoo.export.family import TFS_DIR, load_family
-    from model_zoo.export.triton import ONNX_FILENAME, STANDARD_REPOSITORY
-    from model_zoo.parity import ParityError, check_parity
+    from model_zoo.export.check import check_exported
+    from model_zoo.export.family import load_family
     from model_zoo.spec import SpecError
-    from model_zoo.torch_builder import build_torch
 
     try:
         specs, seed = load_family(export_dir)
@@ -419,95 +426,18 @@ def check(
         raise fail(str(err)) from None
     failures = unreadable = 0
     for spec in specs:
-        onnx_files = sorted((export_dir / STANDARD_REPOSITORY / spec.id).glob(f"*/{ONNX_FILENAME}"))
-        saved = sorted((export_dir / TFS_DIR / spec.id).glob("*/saved_model.pb"))
-        if not onnx_files and not saved:
-            console.print(f"[yellow]skip[/yellow] {spec.id}: no exported files", highlight=False)
-            continue
-        try:
-            report = check_parity(
-                spec,
-                build_torch(spec, seed=seed),
-                onnx_path=onnx_files[-1] if onnx_files else None,
-                savedmodel_dir=saved[-1].parent if saved else None,
-                seed=seed,
-            )
-            console.print(f"[green]ok[/green]   {report.describe()}", highlight=False)
-        except ParityError as err:
-            failures += 1
-            console.print(f"[red]FAIL[/red] {err}", highlight=False)
-        except Exception as err:
-            # onnxruntime (InvalidProtobuf, Fail, ...) and TensorFlow (OpError, DecodeError,
-            # OSError) each raise their own classes for a file they cannot load.
-            unreadable += 1
-            files = ", ".join(str(p) for p in (onnx_files[-1:] + saved[-1:]))
-            reason = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-            console.print(
-                f"[red]FAIL[/red] {spec.id}: cannot run {files}: {type(err).__name__}: {reason}",
-                highlight=False,
-                soft_wrap=True,
-            )
+        checked = check_exported(export_dir, spec, seed)
+        console.print(
+            f"{_CHECK_MARKS[checked.outcome]} {checked.text}",
+            highlight=False,
+            soft_wrap=checked.outcome == "unreadable",
+        )
+        failures += checked.outcome == "fail"
+        unreadable += checked.outcome == "unreadable"
     if unreadable:
         raise typer.Exit(code=2)
     if failures:
         raise typer.Exit(code=1)
-
-
-def _local_repository(path: Path) -> Path:
-    """The python-backend repository the bundled tritonserver can run.
-
-    An export folder is accepted as well as the repository itself; a standard repository
-    (the onnxruntime or libtorch platform) is refused with the path of its runnable twin,
-    since the binary shipped in the nvidia-pytriton wheel has only the python backend.
-    """
-    from model_zoo.export.triton import (
-        ONNX_FILE,
-        PYTHON_REPOSITORY,
-        STANDARD_REPOSITORY,
-        TORCHSCRIPT_FILE,
-    )
-
-    if (path / PYTHON_REPOSITORY).is_dir():
-        return path / PYTHON_REPOSITORY
-    configs = sorted(path.glob("*/config.pbtxt"))
-    if not configs:
-        raise fail(f"{path}: no model folders with config.pbtxt (not a Triton repository)")
-    platforms = (ONNX_FILE.platform, TORCHSCRIPT_FILE.platform)
-    if path.name == STANDARD_REPOSITORY and any(p in configs[0].read_text() for p in platforms):
-        raise fail(
-            f"{path}: the local tritonserver has only the python backend; "
-            f"serve {path.parent / PYTHON_REPOSITORY} instead"
-        )
-    return path
-
-
-def _smoke_infer(http_url: str, model: str) -> str:
-    """One inference with seeded inputs shaped from the server's own metadata."""
-    import time
-
-    import numpy as np
-    import tritonclient.http as httpclient
-    from tritonclient.utils import triton_to_np_dtype
-
-    client = httpclient.InferenceServerClient(http_url.removeprefix("http://"))
-    try:
-        metadata = client.get_model_metadata(model)
-        rng = np.random.default_rng(0)
-        inputs = []
-        for tensor in metadata["inputs"]:
-            shape = [1 if d < 0 else d for d in tensor["shape"]]
-            dtype = triton_to_np_dtype(tensor["datatype"])
-            infer_input = httpclient.InferInput(tensor["name"], shape, tensor["datatype"])
-            infer_input.set_data_from_numpy(rng.standard_normal(shape).astype(dtype))
-            inputs.append(infer_input)
-        started = time.perf_counter()
-        result = client.infer(model, inputs)
-        elapsed_ms = (time.perf_counter() - started) * 1e3
-        outputs = {t["name"]: result.as_numpy(t["name"]) for t in metadata["outputs"]}
-    finally:
-        client.close()
-    shapes = ", ".join(f"{name} {tuple(array.shape)}" for name, array in outputs.items())
-    return f"{shapes} in {elapsed_ms:.1f} ms"
 
 
 @app.command()
@@ -539,8 +469,12 @@ def serve(
     """
     from servebench.servers.base import ServerError
     from servebench.servers.kinds import create_server
+    from servebench.servers.local_serve import runnable_repository, smoke_infer
 
-    repo = _local_repository(repository)
+    try:
+        repo = runnable_repository(repository)
+    except ServerError as err:
+        raise fail(str(err)) from None
     names = [n for n in models.split(",") if n] or sorted(
         p.parent.name for p in repo.glob("*/config.pbtxt")
     )
@@ -560,7 +494,7 @@ def serve(
                 load_s = server.load_model(name)
                 row = [name, f"{load_s:.2f}"]
                 if once:
-                    row.append(_smoke_infer(ep.http_url, name))
+                    row.append(smoke_infer(ep.http_url, name))
                 table.add_row(*row)
             console.print(table)
             console.print(

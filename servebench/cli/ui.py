@@ -1,7 +1,7 @@
 """`servebench ui`: live load tests in Locust's web UI, on servebench's user classes.
 
 Imports nothing of Locust: the launcher runs it as a subprocess (see
-`servebench.cli.ui_launcher` for why).
+`servebench.locust.launch` for why).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class UiOptions:
     def setup(self, workdir: Path) -> UiSetup:
         """What to start: the scenario's first trial (or none), with what the command line
         gives over it (`ui_launcher.resolve` checks the result)."""
-        from servebench.cli.ui_launcher import Target, UiSetup, resolve, setup_from_scenario
+        from servebench.cli.ui_launcher import UiSetup, resolve, setup_from_scenario
+        from servebench.locust.launch import Target
 
         scenario = self.scenario
         setup = setup_from_scenario(scenario, self.server, workdir) if scenario else None
@@ -148,22 +149,24 @@ def ui(options: UiOptions) -> None:
 def _launch(o: UiOptions, workdir: Path) -> tuple[int, Path]:
     """Run Locust for the options (`ui_launcher.launch`): its exit code and run folder; a
     scenario's problems, or an input that cannot start, end the command with exit 2."""
-    from servebench.cli.ui_launcher import LaunchError, launch
+    from servebench.cli.ui_launcher import launch
+    from servebench.locust.launch import LaunchError, plan_session
     from servebench.scenario.validate import ScenarioError
     from servebench.servers.base import ServerError
 
     try:
-        return launch(
-            o.setup(workdir),
-            workdir,
+        setup = o.setup(workdir)
+        session = plan_session(
+            setup.results_dir,
+            setup.run_prefix,
             port=o.port,
             headless=o.headless,
             users=o.users,
             spawn_rate=o.spawn_rate,
             run_time=o.run_time,
             extra=list(o.ctx.args),
-            say=typer.echo,
         )
+        return launch(setup, session, workdir, say=typer.echo)
     except ScenarioError as err:
         for problem in err.problems:
             say(problem)

@@ -29,8 +29,7 @@ from typing import Any, ClassVar
 import typer
 
 from servebench.common.errors import ServebenchError
-
-LIMITS_DOC = "docs/scenario-limits.md"
+from servebench.common.limits import LIMITS_DOC
 
 
 class BadValue(typer.BadParameter, ServebenchError):

@@ -12,6 +12,9 @@ which a scenario may raise up to their own ceiling. The command line applies the
 
 from __future__ import annotations
 
+# Where a person reads them: messages that name a limit point here.
+LIMITS_DOC = "docs/scenario-limits.md"
+
 # -- hard ceilings ---------------------------------------------------------------------------
 
 MAX_BATCH = 65_536  # samples in one request (the byte cap in `Limits` usually bites first)

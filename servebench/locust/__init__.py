@@ -1,16 +1,16 @@
 """servebench inside Locust: user classes on servebench's clients, and their event hooks.
 
-The adapter only (DESIGN.md layering: this package sits above `clients`, `netem` and
-`load.records`, and knows nothing of scenarios or servers). `servebench ui`, which reads
-a scenario, starts a server and runs Locust on this package's locustfile, is application
-work: `servebench.cli.ui_launcher`.
+The adapter (DESIGN.md layering: this package sits above `clients`, `netem` and
+`load.records`, and knows nothing of scenarios or servers), and the running of Locust as
+a child process on this package's locustfile (`launch`). `servebench ui`, which reads a
+scenario and starts a server first, is application work: `servebench.cli.ui_launcher`.
 
 Importing Locust monkey-patches the standard library with gevent, so the modules split in
 two:
 
 - Locust-free, safe in any process: `settings` (the options a user reads), `records` (the
   per-request record collector), `results` (servebench's result directory for a Locust
-  run).
+  run), `launch` (a Locust child process: its command line, run and exit).
 - Loaded only inside a Locust process: `options` (the custom command-line arguments),
   `hooks` (the event listeners that record requests and write results, and the
   per-process state they share with the users, kept on Locust's Environment),

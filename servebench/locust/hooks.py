@@ -16,8 +16,8 @@ each request's record in the request event's context; here it is collected:
 
 Everything here is per process and lives on Locust's `Environment` (as Locust keeps its
 own run state there: `parsed_options`, `runner`), not in a module global: the `init`
-listener puts a `ProcessState` (one collector, one link pool, one payload cache, the run
-directory) on `environment.servebench` and subscribes its listeners to that
+listener puts a `ProcessState` (one collector, one link pool, one payload cache, one draw
+per mix of models, the run directory) on `environment.servebench` and subscribes its listeners to that
 environment's events; users reach it as `process_state(self.environment)`.
 """
 
@@ -36,10 +36,11 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from servebench.locust.facts import read_facts
 from servebench.locust.links import LinkPool
+from servebench.locust.mix import ModelChoice
 from servebench.locust.options import recorded_options
 from servebench.locust.records import RecordCollector
 from servebench.locust.results import LocustRun
-from servebench.locust.settings import DEFAULT_PROTOCOL
+from servebench.locust.settings import DEFAULT_PROTOCOL, UserSettings
 from servebench.locust.transport import PayloadCache, preload
 
 logger = logging.getLogger("servebench.locust")
@@ -61,6 +62,7 @@ class ProcessState:
     collector: RecordCollector = field(default_factory=RecordCollector)
     links: LinkPool = field(default_factory=LinkPool)
     payloads: PayloadCache = field(default_factory=PayloadCache)
+    choices: dict[UserSettings, ModelChoice] = field(default_factory=dict)
     run: LocustRun | None = None
     swarm: int = 0
     users: int = 0
@@ -84,11 +86,20 @@ class ProcessState:
             preload(_protocols(environment))  # the form may have switched protocols
         self.write_late()
         self.payloads.clear()
+        self.choices.clear()  # each swarm draws a mix's models from the seed again
         self.collector.clear()
         self.recording = True
         self.cpu_at_start = time.process_time()
         if self.run is not None:
             self.swarm = self.run.start_swarm()
+
+    def choice(self, settings: UserSettings) -> ModelChoice:
+        """The draw of `settings`' mix that every user of this process sending it shares."""
+        choice = self.choices.get(settings)
+        if choice is None:
+            weights = tuple(weight for _, weight in settings.members)
+            choice = self.choices[settings] = ModelChoice(weights, settings.seed)
+        return choice
 
     def on_request(self, context: Any = None, **_: Any) -> None:
         record = context.get(RECORD_KEY) if context else None

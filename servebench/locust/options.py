@@ -27,11 +27,13 @@ from servebench.netem import BUILTIN_PROFILES
 
 @events.init_command_line_parser.add_listener
 def add_arguments(parser: Any, **_: Any) -> None:
+    """The options the web UI's start form shows, to change between swarms."""
     parser.add_argument(
         "--model",
         default="",
         is_required=True,
-        help="Name of the served model (as the server knows it)",
+        help="Name of the served model (as the server knows it), or a weighted mix of "
+        "models as a scenario names it: mix(MODEL*WEIGHT+MODEL*WEIGHT...)",
     )
     parser.add_argument(
         "--model-version",
@@ -62,6 +64,18 @@ def add_arguments(parser: Any, **_: Any) -> None:
         default="",
         help="Send the samples of this file (.npz, or perf_analyzer's JSON) in order instead "
         "of random data; expected outputs in it are checked (wrong_answer). Empty: random",
+    )
+
+
+@events.init_command_line_parser.add_listener
+def add_run_arguments(parser: Any, **_: Any) -> None:
+    """The options the start form leaves out: set once per Locust process."""
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        include_in_web_ui=False,
+        help="Seed of a mix's draw of models (each swarm draws the same sequence)",
     )
     parser.add_argument(
         "--request-timeout",
@@ -124,6 +138,7 @@ RECORDED_OPTIONS = (
     "tfs_request_format",
     "signature",
     "input_data",
+    "seed",
     "locustfile",
     "num_users",
     "spawn_rate",

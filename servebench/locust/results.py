@@ -21,14 +21,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from servebench.clients.registry import PROTOCOLS
 from servebench.load.records import Chunk, Clock, ParquetRecordWriter, chunk_to_batch
-from servebench.load.stats import columns_from_table, summarize
+from servebench.load.stats import columns_from_table, mix_figures, summarize
 from servebench.load.summary import LATE_THRESHOLD, MAX_ERROR_SHARE, judge
 from servebench.locust.facts import TrialFacts
+from servebench.locust.mix import mix_members
 from servebench.locust.records import Coordinates
 from servebench.locust.settings import link_profile
 from servebench.netem import NetemError
@@ -95,12 +97,14 @@ class LocustRun:
         rows = []
         for coords, chunk in trials:
             trial_id = _trial_id(swarm, coords)
+            members = mix_members(coords.model) or ()
             batch = chunk_to_batch(
                 chunk,
                 trial_id=trial_id,
                 batch_size=coords.batch_size,
                 clock=_CLOSED_LOOP,
                 latency_from_send=True,
+                models=[model for model, _ in members],
             )
             with ParquetRecordWriter(self.directory.trial_records_path(trial_id)) as writer:
                 writer.write(batch)
@@ -154,9 +158,18 @@ def trial_row(
 ) -> TrialRow:
     """A swarm's trial row from its records, by the one row builder (`servebench.trial_row`)
     with Locust's coordinates: a closed loop of `users`; `facts` add the scenario's cost,
-    SLO and model columns."""
+    SLO and model columns. A mix's row has each model's figures (`mix_json`), as a scenario
+    run's has."""
     table = pa.Table.from_batches([batch])
-    summary = summarize(columns_from_table(table), mode="closed", target_rate=None)
+    columns = columns_from_table(table)
+    summary = summarize(columns, mode="closed", target_rate=None)
+    members = mix_members(coords.model)
+    if members:
+        models = [model for model, _ in members]
+        # 1 + the model's index; 0 for a set-up failure, which went to no model
+        codes = pc.fill_null(pc.index_in(table["model"], value_set=pa.array(models)), -1)
+        columns.model = codes.to_numpy().astype(np.int8) + 1
+        summary.mix = mix_figures(columns, models, [weight for _, weight in members])
     judge(
         summary,
         late_threshold=LATE_THRESHOLD,

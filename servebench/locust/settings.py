@@ -8,7 +8,7 @@ with another model, batch size, protocol or link needs no restart.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from servebench.clients.registry import PROTOCOLS as REGISTRY
 from servebench.clients.registry import model_protocols
 from servebench.clients.tfs_rest import REQUEST_FORMATS
 from servebench.common.textfile import TextFileError, read_json_object
+from servebench.locust.mix import mix_members
 from servebench.netem import LinkProfile, resolve_link
 
 # What a Locust user can speak: every registered protocol with a model format.
@@ -61,6 +62,20 @@ class UserSettings:
     signature_file: str = ""
     request_format: str = "row"
     input_data: str = ""  # a file of samples to send (`clients.input_data`); "" for random
+    seed: int = 0  # a mix's draw of models (`locust.mix`)
+
+    @property
+    def members(self) -> tuple[tuple[str, float], ...]:
+        """The (model, weight) pairs requests go to: a mix's, or the one model's."""
+        return mix_members(self.model) or ((self.model, 1.0),)
+
+    @property
+    def is_mix(self) -> bool:
+        return mix_members(self.model) is not None
+
+    def for_model(self, model: str) -> UserSettings:
+        """These settings for one model of the mix (its transport and payloads)."""
+        return replace(self, model=model)
 
     @property
     def server_kind(self) -> str:
@@ -109,6 +124,7 @@ def user_settings(options: Any, host: str | None, protocol: str | None = None) -
     model = _text(options, "model")
     if not model:
         raise ValueError("--model: the name of the served model is required")
+    mix_members(model)  # a malformed mix is refused before any user connects
     batch_text = _text(options, "batch_size") or "1"
     try:
         batch_size = int(batch_text)
@@ -123,6 +139,11 @@ def user_settings(options: Any, host: str | None, protocol: str | None = None) -
         raise ValueError(f"--request-timeout: {timeout_text!r} is not a number") from None
     if not timeout_s > 0:
         raise ValueError(f"--request-timeout: must be > 0 s, got {timeout_s}")
+    seed_text = _text(options, "seed") or "0"
+    try:
+        seed = int(seed_text)
+    except ValueError:
+        raise ValueError(f"--seed: {seed_text!r} is not a whole number") from None
     request_format = _text(options, "tfs_request_format") or "row"
     if request_format not in REQUEST_FORMATS:
         raise ValueError(
@@ -150,6 +171,7 @@ def user_settings(options: Any, host: str | None, protocol: str | None = None) -
         signature_file=_text(options, "signature"),
         request_format=request_format,
         input_data=_text(options, "input_data"),
+        seed=seed,
     )
 
 

@@ -9,10 +9,10 @@ clients use to build requests, read signatures and decode and check answers) and
 module only moves its bytes, the I/O edge of the httpx shape:
 
 - `HttpTransport` through geventhttpclient (the library under Locust's FastHttpUser), one
-  keep-alive connection per user;
+  keep-alive connection per user (per user and model, with a mix of models);
 - `GrpcTransport` through grpcio's blocking channels, which yield to gevent once
   `grpc.experimental.gevent.init_gevent()` has run (`users` calls it at import, before any
-  channel exists), one channel (HTTP/2 connection) per user.
+  channel exists), one channel (HTTP/2 connection) per user (and model).
 
 So a payload is encoded once by the codec before the swarm, a wrong shape or dtype is a
 BAD_RESPONSE failure exactly as in `servebench load`, and failures are the same classified

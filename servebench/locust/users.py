@@ -9,7 +9,9 @@ the web form can switch protocols); `TritonHttpUser`, `TritonGrpcUser`, `TfsRest
 
 Each user is closed loop (it sends again as soon as an answer is in) and fires one
 Locust request event per request, named `<model> b<batch> <protocol>`, whose context
-carries servebench's per-request record. A wrong answer (outputs missing, wrong shape or
+carries servebench's per-request record. With a mix of models (`--model 'mix(a*3+b*1)'`,
+`locust.mix`) each request goes to the model the process's seeded draw picks, is named
+by that model, and its record carries the model's code in the mix. A wrong answer (outputs missing, wrong shape or
 dtype) is a failure, never a success. With `--input-data FILE` the users send the file's
 samples in order, sharing one cycle per process (`transport.Prepared`), and an answer
 whose values differ from the file's expected outputs (`input_data.answer_matches`, the
@@ -27,7 +29,7 @@ cooperate with gevent: only locustfiles and Locust processes import it.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 from grpc.experimental import gevent as grpc_gevent
@@ -37,9 +39,10 @@ from servebench.clients.base import ErrorKind, InferenceError
 from servebench.clients.input_data import ATOL, RTOL, answer_matches
 from servebench.locust import options as _options  # noqa: F401  (registers the arguments)
 from servebench.locust.hooks import RECORD_KEY, process_state
+from servebench.locust.mix import ModelChoice
 from servebench.locust.records import Coordinates
 from servebench.locust.settings import UserSettings, user_settings
-from servebench.locust.transport import Prepared, Transport, open_transport
+from servebench.locust.transport import PayloadCache, Prepared, Transport, open_transport
 from servebench.netem import NetemError
 
 # grpcio's blocking calls must yield to gevent, or one user's call stalls every user.
@@ -52,7 +55,8 @@ __all__ = ["ServebenchUser", "TfsGrpcUser", "TfsRestUser", "TritonGrpcUser", "Tr
 
 
 class ServebenchUser(User):
-    """A closed-loop user sending one model's pre-encoded request (protocol: `--protocol`)."""
+    """A closed-loop user sending pre-encoded requests to one model, or to each model of a
+    mix by its seeded draw (protocol: `--protocol`)."""
 
     #: The protocol this class speaks; None reads `--protocol` (the web form's field).
     protocol: str | None = None
@@ -62,15 +66,17 @@ class ServebenchUser(User):
         super().__init__(environment)
         self._settings: UserSettings | None = None
         self._coordinates: Coordinates | None = None
-        self._transport: Transport | None = None
-        self._prepared: Prepared | None = None
+        self._transports: dict[str, Transport] = {}  # by model: kept over set-up retries
+        self._targets: tuple[ModelTarget, ...] | None = None  # one per model of the mix
+        self._choice: ModelChoice | None = None  # a mix's draw; None for one model
 
     @task
     def infer(self) -> None:
-        if self._prepared is None and not self._set_up():
+        if self._targets is None and not self._set_up():
             return
-        prepared, transport = self._prepared, self._transport
-        assert prepared is not None and transport is not None
+        assert self._targets is not None
+        index = self._choice.next() if self._choice is not None else 0
+        settings, transport, prepared = self._targets[index]
         payload = prepared.next_payload()
         send = time.time()
         started = time.perf_counter()
@@ -87,15 +93,17 @@ class ServebenchUser(User):
                 answer.outputs, payload.expected
             ):
                 error = _wrong_answer(prepared.source)
-        self._fire(send, latency, error, payload.request_bytes, response_bytes)
+        model = index + 1 if self._choice is not None else 0  # the records' mix code
+        self._fire(send, latency, error, payload.request_bytes, response_bytes, settings, model)
 
     def on_stop(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
 
     def _set_up(self) -> bool:
-        """Settings, link, signature and payload; on failure report it and wait a second."""
+        """Settings, link, and per model a signature and payloads; on failure report it and
+        wait a second."""
         send = time.time()
         started = time.perf_counter()
         try:
@@ -112,15 +120,25 @@ class ServebenchUser(User):
                 link=settings.link,
             )
             shared = process_state(self.environment)
-            url = shared.links.connect_url(settings)
-            transport = self._transport = self._transport or open_transport(settings, url)
-            self._prepared = shared.payloads.get(settings, url, transport)
+            url = shared.links.connect_url(settings)  # one link for every model of a mix
+            self._targets = tuple(
+                self._target(settings.for_model(model), url, shared.payloads)
+                for model, _ in settings.members
+            )
+            self._choice = shared.choice(settings) if settings.is_mix else None
             return True
         except (InferenceError, ValueError, NetemError) as exc:
             error = exc if isinstance(exc, InferenceError) else _client_error(exc)
             self._fire(send, time.perf_counter() - started, error, 0, 0)
             gevent.sleep(SETUP_RETRY_S)
             return False
+
+    def _target(self, settings: UserSettings, url: str, payloads: PayloadCache) -> ModelTarget:
+        """One model's connection and what it sends (read once per process and settings)."""
+        transport = self._transports.get(settings.model)
+        if transport is None:
+            transport = self._transports[settings.model] = open_transport(settings, url)
+        return ModelTarget(settings, transport, payloads.get(settings, url, transport))
 
     def _fire(
         self,
@@ -129,8 +147,12 @@ class ServebenchUser(User):
         error: InferenceError | None,
         request_bytes: int,
         response_bytes: int,
+        settings: UserSettings | None = None,
+        model: int = 0,
     ) -> None:
-        settings, coordinates = self._settings, self._coordinates
+        """One Locust request event, named by the model sent to, with its record."""
+        settings = settings or self._settings
+        coordinates = self._coordinates
         context = {}
         if coordinates is not None:
             context[RECORD_KEY] = (
@@ -140,6 +162,7 @@ class ServebenchUser(User):
                 None if error is None else error.kind.value,
                 request_bytes,
                 response_bytes,
+                model,
             )
         self.environment.events.request.fire(
             request_type=settings.protocol if settings else (self.protocol or "servebench"),
@@ -152,6 +175,14 @@ class ServebenchUser(User):
             start_time=send,
             url=settings.url if settings else None,
         )
+
+
+class ModelTarget(NamedTuple):
+    """What a user sends one model of its mix to: its settings, connection and payloads."""
+
+    settings: UserSettings
+    transport: Transport
+    prepared: Prepared
 
 
 def _wrong_answer(source: str) -> InferenceError:

@@ -11,9 +11,10 @@ milliseconds. A fresh run copies its export from `scenario.export_cache` when on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,34 @@ def start_serving(server: Server, models: Iterable[str]) -> None:
     if server.manages_models:
         for model in models:
             server.load_model(model)
+
+
+@contextlib.contextmanager
+def serving(
+    setting: ServerSetting,
+    specs: Sequence[ServedModel],
+    workdir: Path,
+    seed: int,
+    say: Callable[[str], None],
+) -> Iterator[tuple[str, str]]:
+    """One setting's server outside a run (`servebench ui`): export the models, have the
+    setting's server kind build the server as a scenario run does, start it with them
+    loaded; yields (http url, grpc address) and stops it after."""
+    kind = setting.server.server_kind
+    label = f"{kind.launch.name} {kind.api.title}"
+    ids = [spec.id for spec in specs]
+    say(f"exporting {', '.join(ids)} for the {label} ...")
+    export_for([kind], specs, workdir, seed=seed)
+    server = build_server(setting, 0, specs, workdir)
+    say(f"starting the {label} ...")
+    try:
+        start_serving(server, ids)
+        ep = server.endpoints
+        say(f"{label} ready: {ep.http_url} (gRPC {ep.grpc_address})")
+        yield ep.http_url, ep.grpc_address or ""
+    finally:
+        server.stop()
+        say(f"{label} stopped")
 
 
 def client_target(server: Server, protocol: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servebench.common.ports import LOOPBACK
 from servebench.common.wellknown import PODMAN_SOCKET
 from servebench.servers.base import Server, ServerEndpoints, ServerError, ServerStartError
 from servebench.servers.docker_images import ensure_image
@@ -38,7 +39,6 @@ from servebench.servers.docker_owner import (
     track,
     untrack,
 )
-from servebench.servers.ports import LOOPBACK
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 _LOG_FILE = "container.log"

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servebench.common.ports import LOOPBACK
 from servebench.common.serving_apis import TFS
 from servebench.common.tfs_config import (
     BATCHING_PARAMETERS,
@@ -37,7 +38,6 @@ from servebench.servers.docker_engine import (
     PublishedPort,
     check_image_tag,
 )
-from servebench.servers.ports import LOOPBACK
 
 if TYPE_CHECKING:
     from model_zoo.export.tfs_batching import TfsBatching

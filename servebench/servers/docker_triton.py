@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from servebench.common.ports import LOOPBACK
 from servebench.common.serving_apis import TRITON
 from servebench.common.wellknown import (
     TRITON_CPU_IMAGE,
@@ -37,7 +38,6 @@ from servebench.servers.docker_engine import (
     connect_docker,
 )
 from servebench.servers.docker_images import ensure_image, image_labels
-from servebench.servers.ports import LOOPBACK
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_TRITON_TAG = "24.10"

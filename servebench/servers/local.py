@@ -23,6 +23,7 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
+from servebench.common.ports import LOOPBACK, free_ports, port_accepts, port_is_free
 from servebench.common.serving_apis import TRITON
 from servebench.servers import control
 from servebench.servers.base import (
@@ -32,7 +33,6 @@ from servebench.servers.base import (
     ServerModelError,
     ServerStartError,
 )
-from servebench.servers.ports import LOOPBACK, free_ports, port_accepts, port_is_free
 from servebench.servers.process import spawn_server, stop_process_group
 from servebench.servers.triton_install import TritonInstall
 
