@@ -17,8 +17,9 @@ import pytest
 from rich.console import Console
 from test_analysis_rundir import make_run_dir
 
-from servebench.analysis.labels import ms, number, parse_setting, short_settings
+from servebench.analysis.labels import number, parse_setting, short_settings
 from servebench.analysis.summary import print_summary, terminal_summary
+from servebench.common.readable import ms
 
 QUICKSTART_SETTINGS = [
     f"triton[dynamic_batching={b},max_queue_delay_us={0 if b == 'off' else 500},instance_count={i}]"

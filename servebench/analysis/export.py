@@ -44,10 +44,10 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
 from servebench.common.quantiles import decides, percentiles, requests_to_decide
+from servebench.common.readable import missing
 from servebench.common.serving_apis import serving_api
 from servebench.common.slo_judge import count_at_or_under, judge_slo
 from servebench.results import TRIAL_SCHEMA

@@ -14,12 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from servebench.analysis.breakdown import DIRECT_LINK
-from servebench.analysis.labels import LABEL_FIELDS, missing, si, varying_labels
+from servebench.analysis.labels import LABEL_FIELDS, si, varying_labels
 from servebench.analysis.roofline import Ceiling, above_roof
 from servebench.analysis.search import search_steps, trial_records
 from servebench.analysis.summary import cold_start_stats
 from servebench.analysis.svg import NoData, render
 from servebench.common.quantiles import percentiles
+from servebench.common.readable import missing
 from servebench.results import COLD_START_PHASES
 
 MAX_LEGEND = 12

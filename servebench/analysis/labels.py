@@ -3,16 +3,12 @@ table and the comparison name things the same way."""
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import pandas as pd
 
-
-def missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
-
+from servebench.common.readable import missing
 
 # How a load level reads, by its kind: in labels, and compact (the terminal table's narrow
 # column: an open-loop rate, closed-loop clients).
@@ -41,26 +37,6 @@ def trial_label(row: Any) -> str:
         load_text(row) or None,
     ]
     return " · ".join(str(p) for p in parts if not missing(p) and p != "")
-
-
-def ms(seconds: Any, digits: int = 1) -> str:
-    """Seconds shown as milliseconds (files stay in seconds; people read ms)."""
-    if missing(seconds):
-        return "–"
-    value = float(seconds) * 1e3
-    if value != 0 and abs(value) < 10 ** (-digits):
-        return f"{value:.2g}"
-    return f"{value:,.{digits}f}"
-
-
-def ms_interval(seconds: Any, low: Any, high: Any, digits: int = 1) -> str:
-    """A latency and its confidence interval in milliseconds, `42.9 (41.8–44.6)`; a side
-    too few requests bound shows "?", and a value without any interval (an older run's)
-    shows alone."""
-    if missing(seconds) or (missing(low) and missing(high)):
-        return ms(seconds, digits)
-    side = [("?" if missing(v) else ms(v, digits)) for v in (low, high)]
-    return f"{ms(seconds, digits)} ({side[0]}–{side[1]})"
 
 
 def number(value: Any, digits: int = 1) -> str:

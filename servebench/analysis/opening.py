@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
-from servebench.analysis.labels import missing, money, ms, short_settings
+from servebench.analysis.labels import money, short_settings
 from servebench.analysis.loader import RunData
 from servebench.analysis.recommend import (
     CLOSED_LOOP_WARNING,
@@ -39,6 +39,7 @@ from servebench.analysis.recommend import (
 )
 from servebench.analysis.slo import RunSlo, decide, run_slo
 from servebench.analysis.svg import NoData, render
+from servebench.common.readable import missing, ms
 from servebench.pricing import load_prices
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 

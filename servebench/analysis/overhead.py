@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from servebench.analysis.labels import missing
+from servebench.common.readable import missing
 from servebench.results import OVERHEAD_FILE
 
 # What the seed paper found, per kind of measurement, short enough for a table cell

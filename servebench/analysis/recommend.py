@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from servebench.analysis.errors import AnalysisError
-from servebench.analysis.labels import missing
 from servebench.analysis.loader import RunData
 from servebench.analysis.search import search_steps
 from servebench.analysis.slo import (
@@ -54,6 +53,7 @@ from servebench.analysis.slo import (
     trial_slos,
 )
 from servebench.common.paired import HIGHER, Comparison, compare_paired
+from servebench.common.readable import missing
 from servebench.common.verdict_codes import UNUSABLE_STEP
 from servebench.pricing import (
     InstancePrice,

@@ -25,7 +25,7 @@ import pandas as pd
 
 from servebench.analysis import figures
 from servebench.analysis.breakdown import by_link_and_batch, transfer_breakdown
-from servebench.analysis.labels import missing, money, ms, number, si, trial_label
+from servebench.analysis.labels import money, number, si, trial_label
 from servebench.analysis.loader import REPORT_FILE, RunData, load_run
 from servebench.analysis.opening import CSS as OPENING_CSS
 from servebench.analysis.opening import (
@@ -54,6 +54,7 @@ from servebench.analysis.roofline import (
 from servebench.analysis.search import search_steps
 from servebench.analysis.summary import run_counts, summary_table
 from servebench.analysis.svg import NoData
+from servebench.common.readable import missing, ms
 from servebench.results import read_mix
 
 LOCUST_NOTE = (

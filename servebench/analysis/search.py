@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from servebench.analysis.labels import missing
+from servebench.common.readable import missing
 from servebench.results import SearchStepRecord, read_search_steps
 
 STEP_COLUMNS = (

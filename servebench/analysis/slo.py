@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from servebench.analysis.labels import missing
 from servebench.common.quantiles import CONFIDENCE, requests_to_decide
+from servebench.common.readable import missing
 from servebench.common.slo_judge import judge_slo
 from servebench.results import SLO_MET, SLO_MISSED, SLO_UNDECIDED
 

@@ -15,17 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servebench.analysis.labels import (
-    load_text,
-    missing,
-    money,
-    ms,
-    ms_interval,
-    number,
-    short_settings,
-    trial_label,
-)
+from servebench.analysis.labels import load_text, money, number, short_settings, trial_label
 from servebench.analysis.loader import RunData, load_run
+from servebench.common.readable import missing, ms, ms_interval
 
 # (header, terminal header, column, formatter of (row, column)); optional columns appear
 # only when some trial has a value. The terminal's headers are short because a column is

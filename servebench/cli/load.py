@@ -59,14 +59,13 @@ from servebench.load.summary import (
     LATE_THRESHOLD,
     RATE_TOLERANCE,
 )
+from servebench.load.table import live_line, millis, print_load_summary
 
 if TYPE_CHECKING:
-    from servebench.cli.load_server import ServerMetrics
     from servebench.load import ArrivalProcess, LoadPlan, LoadSettings, LoadSummary, Target
     from servebench.load.events import LoadEvent, Subscriber
-    from servebench.load.live import LiveFigures
     from servebench.load.settings import EarlyStopSettings, StabilitySettings
-    from servebench.results import GangRecord
+    from servebench.telemetry.server_metrics import ServerMetrics
 
 EXIT_FAILED = 1
 EXIT_INVALID = 3
@@ -531,10 +530,10 @@ class LoadOptions:
     def plan(self, settings: LoadSettings) -> Plan:
         """The load plan: its models (`--model`, or each of `--mix`) and their clients, made
         from these options and checked against the server before anything is sent
-        (`load_server.checked_connect`): the address, each model, version, protocol,
+        (`clients.probe.checked_connect`): the address, each model, version, protocol,
         request size and input data. ValueError saying which."""
-        from servebench.cli.load_server import checked_connect
         from servebench.clients.factory import ModelClients
+        from servebench.clients.probe import checked_connect
         from servebench.load import LoadPlan
 
         targets = self.targets()
@@ -647,7 +646,8 @@ def load(options: LoadOptions) -> None:
 
 def _run(o: LoadOptions, client: Plan) -> None:
     """Measure, print the summary (and write what was asked for), exit 3 unless VALID."""
-    from servebench.cli.load_server import ServerMetrics, default_metrics_url, protocol_hint
+    from servebench.clients.probe import default_metrics_url, protocol_hint
+    from servebench.telemetry.server_metrics import ServerMetrics
 
     if client.probed:
         typer.echo(f"protocol: {client.protocol} (what {o.url} answers; --protocol to choose)")
@@ -663,7 +663,7 @@ def _run(o: LoadOptions, client: Plan) -> None:
         summary,
         url=o.url,
         records=o.records,
-        server=server,
+        extra_rows=_server_rows(summary, server) if server is not None else (),
         late_threshold_s=settings.late_threshold,
     )
     if metrics is not None and server is None and metrics.note:
@@ -681,8 +681,8 @@ def _run(o: LoadOptions, client: Plan) -> None:
 
 def _measure(o: LoadOptions, client: Plan, metrics: ServerMetrics | None) -> LoadSummary:
     """Run the load (its live figures on a terminal); a failure is one line."""
-    from servebench.cli.load_server import explain
     from servebench.clients.base import InferenceError
+    from servebench.clients.probe import explain
     from servebench.load import Measuring, run
 
     def on_measuring(event: LoadEvent) -> None:
@@ -717,7 +717,7 @@ def _chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, b
     once), as perf_analyzer's users expect of a model; else plain `http` to the URL as an
     endpoint. With whether it was asked (the load says so once its checks pass, so that a
     refusal stays one line). ValueError naming `--protocol` when the answers fit none."""
-    from servebench.cli.load_server import probed_protocol
+    from servebench.clients.probe import probed_protocol
 
     if protocol is not None:
         return protocol, False
@@ -755,137 +755,9 @@ def _live_display(wanted: bool, generators: int) -> Iterator[Subscriber | None]:
 
         def show(event: LoadEvent) -> None:
             if isinstance(event, Progress):
-                live.update(_live_line(event.figures))
+                live.update(live_line(event.figures))
 
         yield show
-
-
-def _live_line(f: LiveFigures) -> str:
-    """Locust's live figures: requests, failures, req/s, p50/p90/p99 (with the sketch's
-    accuracy: the final table's come from the records) and, for a gang, each generator's
-    share."""
-    shares = " / ".join(f"{n:,}" for n in f.by_generator)
-    return (
-        f"live, ±{f.relative_accuracy * 100:g} %: {f.elapsed:.0f} s, {f.completed:,} requests, "
-        f"{f.errors:,} failures, {f.rate:,.1f} req/s, p50 {_ms(f.p50)} / p90 {_ms(f.p90)} / "
-        f"p99 {_ms(f.p99)} ms" + (f"; by generator {shares}" if len(f.by_generator) > 1 else "")
-    )
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "-"
-    return f"{seconds * 1e3:.3f}"
-
-
-def print_load_summary(
-    summary: LoadSummary,
-    *,
-    url: str = "",
-    records: Path | None = None,
-    server: dict[str, Any] | None = None,
-    late_threshold_s: float = LATE_THRESHOLD,
-) -> None:
-    """The summary as a rich table, then the verdict, its reasons and warnings.
-
-    `server` (telemetry summary keys) adds the server's side of a request, in
-    perf_analyzer's words: queue, compute input / infer / output, and what is left of the
-    client's latency (network and client overhead).
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    from servebench.analysis.labels import ms_interval
-
-    console = Console()
-    table = Table(title=f"servebench load: {summary.load}" + (f" → {url}" if url else ""))
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    errors = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors_by_kind.items())) or "none"
-    rows = [
-        ("requests (ok / errors)", f"{summary.count} ({summary.ok} / {summary.errors})"),
-        ("errors by kind", errors),
-        (
-            "target rate (req/s)",
-            f"{summary.target_rate:.1f}" if summary.target_rate is not None else "-",
-        ),
-        ("achieved send rate (req/s)", f"{summary.achieved_rate:.1f}"),
-        ("throughput (req/s)", f"{summary.throughput_rps:.1f}"),
-        ("throughput (infer/s)", f"{summary.throughput_ips:.1f}"),
-        ("error rate", f"{summary.error_rate:.2%}"),
-        ("latency mean (ms)", _ms(summary.latency_mean)),
-        ("latency p50 (ms)", _ms(summary.latency_p50)),
-        ("latency p90 (ms)", _ms(summary.latency_p90)),
-        ("latency p95 (ms)", _ms(summary.latency_p95)),
-        (
-            "latency p99 (ms)",
-            ms_interval(
-                summary.latency_p99, summary.latency_p99_low, summary.latency_p99_high, digits=3
-            ),
-        ),
-        ("latency p99.9 (ms)", _ms(summary.latency_p99_9)),
-        ("latency max (ms)", _ms(summary.latency_max)),
-        ("schedule lag p99 (ms)", _ms(summary.schedule_lag_p99)),
-        (f"sent > {late_threshold_s * 1e3:g} ms late", f"{summary.late_share:.2%}"),
-        ("measured span (s)", f"{summary.duration:.2f}"),
-        ("(…–…): confidence interval", f"{summary.confidence_level:.0%}"),
-    ]
-    if server is not None:
-        rows += _server_rows(summary, server)
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
-    if summary.windows:
-        windows = Table(title="stability windows")
-        for col in ("window", "completed", "errors", "req/s", "latency (ms)"):
-            windows.add_column(col, justify="right")
-        for w in summary.windows:
-            windows.add_row(
-                str(w.index),
-                str(w.completed),
-                str(w.errors),
-                f"{w.throughput_rps:.1f}",
-                _ms(w.latency),
-            )
-        console.print(windows)
-    if summary.gang is not None:
-        console.print(_gang_table(summary.gang))
-    style = "bold green" if summary.verdict == "VALID" else "bold red"
-    console.print(f"verdict: [{style}]{summary.verdict}[/]")
-    for reason in summary.reasons:
-        console.print(f"  [red]- {reason}[/]")
-    for warning in summary.warnings:
-        console.print(f"  [yellow]warning: {warning}[/]")
-    if records is not None:
-        console.print(f"records: {records}")
-
-
-def _gang_table(gang: GangRecord) -> Any:
-    """Each generator of a gang: its clock against this one's, what it sent, how late."""
-    from rich.table import Table
-
-    table = Table(
-        title=f"generators ({gang.scheduler}): start skew <= "
-        f"{gang.start_skew_s * 1e3:.3f} ms (limit {gang.start_skew_limit_s * 1e3:g} ms)"
-        + (", partial" if gang.partial else "")
-    )
-    for col in ("#", "worker", "clock (ms)", "± (ms)", "requests", "req/s", "short", "lag p99"):
-        table.add_column(col, justify="right")
-    table.add_column("lost")
-    for g in gang.generators:
-        short = g.shortfall
-        table.add_row(
-            str(g.index),
-            g.worker.removeprefix("tcp://"),
-            f"{g.clock_offset_s * 1e3:+.3f}",
-            f"{g.clock_uncertainty_s * 1e3:.3f}",
-            str(g.count),
-            f"{g.sent_rate:.1f}",
-            "-" if short is None else f"{max(short, 0.0):.1%}",  # never "-0.0%"
-            _ms(g.lag_p99_s),
-            g.lost or "",
-        )
-    return table
 
 
 def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str, str]]:
@@ -904,17 +776,17 @@ def _server_rows(summary: LoadSummary, server: dict[str, Any]) -> list[tuple[str
             "server avg batch",
             "-" if server.get("server_avg_batch") is None else f"{server['server_avg_batch']:.2f}",
         ),
-        ("server request (ms)", _ms(server.get("server_request_s"))),
-        ("  queue (ms)", _ms(server.get("server_queue_s"))),
-        ("  compute input (ms)", _ms(server.get("server_compute_input_s"))),
-        ("  compute infer (ms)", _ms(server.get("server_compute_infer_s"))),
-        ("  compute output (ms)", _ms(server.get("server_compute_output_s"))),
+        ("server request (ms)", millis(server.get("server_request_s"))),
+        ("  queue (ms)", millis(server.get("server_queue_s"))),
+        ("  compute input (ms)", millis(server.get("server_compute_input_s"))),
+        ("  compute infer (ms)", millis(server.get("server_compute_infer_s"))),
+        ("  compute output (ms)", millis(server.get("server_compute_output_s"))),
     ]
     if summary.ok:
         rows.append(
             (
                 "client - server (ms)",
-                _ms(client_minus_server_s(summary.latency_mean, server)),
+                millis(client_minus_server_s(summary.latency_mean, server)),
             )
         )
     return rows
