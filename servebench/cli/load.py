@@ -51,14 +51,7 @@ from servebench.common.limits import (
     MIN_RATE,
 )
 from servebench.common.quantiles import CONFIDENCE
-from servebench.load.summary import (
-    EARLY_STOP_MIN_DURATION,
-    EARLY_STOP_MIN_REQUESTS,
-    LAG_RATIO,
-    LATE_LIMIT,
-    LATE_THRESHOLD,
-    RATE_TOLERANCE,
-)
+from servebench.load import summary as defaults  # the verdict's and early stop's
 from servebench.load.table import live_line, millis, print_load_summary
 
 if TYPE_CHECKING:
@@ -258,7 +251,7 @@ class LoadOptions:
             rich_help_panel=_VERDICT,
             parser=Number(float, gt=0, le=MAX_SECONDS * 1e3, unit=" ms"),
         ),
-    ] = LATE_THRESHOLD * 1e3
+    ] = defaults.LATE_THRESHOLD * 1e3
     late_limit: Annotated[
         float,
         typer.Option(
@@ -266,7 +259,7 @@ class LoadOptions:
             rich_help_panel=_VERDICT,
             parser=Number(float, ge=0, le=1),
         ),
-    ] = LATE_LIMIT
+    ] = defaults.LATE_LIMIT
     rate_tolerance: Annotated[
         float,
         typer.Option(
@@ -274,7 +267,7 @@ class LoadOptions:
             rich_help_panel=_VERDICT,
             parser=Number(float, ge=0, lt=1),
         ),
-    ] = RATE_TOLERANCE
+    ] = defaults.RATE_TOLERANCE
     lag_ratio: Annotated[
         float,
         typer.Option(
@@ -282,7 +275,7 @@ class LoadOptions:
             rich_help_panel=_VERDICT,
             parser=Number(float, gt=0, le=1000),
         ),
-    ] = LAG_RATIO
+    ] = defaults.LAG_RATIO
     early_stop_ms: Annotated[
         float | None,
         typer.Option(
@@ -307,7 +300,7 @@ class LoadOptions:
             rich_help_panel=_STOP,
             parser=Number(float, ge=0, le=MAX_TRIAL_S, limit="max_trial_s", unit=" s"),
         ),
-    ] = EARLY_STOP_MIN_DURATION
+    ] = defaults.EARLY_STOP_MIN_DURATION
     min_requests: Annotated[
         int,
         typer.Option(
@@ -315,7 +308,7 @@ class LoadOptions:
             rich_help_panel=_STOP,
             parser=Number(int, ge=1, le=MAX_REQUESTS, limit="max_requests"),
         ),
-    ] = EARLY_STOP_MIN_REQUESTS
+    ] = defaults.EARLY_STOP_MIN_REQUESTS
     stability: Annotated[
         bool, typer.Option(help="Measure in windows until stable.", rich_help_panel=_STAB)
     ] = False

@@ -11,36 +11,24 @@ through the same `LoadControl` and hand their parts' counts to the same stop rul
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from servebench.load.events import Events, LoadControl, Subscriber, signals_stop
+from servebench.load.executor import Executor, LoadRun
 from servebench.load.in_process import InProcess
 from servebench.load.plan import LoadPlan
 from servebench.load.records import RecordSink
 from servebench.load.summary import LoadSummary
 
 
-class Executor(Protocol):
-    """Runs a load plan: its parts, its rules, its events; returns the merged summary."""
-
-    def run(
-        self,
-        plan: LoadPlan,
-        records: str | Path | RecordSink | None,
-        control: LoadControl,
-        events: Events,
-    ) -> LoadSummary: ...
-
-
-def executor_for(plan: LoadPlan, use_uvloop: bool | None = None) -> Executor:
+def executor_for(plan: LoadPlan) -> Executor:
     """The executor of `plan`: a gang where it has more than one generator or a Dask
     scheduler, else this process."""
     if plan.settings.is_gang:
         # Imported here: a load of one process does not pay for Dask's import.
         from servebench.load.gang import DaskGang
 
-        return DaskGang(use_uvloop)
-    return InProcess(use_uvloop)
+        return DaskGang()
+    return InProcess()
 
 
 def run(
@@ -60,4 +48,5 @@ def run(
     """
     control = control if control is not None else LoadControl()
     with signals_stop(control, handle_signals):
-        return executor_for(plan, use_uvloop).run(plan, records, control, Events(*subscribers))
+        load = LoadRun(plan, records, control, Events(*subscribers), use_uvloop)
+        return executor_for(plan).run(load)

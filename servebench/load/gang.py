@@ -72,6 +72,7 @@ from servebench.common.verdict_codes import VerdictCode
 from servebench.load.combine import summarize_reports
 from servebench.load.engine import EngineReport, LoadEngine
 from servebench.load.events import Events, LoadControl, Measuring, PartLost, Started, Stopped
+from servebench.load.executor import LoadRun
 from servebench.load.in_process import loop_factory, open_sink
 from servebench.load.live import PUBLISH_EVERY, MergedCounts
 from servebench.load.plan import LoadPlan, connect_part
@@ -140,18 +141,10 @@ class _Outcome:
 class DaskGang:
     """Runs a plan's `settings.generators` parts on Dask (see the module's docstring)."""
 
-    def __init__(self, use_uvloop: bool | None = None) -> None:
-        self.use_uvloop = use_uvloop
-
-    def run(
-        self,
-        plan: LoadPlan,
-        records: str | Path | RecordSink | None,
-        control: LoadControl,
-        events: Events,
-    ) -> LoadSummary:
-        """`records` (a Parquet path or a sink) is opened once the generators are done, so a
-        gang that never starts leaves no file behind."""
+    def run(self, load: LoadRun) -> LoadSummary:
+        """The records (a Parquet path or a sink) are opened once the generators are done,
+        so a gang that never starts leaves no file behind."""
+        plan = load.plan
         settings = plan.settings
         if settings.scheduler is None:
             check_local_gang(settings.generators)
@@ -162,16 +155,11 @@ class DaskGang:
                 "load.generators: generators need a client source that pickles "
                 f"(e.g. functools.partial(create_client, ...)); {exc}"
             ) from None
-        return _run(plan, records, self.use_uvloop, control, events)
+        return _run(load)
 
 
-def _run(
-    plan: LoadPlan,
-    records: str | Path | RecordSink | None,
-    use_uvloop: bool | None,
-    control: LoadControl,
-    events: Events,
-) -> LoadSummary:
+def _run(load: LoadRun) -> LoadSummary:
+    plan, control, events = load.plan, load.control, load.events
     settings = plan.settings
     n = settings.generators
     run_id = f"servebench-gang-{uuid.uuid4().hex[:12]}"
@@ -185,7 +173,7 @@ def _run(
                 plan,
                 i,
                 run_id,
-                use_uvloop,
+                load.use_uvloop,
                 key=f"{run_id}-{i}",
                 workers=[workers[i]],
                 allow_other_workers=False,  # a generator is never re-run elsewhere
@@ -227,7 +215,7 @@ def _run(
                 timer.join()
             with contextlib.suppress(Exception):  # a long-lived scheduler keeps nothing of it
                 _forget(client, run_id, n)
-    sink, owned = open_sink(records)
+    sink, owned = open_sink(load.records)
     try:
         reports = [
             _merge(i, outcome, clocks[i], settings, start_at, sink)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from servebench.load.combine import summarize_reports
 from servebench.load.engine import LoadEngine
 from servebench.load.events import Events, LoadControl, Measuring, Started, Stopped
+from servebench.load.executor import LoadRun
 from servebench.load.live import MergedCounts
 from servebench.load.plan import LoadPlan, connect_part
 from servebench.load.records import ParquetRecordWriter, RecordSink
@@ -34,19 +35,10 @@ LOOK_EVERY = 0.25
 class InProcess:
     """Runs a plan of one part in this process (see the module's docstring)."""
 
-    def __init__(self, use_uvloop: bool | None = None) -> None:
-        self.use_uvloop = use_uvloop
-
-    def run(
-        self,
-        plan: LoadPlan,
-        records: str | Path | RecordSink | None,
-        control: LoadControl,
-        events: Events,
-    ) -> LoadSummary:
-        sink, owned = open_sink(records)
+    def run(self, load: LoadRun) -> LoadSummary:
+        sink, owned = open_sink(load.records)
         try:
-            return run_in_loop(_run(plan, sink, control, events), self.use_uvloop)
+            return run_in_loop(_run(load.plan, sink, load.control, load.events), load.use_uvloop)
         finally:
             if owned and sink is not None:
                 sink.close()
