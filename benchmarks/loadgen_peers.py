@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import functools
 import json
 import math
 import os
@@ -387,7 +388,11 @@ def servebench_load(
     tmp: Path,
     realtime: bool = False,
     protocol: str = "http",
+    tree: Path | None = None,
 ) -> dict:
+    """One `servebench load` pinned to `core`; `tree`: the servebench checkout to run (its
+    folder first on the path: an older commit's, for a before/after comparison), else the
+    installed one."""
     out = tmp / "summary.json"
     argv = [
         sys.executable,
@@ -411,15 +416,24 @@ def servebench_load(
     # SCHED_FIFO priority 1 shields the generator from other processes' time slices (the
     # kernel still reserves 5 % of each second for normal tasks), as on a dedicated host.
     realtime_prefix = ["chrt", "-f", "1"] if realtime else []
-    run_tool([*realtime_prefix, *pinned(core, argv)], seconds + 60)
+    env = {"PYTHONPATH": str(tree)} if tree is not None else None
+    run_tool([*realtime_prefix, *pinned(core, argv)], seconds + 60, env)
     return json.loads(out.read_text())
 
 
 def bench_servebench(
-    url: str, core: int, seconds: int, tmp: Path, extra: tuple[str, ...] = (), protocol="http"
+    url: str,
+    core: int,
+    seconds: int,
+    tmp: Path,
+    extra: tuple[str, ...] = (),
+    protocol="http",
+    tree: Path | None = None,
 ) -> float:
     args = ["--concurrency", str(CONNECTIONS), "--duration", str(seconds), "--warmup", "1"]
-    summary = servebench_load(url, core, [*args, *extra], seconds + 1, tmp, protocol=protocol)
+    summary = servebench_load(
+        url, core, [*args, *extra], seconds + 1, tmp, protocol=protocol, tree=tree
+    )
     if summary["errors"]:
         raise RuntimeError(f"servebench saw errors: {summary['errors_by_kind']}")
     if not summary["count"]:
@@ -850,6 +864,12 @@ def main() -> None:
         "--only", action="append", choices=list(TOOLS), help="run only these rows (repeatable)"
     )
     parser.add_argument("--no-engine", action="store_true", help="skip the engine-alone part")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an older servebench (git worktree add DIR COMMIT): adds its "
+        "'servebench (baseline)' row and open-loop lag, alternated with today's (A B B A)",
+    )
     args = parser.parse_args()
 
     for tool in ("nginx", "taskset"):
@@ -871,6 +891,9 @@ def main() -> None:
             print(f"skipping {name}: {need} not installed")
             continue
         available[name] = fn
+    if args.baseline is not None:
+        baseline = args.baseline.resolve()
+        available["servebench (baseline)"] = functools.partial(bench_servebench, tree=baseline)
 
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     with tempfile.TemporaryDirectory(prefix="loadgen-peers-") as tmpdir:
@@ -911,9 +934,16 @@ def main() -> None:
             lags: dict[str, list[dict]] = {"normal priority": []}
             if shutil.which("chrt") and os.geteuid() == 0:
                 lags["real-time priority"] = []
+            trees: dict[str, Path | None] = dict.fromkeys(lags)
+            if args.baseline is not None:
+                for priority in list(lags):
+                    lags[f"{priority}, baseline"] = []
+                    trees[f"{priority}, baseline"] = args.baseline.resolve()
             lag_args = ["--rate", f"{args.lag_rate:g}", "--duration", str(args.seconds)]
-            for _ in range(args.repeat):
-                for name, fn in available.items():  # round robin spreads machine noise
+            for repeat in range(args.repeat):
+                # Round robin spreads machine noise; every other round backwards (A B B A).
+                order = list(available.items())
+                for name, fn in order if repeat % 2 == 0 else order[::-1]:
                     rate = fn(url, client_core, args.seconds, tmp)
                     rates[name].append(rate)
                     shares[name].append(LAST_CPU_SHARE[0])
@@ -923,14 +953,16 @@ def main() -> None:
                         f"server {LAST_SERVER_SHARE[0]:.2f}   (load {load_average()})",
                         flush=True,
                     )
-                for priority, runs in lags.items():
+                lag_order = list(lags.items())
+                for priority, runs in lag_order if repeat % 2 == 0 else lag_order[::-1]:
                     lag = servebench_load(
                         url,
                         client_core,
                         [*lag_args, "--warmup", "1"],
                         args.seconds,
                         tmp,
-                        realtime=priority != "normal priority",
+                        realtime=not priority.startswith("normal priority"),
+                        tree=trees[priority],
                     )
                     runs.append(lag)
                     print(f"  open loop, {priority:<19} {describe_lag(lag)}", flush=True)
@@ -996,6 +1028,14 @@ def report(
         print(
             f"{name:<28}{median[name]:>13,.0f}{best[name]:>12,.0f}{per_core[name]:>10,.0f}"
             f"{server:>8.2f}{ratio}"
+        )
+    if rates.get("servebench") and rates.get("servebench (baseline)"):
+        pairs = zip(rates["servebench"], rates["servebench (baseline)"], strict=True)
+        # Each round ran both, next to each other (A B B A): the ratio round by round.
+        ratios = sorted(new / old for new, old in pairs)
+        print(
+            f"servebench / baseline, round by round ({len(ratios)} rounds): median "
+            f"{statistics.median(ratios):.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}"
         )
     print()
     for priority, runs in lags.items():
