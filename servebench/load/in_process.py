@@ -60,7 +60,11 @@ async def _run(
                 await loop.run_in_executor(None, events.publish, Measuring())
 
         engine = LoadEngine(
-            mix, settings, sink, on_measure_start=hook, counts=count_rules(settings)
+            mix,
+            settings,
+            sink,
+            on_measure_start=hook,
+            counts=count_rules(settings) if coordinator.watching else None,
         )
 
         def stop(reason: str | None, code) -> None:
@@ -77,11 +81,9 @@ async def _run(
                 merged = MergedCounts([await engine.snapshot()], [False])
                 await asyncio.to_thread(coordinator.tick, merged, engine.elapsed())
             report = task.result()
-            coordinator.tick(
-                MergedCounts([engine.counts.snapshot(0, engine.elapsed())], [False]),
-                engine.elapsed(),
-                final=True,
-            )
+            if engine.counts is not None:
+                final = MergedCounts([engine.counts.snapshot(0, engine.elapsed())], [False])
+                coordinator.tick(final, engine.elapsed(), final=True)
     events.publish(Stopped(report.stop_reason, report.stop_code))
     return summarize_reports(plan, [report], coordinator.outcome())
 

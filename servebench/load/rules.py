@@ -180,6 +180,11 @@ class Coordinator:
         self.live = LiveRate()
         self._next_progress = 0.0
 
+    @property
+    def watching(self) -> bool:
+        """Whether any rule or subscriber reads the parts' counts at all."""
+        return bool(self.rules) or bool(self.events)
+
     def due(self) -> float:
         """The schedule offset of the next look any rule or the live figures want."""
         wanted = [r.due() for r in self.rules]
