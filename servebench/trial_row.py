@@ -49,7 +49,7 @@ class TrialCoordinates:
     trial_id: str
     index: int
     server: str
-    server_kind: str
+    api: str  # the API the server serves: triton | tfs ("" where none is known)
     setting: str
     model: str
     batch_size: int

@@ -86,7 +86,7 @@ def _scenario(files: str, *, settings: str = "{max_batch_size: 4, dynamic_batchi
         f"{files}"
         "servers:\n"
         "  - name: triton\n"
-        "    kind: triton\n"
+        "    api: triton\n"
         f"    settings: {settings}\n"
         "workload:\n"
         "  rates: [40]\n"
@@ -276,7 +276,7 @@ def test_a_model_servebench_cannot_serve_so_is_refused_before_the_run(
     (tmp_path / "net.onnx").write_bytes((user_files / "net.onnx").read_bytes())
     tfs = (
         "name: tfs\nmodels: {files: [{path: net.onnx}]}\n"
-        "servers: [{name: tfs, kind: tfs, launch: docker}]\n"
+        "servers: [{name: tfs, api: tfs, launch: docker}]\n"
         "workload: {rates: [1], duration_s: 1}\n"
     )
     (problem,) = problems(tmp_path, tfs)
@@ -293,7 +293,7 @@ def test_a_model_servebench_cannot_serve_so_is_refused_before_the_run(
     )
     text = (
         "name: flat\nmodels: {files: [{path: flat}]}\n"
-        "servers: [{name: t, kind: triton, settings: {dynamic_batching: true}}]\n"
+        "servers: [{name: t, api: triton, settings: {dynamic_batching: true}}]\n"
         "workload: {rates: [1], batch_sizes: [1, 2], duration_s: 1}\n"
     )
     found = problems(tmp_path, text, "flat.yaml")
