@@ -99,7 +99,8 @@ FORMAT_HISTORY = {
     2: "format_version in run.json, trials.csv and settings.csv; run.json's status one of "
     "RunStatus; every trials.csv column present, verdict codes beside their text, slo_met "
     "met/missed/undecided, search_steps a JSON list of objects (SearchStepRecord)",
-    3: "one meaning per word: trials.csv's and settings.csv's `server_kind` (the API) is `api`",
+    3: "one meaning per word: trials.csv's and settings.csv's `server_kind` (the API) is "
+    "`api`; an imported model's file format is in `format`, no longer in `layer_type`",
 }
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
@@ -240,7 +241,19 @@ _SERVER = (
 )
 # The model's size and cost (model_zoo.counting), for the roofline.
 _MODEL = (
-    _column("layer_type", _TEXT, "", "dense | conv | lstm | gru | attention | resnet50"),
+    _column(
+        "layer_type",
+        _TEXT,
+        "",
+        "a generated model's family: dense | conv | lstm | gru | attention | resnet50",
+    ),
+    _column(
+        "format",
+        _TEXT,
+        "",
+        "an imported model's file format: onnx | torchscript | torch-export | keras | "
+        "savedmodel | triton (empty: a generated model)",
+    ),
     _column("depth", _INT, "layers", "model depth"),
     _column("width", _INT, "units", "model width"),
     _column("params", _INT, "parameters", "trainable parameters"),
@@ -1003,6 +1016,18 @@ def _renamed_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     return frame
 
 
+def _trial_rows_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
+    """Format-2 rows of trials.csv as format 3: `_renamed_from_2`, and an imported model's
+    file format (which format 2 put in `layer_type`) in `format`. An imported model is the
+    one with a `layer_type` but no depth or width: a generated model always has both, a
+    mix or an unknown model none of the three."""
+    frame = _renamed_from_2(frame, rows)
+    imported = rows & frame["layer_type"].notna() & frame["depth"].isna() & frame["width"].isna()
+    frame["format"] = frame["format"].where(~imported, frame["layer_type"])
+    frame["layer_type"] = frame["layer_type"].where(~imported, None)
+    return frame
+
+
 def _row_versions(frame: pd.DataFrame, path: Path) -> pd.Series:
     """Each row's format: its `format_version` cell, `UNVERSIONED` where there is none."""
     if "format_version" not in frame.columns:
@@ -1047,7 +1072,7 @@ def _trial_rows_from_1(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
 
 
 # Each file's steps, by the version they upgrade from.
-_TRIAL_STEPS: dict[int, Step] = {1: _trial_rows_from_1, 2: _renamed_from_2}
+_TRIAL_STEPS: dict[int, Step] = {1: _trial_rows_from_1, 2: _trial_rows_from_2}
 _SETTING_STEPS: dict[int, Step] = {2: _renamed_from_2}
 
 

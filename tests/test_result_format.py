@@ -130,30 +130,42 @@ def test_a_resumed_older_run_is_written_in_todays_format(tmp_path: Path) -> None
 
 
 def fixture_run(root: Path, name: str, *, format_2: bool) -> Path:
-    """The analysis fixture, as today writes it or (`format_2`) as format 2 did: the API in
-    `server_kind`. Both are read and written back by pandas alike, so they differ only in
-    what format 2 wrote otherwise."""
+    """The analysis fixture with a user's imported ONNX model (the first trial of each
+    setting: no family, depth or width), as today writes it or (`format_2`) as format 2
+    did: the API in `server_kind`, the file's format in `layer_type`, no `format` column.
+    Both are read and written back by pandas alike, so they differ only in what format 2
+    wrote otherwise."""
     path = make_run_dir(root / name, duration=20)
     frame = pd.read_csv(path / TRIALS_FILE)
+    imported = ~frame["setting"].duplicated()
+    frame.loc[imported, ["layer_type", "depth", "width"]] = None
+    frame["format"] = frame["format"].astype(object)
+    frame.loc[imported, "format"] = "onnx"
     if format_2:
         run = json.loads((path / RUN_FILE).read_text())
         (path / RUN_FILE).write_text(json.dumps({**run, "format_version": 2}))
-        frame = frame.rename(columns={"api": "server_kind"})
+        frame["layer_type"] = frame["layer_type"].where(~imported, frame["format"])
+        frame = frame.drop(columns=["format"]).rename(columns={"api": "server_kind"})
         frame["format_version"] = 2
     frame.to_csv(path / TRIALS_FILE, index=False)
     return path
 
 
-def test_a_format_2_run_reads_with_api(tmp_path: Path) -> None:
+def test_a_format_2_run_reads_with_api_and_format(tmp_path: Path) -> None:
     path = fixture_run(tmp_path, "old", format_2=True)
     trials = load_run(path).trials
     assert "server_kind" not in trials.columns and set(trials["api"]) == {"triton"}
+    imported = trials["format"].notna()
+    assert set(trials.loc[imported, "format"]) == {"onnx"} and imported.sum() == 2
+    assert trials.loc[imported, "layer_type"].isna().all()
+    assert set(trials.loc[~imported, "layer_type"]) == {"conv"}  # generated: kept
     assert (trials["format_version"] == FORMAT_VERSION).all()
     # Resumed, it is written in today's names.
     directory = RunDirectory.open(path)
     directory.write_trials()
     written = pd.read_csv(path / TRIALS_FILE)
     assert list(written.columns) == TRIAL_SCHEMA.names
+    assert written["format"].notna().sum() == 2
 
 
 def test_a_format_2_run_opens_with_report_recommend_and_export_as_before(

@@ -116,7 +116,9 @@ def test_user_files_run_on_local_triton_with_only_swept_fields_rewritten(
     assert set(by_model) == {"net", "hand"}
     module = _mlp(0)
     params = sum(p.numel() for p in module.parameters())
-    assert by_model["net"]["layer_type"] == "onnx" and by_model["hand"]["layer_type"] == "triton"
+    # A file's format has its own column; it is not one of the generated families.
+    assert by_model["net"]["format"] == "onnx" and by_model["hand"]["format"] == "triton"
+    assert by_model["net"]["layer_type"] == by_model["hand"]["layer_type"] == ""
     for row in by_model.values():  # both are ONNX graphs: counted
         assert int(row["params"]) == params
         assert float(row["flops_per_sample"]) == 2 * (6 * 5 + 5 * 3)
@@ -349,6 +351,6 @@ def test_a_torchscript_file_needs_its_shapes_and_is_not_counted(tmp_path: Path) 
     path = write(tmp_path, given, "given.yaml")
     (model,) = expand(load_scenario(path), path.parent).models
     columns = model_columns(model)
-    assert (columns.layer_type, columns.params, columns.flops_per_sample) == (
-        "torchscript", None, None,
+    assert (columns.format, columns.layer_type, columns.params, columns.flops_per_sample) == (
+        "torchscript", None, None, None,
     )  # fmt: skip
