@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from servebench.cli import app
 from servebench.netem import BUILTIN_PROFILES, profiles
 from servebench.scenario.plan import expand
-from servebench.scenario.runner import scenario_hash
+from servebench.scenario.runner import ScenarioRunner, scenario_hash
 from servebench.scenario.validate import ScenarioError, load_scenario
 
 GOOD = """\
@@ -157,6 +157,9 @@ def test_the_old_name_kind_reads_as_api_with_a_one_line_warning(tmp_path: Path):
     shown = CliRunner().invoke(app, ["scenario", "validate", str(old)])
     assert shown.exit_code == 0, shown.output
     assert f"warning: {old}:9 servers[0].kind: now called api" in shown.output
+    # A run (a cluster job's too, which no one watches) keeps it in run.json.
+    directory = ScenarioRunner(old, output=tmp_path / "results")._directory()
+    assert directory.run["warnings"] == scenario.notes
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path):

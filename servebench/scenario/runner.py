@@ -169,6 +169,8 @@ class ScenarioRunner:
                 unique=True,
             )
             directory.run["scenario_hash"] = self.scenario_hash
+            for note in self.scenario.notes:  # an old field name: kept where jobs are read
+                directory.warn(note)
             return directory
         directory = RunDirectory.open(self.resume)
         earlier = directory.run.get("scenario_hash")
