@@ -276,7 +276,8 @@ class ServerSection(Strict):
     read."""
 
     #: Fields renamed since, by their old name. A file that still writes the old name is
-    #: read as if it wrote the new one (`_prepare`); `scenario_notes` says so, one line each.
+    #: read as if it wrote the new one (`_prepare`); `Scenario.notes` says so, one line
+    #: each (`renamed_fields` finds them).
     RENAMED: ClassVar[Mapping[str, str]] = {"kind": "api"}
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -302,7 +303,7 @@ class ServerSection(Strict):
         old = [name for name, new in cls.RENAMED.items() if name in data and new not in data]
         if not old:
             return data
-        return {cls.RENAMED.get(key, key) if key in old else key: v for key, v in data.items()}
+        return {cls.RENAMED[key] if key in old else key: value for key, value in data.items()}
 
     @rule("api", "launch")
     def _launcher_exists(self, context: Mapping[str, Any]) -> Iterator[Problem]:
