@@ -982,7 +982,7 @@ def _upgrade_rows(
     frame: pd.DataFrame, schema: pa.Schema, path: Path, steps: Mapping[int, Step]
 ) -> pd.DataFrame:
     """A CSV's rows as today's: every column of `schema`, in its order (then any others
-    but the names `RENAMED` retired), each row through the steps from its version on."""
+    but the names `RENAMED_COLUMNS` retired), each row through the steps from its version on."""
     version = _row_versions(frame, path)
     absent = [name for name in schema.names if name not in frame.columns]
     if absent:  # added at once (one by one fragments the frame)
@@ -998,19 +998,21 @@ def _upgrade_rows(
         if rows.any():
             frame = step(frame, rows)
     frame["format_version"] = FORMAT_VERSION
-    others = [name for name in frame.columns if name not in schema.names and name not in RENAMED]
+    others = [
+        name for name in frame.columns if name not in schema.names and name not in RENAMED_COLUMNS
+    ]
     return frame[[*schema.names, *others]]
 
 
 #: Columns renamed since, by their old name (format 3: the API was `server_kind`, the word
 #: that means a registry entry elsewhere).
-RENAMED = {"server_kind": "api"}
+RENAMED_COLUMNS = {"server_kind": "api"}
 
 
 def _renamed_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     """Format-2 rows (trials.csv or settings.csv) as format 3's names: each renamed
     column's values under its new name."""
-    for old, new in RENAMED.items():
+    for old, new in RENAMED_COLUMNS.items():
         if old in frame.columns:
             frame[new] = frame[new].where(~rows, frame[old])
     return frame
