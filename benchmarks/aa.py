@@ -51,7 +51,7 @@ def scenario(name: str, workload: str, settings: str = SETTINGS) -> str:
     specs = "\n".join(f"    - {spec}" for spec in MODELS)
     return (
         f"name: {name}\nseed: 7\nmodels:\n  specs:\n{specs}\n"
-        f"servers:\n  - name: triton\n    kind: triton\n    launch: local\n"
+        f"servers:\n  - name: triton\n    api: triton\n    launch: local\n"
         f"    protocol: http\n    settings: {settings}\n"
         f"workload:\n{workload}links: [direct]\nslo: {{percentile: 99, latency_ms: 50}}\n"
         "cost: {instance: c6i.xlarge}\n"

@@ -74,7 +74,7 @@ models:
     - {{layer_type: dense, depth: 2, width: 16, input_shape: [8], num_outputs: 4}}
 servers:
   - name: served
-    kind: triton
+    api: triton
     launch: remote
     url: {url}
 workload:

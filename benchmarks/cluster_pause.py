@@ -40,12 +40,12 @@ MODEL = "{layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 
 SERVERS = {
     "local": """\
   - name: triton
-    kind: triton
+    api: triton
     settings: {max_batch_size: 4, dynamic_batching: false}
 """,
     "remote": """\
   - name: served
-    kind: triton
+    api: triton
     launch: remote
     url: {url}
 """,

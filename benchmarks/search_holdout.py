@@ -58,7 +58,7 @@ SETTINGS = (
 def scenario(name: str, spec: str, settings: str, workload: str, tune: str = "") -> str:
     return (
         f"name: {name}\nseed: 11\nmodels:\n  specs:\n    - {spec}\n"
-        "servers:\n  - name: triton\n    kind: triton\n    launch: local\n"
+        "servers:\n  - name: triton\n    api: triton\n    launch: local\n"
         f"    protocol: http\n    settings: {settings}\n"
         f"workload:\n{workload}links: [direct]\nslo: {{percentile: 99, latency_ms: 100}}\n"
         f"cost: {{instance: c6i.xlarge}}\n{tune}"

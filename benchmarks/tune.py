@@ -99,7 +99,7 @@ models:
 {models}
 servers:
   - name: triton
-    kind: triton
+    api: triton
     launch: local
     settings:
 {settings}

@@ -87,7 +87,7 @@ TEMP_SUFFIX = ".tmp"
 #: The result format today's writers write: run.json's `format_version`, and the column of
 #: that name in trials.csv and settings.csv (each row says its own, so a file is readable
 #: without its run.json, and a run resumed by a newer servebench is rewritten whole).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: What a run.json or a row without `format_version` is: written before versions existed.
 UNVERSIONED = 1
 #: What each version is, against the one before it; `upgrade` turns each older shape into
@@ -99,6 +99,8 @@ FORMAT_HISTORY = {
     2: "format_version in run.json, trials.csv and settings.csv; run.json's status one of "
     "RunStatus; every trials.csv column present, verdict codes beside their text, slo_met "
     "met/missed/undecided, search_steps a JSON list of objects (SearchStepRecord)",
+    3: "one meaning per word: trials.csv's and settings.csv's `server_kind` (the API) is "
+    "`api`; an imported model's file format is in `format`, no longer in `layer_type`",
 }
 # The merged files and the per-trial files they are made of.
 MERGED = ((RECORDS_DIR, RECORDS_FILE), (TELEMETRY_DIR, TELEMETRY_FILE))
@@ -220,7 +222,7 @@ _OUTCOME = (
 # Where the trial sits in the study: what `report compare` joins on.
 _COORDINATES = (
     _column("server", _TEXT, "", "the scenario's name for the server"),
-    _column("server_kind", _TEXT, "", "triton | tfs"),
+    _column("api", _TEXT, "", "the API the server serves: triton | tfs"),
     _column("setting", _TEXT, "", "server name with the settings that vary, e.g. triton[b=on]"),
     _column("model", _TEXT, "", "model id"),
     _column("batch_size", _INT, "samples", "samples per request"),
@@ -239,7 +241,19 @@ _SERVER = (
 )
 # The model's size and cost (model_zoo.counting), for the roofline.
 _MODEL = (
-    _column("layer_type", _TEXT, "", "dense | conv | lstm | gru | attention | resnet50"),
+    _column(
+        "layer_type",
+        _TEXT,
+        "",
+        "a generated model's family: dense | conv | lstm | gru | attention | resnet50",
+    ),
+    _column(
+        "format",
+        _TEXT,
+        "",
+        "an imported model's file format: onnx | torchscript | torch-export | keras | "
+        "savedmodel | triton (empty: a generated model)",
+    ),
     _column("depth", _INT, "layers", "model depth"),
     _column("width", _INT, "units", "model width"),
     _column("params", _INT, "parameters", "trainable parameters"),
@@ -976,8 +990,9 @@ def upgrade(files: RunFiles, directory: Path) -> RunFiles:
     run.json: `format_version` today's (`upgraded_from`: the one it was written in, where
     older), `run_id` (else the folder's name), `status` (else unknown) and `RUN_DEFAULTS`
     where absent. trials.csv and settings.csv: every column of their schema (empty where
-    the writer had none of it; columns of no schema are kept), each row of format 1 as
-    today's (`_trial_rows_from_1`), `format_version` today's on every row.
+    the writer had none of it; columns of no schema are kept, those renamed since are not),
+    each older row through one step per version (`_TRIAL_STEPS`, `_SETTING_STEPS`: format
+    1 to 2, 2 to 3, ...), `format_version` today's on every row.
 
     A file or row of a newer format than this servebench knows is refused, naming it.
     """
@@ -986,10 +1001,12 @@ def upgrade(files: RunFiles, directory: Path) -> RunFiles:
         run = _upgrade_run(run, directory / RUN_FILE)
     trials = files.trials
     if trials is not None:
-        trials = _upgrade_rows(trials, TRIAL_SCHEMA, directory / TRIALS_FILE, _trial_rows_from_1)
+        trials = _upgrade_rows(trials, TRIAL_SCHEMA, directory / TRIALS_FILE, _TRIAL_STEPS)
     settings = files.settings
     if settings is not None:
-        settings = _upgrade_rows(settings, SETTING_SCHEMA, directory / SETTINGS_FILE, None)
+        settings = _upgrade_rows(
+            settings, SETTING_SCHEMA, directory / SETTINGS_FILE, _SETTING_STEPS
+        )
     return RunFiles(run=run, trials=trials, settings=settings)
 
 
@@ -1023,14 +1040,16 @@ def _newer(path: Path, version: object) -> str:
     )
 
 
+#: One step of an upgrade: the rows (`rows`, a mask) of the version it is filed under, as
+#: the next version has them; every column of today's schema is there already (empty).
+Step = Callable[[pd.DataFrame, pd.Series], pd.DataFrame]
+
+
 def _upgrade_rows(
-    frame: pd.DataFrame,
-    schema: pa.Schema,
-    path: Path,
-    from_1: Callable[[pd.DataFrame, pd.Series], pd.DataFrame] | None,
+    frame: pd.DataFrame, schema: pa.Schema, path: Path, steps: Mapping[int, Step]
 ) -> pd.DataFrame:
-    """A CSV's rows as today's: every column of `schema`, in its order (then any others),
-    format-1 rows through `from_1`."""
+    """A CSV's rows as today's: every column of `schema`, in its order (then any others
+    but the names `RENAMED_COLUMNS` retired), each row through the steps from its version on."""
     version = _row_versions(frame, path)
     absent = [name for name in schema.names if name not in frame.columns]
     if absent:  # added at once (one by one fragments the frame)
@@ -1041,11 +1060,41 @@ def _upgrade_rows(
         frame = pd.concat([frame, pd.DataFrame(empty, index=frame.index)], axis=1)
     else:
         frame = frame.copy()
-    if from_1 is not None and (version == 1).any():
-        frame = from_1(frame, version == 1)
+    for step_version, step in sorted(steps.items()):
+        rows = version <= step_version
+        if rows.any():
+            frame = step(frame, rows)
     frame["format_version"] = FORMAT_VERSION
-    others = [name for name in frame.columns if name not in schema.names]
+    others = [
+        name for name in frame.columns if name not in schema.names and name not in RENAMED_COLUMNS
+    ]
     return frame[[*schema.names, *others]]
+
+
+#: Columns renamed since, by their old name (format 3: the API was `server_kind`, the word
+#: that means a registry entry elsewhere).
+RENAMED_COLUMNS = {"server_kind": "api"}
+
+
+def _renamed_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
+    """Format-2 rows (trials.csv or settings.csv) as format 3's names: each renamed
+    column's values under its new name."""
+    for old, new in RENAMED_COLUMNS.items():
+        if old in frame.columns:
+            frame[new] = frame[new].where(~rows, frame[old])
+    return frame
+
+
+def _trial_rows_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
+    """Format-2 rows of trials.csv as format 3: `_renamed_from_2`, and an imported model's
+    file format (which format 2 put in `layer_type`) in `format`. An imported model is the
+    one with a `layer_type` but no depth or width: a generated model always has both, a
+    mix or an unknown model none of the three."""
+    frame = _renamed_from_2(frame, rows)
+    imported = rows & frame["layer_type"].notna() & frame["depth"].isna() & frame["width"].isna()
+    frame["format"] = frame["format"].where(~imported, frame["layer_type"])
+    frame["layer_type"] = frame["layer_type"].where(~imported, None)
+    return frame
 
 
 def _row_versions(frame: pd.DataFrame, path: Path) -> pd.Series:
@@ -1089,6 +1138,11 @@ def _trial_rows_from_1(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
         for old, v in zip(rows, frame["search_steps"], strict=True)
     ]
     return frame
+
+
+# Each file's steps, by the version they upgrade from.
+_TRIAL_STEPS: dict[int, Step] = {1: _trial_rows_from_1, 2: _trial_rows_from_2}
+_SETTING_STEPS: dict[int, Step] = {2: _renamed_from_2}
 
 
 def _search_steps_from_1(text: object) -> object:

@@ -27,7 +27,7 @@ from servebench.results import SETTING_COLUMNS, SETTING_FIGURES, TrialRow
 
 # A setting row's coordinates, copied from its replicates (they share them).
 _COPIED = (
-    "server", "server_kind", "setting", "model", "batch_size", "link", "load_kind",
+    "server", "api", "setting", "model", "batch_size", "link", "load_kind",
     "load_level", "launch", "protocol", "settings_json", "instance", "usd_per_hour",
     "slo_percentile", "slo_bound_s",
 )  # fmt: skip

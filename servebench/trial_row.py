@@ -55,7 +55,7 @@ class TrialCoordinates:
     trial_id: str
     index: int
     server: str
-    server_kind: str
+    api: str  # the API the server serves: triton | tfs ("" where none is known)
     setting: str
     model: str
     batch_size: int
@@ -73,9 +73,15 @@ class TrialCoordinates:
 @dataclass(frozen=True)
 class ModelColumns:
     """The model's family and, where it was counted (`model_zoo.counting`), its size: the
-    roofline's inputs. A producer that cannot count it leaves the counts None."""
+    roofline's inputs. A producer that cannot count it leaves the counts None.
+
+    A generated model has a `layer_type` (its family), depth and width; a user's imported
+    model has none of them (it is not one of the families) and its file's `format`
+    instead (onnx, keras, triton, ...). One column, one meaning: readers that group by
+    family are never handed a file format."""
 
     layer_type: str | None = None
+    format: str | None = None
     depth: int | None = None
     width: int | None = None
     params: int | None = None

@@ -39,7 +39,7 @@ models:
     - {{layer_type: dense, depth: 1, width: {width}, input_shape: [4], num_outputs: 3}}
 servers:
   - name: triton
-    kind: triton
+    api: triton
     settings: {{max_batch_size: 4, dynamic_batching: false}}
 """
     + _WORKLOAD
@@ -53,7 +53,7 @@ models:
     - {spec}
 servers:
   - name: served
-    kind: triton
+    api: triton
     launch: remote
     url: {url}
 """

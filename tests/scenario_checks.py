@@ -61,7 +61,7 @@ def tiny_scenario(
         "    - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}",
         "servers:",
         "  - name: triton",
-        "    kind: triton",
+        "    api: triton",
         *(f"    {key}: {flow(value)}" for key, value in (server or {}).items()),
     ]
     if settings is not None:

@@ -70,10 +70,13 @@ def test_five_layer_types_share_one_colour_scale(fixture_run) -> None:
         ],
         ignore_index=True,
     )
-    svg, caption = p99_heatmap(sweep)
+    # A user's imported model beside the sweep: no family, depth or width, so no panel.
+    imported = trials.assign(layer_type=None, depth=None, width=None, format="onnx", model="net")
+    svg, caption = p99_heatmap(pd.concat([sweep, imported], ignore_index=True))
     titles = texts(svg)
     for kind in TYPES:
         assert kind in titles, kind
+    assert "all" not in titles and "onnx" not in titles
     # One colour bar for all panels: one shared scale, so equal colours mean equal p99.
     assert titles.count("p99 (ms)") == 1
     assert "one panel per layer type" in caption

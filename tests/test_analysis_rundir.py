@@ -353,7 +353,7 @@ def _records(trial_id, sim, batch, t0, *, closed, error_kinds=None) -> pa.Table:
 def _coordinates(setting: str, values: dict, batch: int, link: str, rate: float) -> dict:
     return {
         "server": "triton",
-        "server_kind": "triton",
+        "api": "triton",
         "launch": "local",
         "protocol": "http",
         "setting": setting,

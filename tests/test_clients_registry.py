@@ -73,7 +73,7 @@ def test_every_consumer_sees_the_registry_protocols():
 
 
 def test_every_scenario_server_and_transport_has_exactly_one_protocol():
-    kinds = get_args(ServerSection.model_fields["kind"].annotation)
+    kinds = get_args(ServerSection.model_fields["api"].annotation)
     transports = get_args(ServerSection.model_fields["protocol"].annotation)
     served = {(s.server, s.transport) for s in PROTOCOLS.values() if s.server is not None}
     assert served == {(k, t) for k in kinds for t in transports}

@@ -43,11 +43,11 @@ NO_SERVER_STATS_HEADER = (
 
 def closed_row(level: int, ips: float, **extra) -> dict:
     row = {
-        "trial_id": f"c{level}-{extra.get('server_kind', 'triton')}",
+        "trial_id": f"c{level}-{extra.get('api', 'triton')}",
         "status": "ok",
         "verdict": "VALID",
         "server": "triton",
-        "server_kind": "triton",
+        "api": "triton",
         "setting": "triton[dynamic_batching=on]",
         "protocol": "grpc",
         "model": "dense-d2-w16-abcdef",
@@ -157,7 +157,7 @@ def test_concurrency_file_by_hand(tmp_path: Path) -> None:
 
 
 def test_tf_serving_has_no_server_columns(tmp_path: Path) -> None:
-    row = closed_row(2, 50.0, server_kind="tfs", server="tfs", setting="tfs")
+    row = closed_row(2, 50.0, api="tfs", server="tfs", setting="tfs")
     out = tmp_path / "pa"
     assert export(str(write_run(tmp_path, [row])), "-o", str(out)).exit_code == 0
     (path,) = out.glob("*.csv")

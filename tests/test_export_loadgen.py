@@ -59,7 +59,7 @@ def write_run(root: Path, trials: dict[str, tuple[dict, np.ndarray]]) -> Path:
                 "status": "ok",
                 "verdict": "VALID",
                 "server": "triton",
-                "server_kind": "triton",
+                "api": "triton",
                 "setting": "triton",
                 "model": "dense",
                 "batch_size": 1,

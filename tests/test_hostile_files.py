@@ -418,7 +418,7 @@ def _scenario(folder: Path, models: str, inputs: str = "", limits: str = "") -> 
     path = folder / "scenario.yaml"
     path.write_text(
         "name: hostile\n" + models
-        + "servers:\n  - {name: triton, kind: triton, launch: local}\n"
+        + "servers:\n  - {name: triton, api: triton, launch: local}\n"
         + "workload:\n  mode: open\n  rates: [5]\n  batch_sizes: [1]\n  duration_s: 1\n"
         + inputs + limits
     )  # fmt: skip

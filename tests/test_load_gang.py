@@ -188,7 +188,7 @@ models:
   specs:
     - {layer_type: dense, depth: 1, width: 8, input_shape: [4], num_outputs: 3}
 servers:
-  - {name: triton, kind: triton}
+  - {name: triton, api: triton}
 workload:
   rates: [150]
   requests: 300
@@ -210,7 +210,7 @@ def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, pr
     from servebench.results import read_gang
     from servebench.scenario.runner import ScenarioRunner
 
-    text = GANG_SCENARIO.replace("kind: triton}", f"kind: triton, protocol: {protocol}}}")
+    text = GANG_SCENARIO.replace("api: triton}", f"api: triton, protocol: {protocol}}}")
     outcome = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results").run()
     assert outcome.status == "complete", outcome.reason
     run_dir = outcome.directory.path

@@ -162,7 +162,7 @@ def test_records_of_older_runs_read_the_model_as_null():
 
 def _where() -> TrialCoordinates:
     return TrialCoordinates(
-        trial_id="t-mix", index=0, server="s", server_kind="triton", setting="s",
+        trial_id="t-mix", index=0, server="s", api="triton", setting="s",
         model="mix(a*3+b*1)", batch_size=1, link="direct", load_kind="rate",
         load_level=2000.0, launch="local", protocol="http",
     )  # fmt: skip

@@ -23,7 +23,7 @@ models:
     - {spec}
 servers:
   - name: theirs
-    kind: {kind}
+    api: {api}
     launch: remote
     protocol: {protocol}
     url: {url}
@@ -36,9 +36,9 @@ links: [direct]
 BATCHING_SPEC = "{layer_type: dense, depth: 2, width: 32, input_shape: [16], num_outputs: 4}"
 
 
-def run_remote(tmp_path: Path, *, kind: str, url: str, spec: str, protocol="http", extra=""):
+def run_remote(tmp_path: Path, *, api: str, url: str, spec: str, protocol="http", extra=""):
     path = tmp_path / "remote.yaml"
-    path.write_text(SCENARIO.format(kind=kind, url=url, spec=spec, protocol=protocol, extra=extra))
+    path.write_text(SCENARIO.format(api=api, url=url, spec=spec, protocol=protocol, extra=extra))
     return ScenarioRunner(path, output=tmp_path / "results").run()
 
 
@@ -52,7 +52,7 @@ def test_triton_in_model_control_none_is_measured_without_loading(
 ) -> None:
     model = triton_batching_model
     theirs = local_triton(model.repository, extra_args=["--model-control-mode=none"])
-    outcome = run_remote(tmp_path, kind="triton", url=theirs.endpoints.http_url, spec=BATCHING_SPEC)
+    outcome = run_remote(tmp_path, api="triton", url=theirs.endpoints.http_url, spec=BATCHING_SPEC)
     assert outcome.status == "complete", outcome.reason
     trials = pd.read_csv(outcome.directory.path / "trials.csv")
     assert list(trials.status) == ["ok"] and trials["count"].iloc[0] > 0
@@ -67,7 +67,7 @@ def test_a_remote_model_that_is_not_ready_is_one_error_naming_url_and_model(
     theirs = local_triton(triton_batching_model.repository)  # explicit mode, nothing loaded
     url = theirs.endpoints.http_url
     outcome = run_remote(
-        tmp_path, kind="triton", url=url, spec=BATCHING_SPEC, extra="    ready_timeout_s: 1\n"
+        tmp_path, api="triton", url=url, spec=BATCHING_SPEC, extra="    ready_timeout_s: 1\n"
     )
     assert outcome.status == "failed"
     (reason,) = set(pd.read_csv(outcome.directory.path / "trials.csv").reason)
@@ -85,7 +85,7 @@ def test_model_control_explicit_lets_servebench_load_a_remote_triton(
     theirs = local_triton(triton_batching_model.repository)
     outcome = run_remote(
         tmp_path,
-        kind="triton",
+        api="triton",
         url=theirs.endpoints.http_url,
         spec=BATCHING_SPEC,
         extra="    model_control: explicit\n",
@@ -101,7 +101,7 @@ def test_remote_tf_serving_is_measured(tfs_family, tmp_path: Path, protocol: str
     extra = f"    grpc_url: {tfs_family.double.grpc_address}\n" if protocol == "grpc" else ""
     outcome = run_remote(
         tmp_path,
-        kind="tfs",
+        api="tfs",
         url=tfs_family.double.rest_url,
         spec=spec,
         protocol=protocol,
@@ -115,9 +115,9 @@ def test_remote_tf_serving_is_measured(tfs_family, tmp_path: Path, protocol: str
 @pytest.mark.parametrize(
     ("server", "message"),
     [
-        ("{name: t, kind: triton, model_control: explicit}", "only for remote servers"),
+        ("{name: t, api: triton, model_control: explicit}", "only for remote servers"),
         (
-            "{name: t, kind: tfs, launch: remote, url: 'http://127.0.0.1:1', "
+            "{name: t, api: tfs, launch: remote, url: 'http://127.0.0.1:1', "
             "model_control: explicit}",
             "explicit is Triton's mode",
         ),

@@ -42,11 +42,11 @@ def _plan_trials(tmp_path: Path, instances: str = "[1, 2]", delays: str = "[0, 1
           specs: [{{layer_type: dense, depth: 1, width: 8, input_shape: [4]}}]
         servers:
           - name: a
-            kind: triton
+            api: triton
             settings: {{max_batch_size: 4, dynamic_batching: true, max_queue_delay_us: {delays},
                         instance_count: {instances}}}
           - name: b
-            kind: triton
+            api: triton
             settings: {{max_batch_size: 4, dynamic_batching: false}}
         workload: {{rates: [10, 20]}}
         """)
@@ -180,7 +180,7 @@ def _drift_run(tmp_path: Path, name: str) -> tuple[float, float]:
               files: [{path: drift, name: drift}]
             servers:
               - name: triton
-                kind: triton
+                api: triton
                 settings: {max_batch_size: 4, dynamic_batching: true,
                            max_queue_delay_us: [0, 1]}
             workload:
@@ -240,7 +240,7 @@ def test_resume_measures_only_the_missing_replicates_in_the_recorded_order(
               specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [4]}]
             servers:
               - name: triton
-                kind: triton
+                api: triton
                 settings: {max_batch_size: 4, dynamic_batching: [false, true]}
             workload:
               rates: [40]
@@ -303,7 +303,7 @@ def test_a_bad_repeats_is_one_line_naming_it(tmp_path: Path, value: str) -> None
             name: bad
             models:
               specs: [{{layer_type: dense, depth: 1, width: 8, input_shape: [4]}}]
-            servers: [{{name: triton, kind: triton}}]
+            servers: [{{name: triton, api: triton}}]
             workload:
               rates: [10]
               repeats: {value}
@@ -340,7 +340,7 @@ def test_a_replicate_disturbed_on_purpose_is_flagged_and_measured_again(
               specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [4]}]
             servers:
               - name: triton
-                kind: triton
+                api: triton
                 settings: {max_batch_size: 4, dynamic_batching: false}
             workload:
               mode: closed

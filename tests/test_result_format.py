@@ -25,12 +25,14 @@ from servebench.results import (
     MixModelRecord,
     ResultDirError,
     RunDirectory,
+    RunFiles,
     RunStatus,
     SearchStepRecord,
     mix_json,
     read_mix,
     read_run_json,
     read_search_steps,
+    upgrade,
 )
 
 # Columns trials.csv gained over time: a format-1 run may have none of them.
@@ -127,9 +129,75 @@ def test_a_resumed_older_run_is_written_in_todays_format(tmp_path: Path) -> None
     assert search_steps(again)["rate"].tolist() == [4.0, 8.0]
 
 
+def fixture_run(root: Path, name: str, *, format_2: bool) -> Path:
+    """The analysis fixture with a user's imported ONNX model (the first trial of each
+    setting: no family, depth or width), as today writes it or (`format_2`) as format 2
+    did: the API in `server_kind`, the file's format in `layer_type`, no `format` column.
+    Both are read and written back by pandas alike, so they differ only in what format 2
+    wrote otherwise."""
+    path = make_run_dir(root / name, duration=20)
+    frame = pd.read_csv(path / TRIALS_FILE)
+    imported = ~frame["setting"].duplicated()
+    frame.loc[imported, ["layer_type", "depth", "width"]] = None
+    frame["format"] = frame["format"].astype(object)
+    frame.loc[imported, "format"] = "onnx"
+    if format_2:
+        run = json.loads((path / RUN_FILE).read_text())
+        (path / RUN_FILE).write_text(json.dumps({**run, "format_version": 2}))
+        frame["layer_type"] = frame["layer_type"].where(~imported, frame["format"])
+        frame = frame.drop(columns=["format"]).rename(columns={"api": "server_kind"})
+        frame["format_version"] = 2
+    frame.to_csv(path / TRIALS_FILE, index=False)
+    return path
+
+
+def test_a_format_2_run_reads_with_api_and_format(tmp_path: Path) -> None:
+    path = fixture_run(tmp_path, "old", format_2=True)
+    trials = load_run(path).trials
+    assert "server_kind" not in trials.columns and set(trials["api"]) == {"triton"}
+    imported = trials["format"].notna()
+    assert set(trials.loc[imported, "format"]) == {"onnx"} and imported.sum() == 2
+    assert trials.loc[imported, "layer_type"].isna().all()
+    assert set(trials.loc[~imported, "layer_type"]) == {"conv"}  # generated: kept
+    assert (trials["format_version"] == FORMAT_VERSION).all()
+    # Resumed, it is written in today's names.
+    directory = RunDirectory.open(path)
+    directory.write_trials()
+    written = pd.read_csv(path / TRIALS_FILE)
+    assert list(written.columns) == TRIAL_SCHEMA.names
+    assert written["format"].notna().sum() == 2
+
+
+def test_a_format_2_run_opens_with_report_recommend_and_export_as_before(
+    tmp_path: Path,
+) -> None:
+    old = fixture_run(tmp_path, "old", format_2=True)
+    new = fixture_run(tmp_path, "new", format_2=False)
+    answers = []
+    for path in (old, new):
+        report = cli("report", "html", str(path), "-o", str(path / "r.html"))
+        assert report.exit_code == 0, report.output
+        done = cli("recommend", str(path), "--qps", "10", "--slo-p99-ms", "200", "--json")
+        assert done.exit_code == 0, done.output
+        answers.append(json.loads(done.output)["rankings"])
+        done = cli("export", str(path), "-o", str(path / "pa"))
+        assert done.exit_code == 0, done.output
+        answers.append({f.name: f.read_text() for f in sorted((path / "pa").glob("*.csv"))})
+    assert answers[0] == answers[2] and answers[1] == answers[3]
+
+
+def test_a_format_2_settings_file_has_api(tmp_path: Path) -> None:
+    frame = pd.DataFrame(
+        {"trial_id": ["t1"], "server_kind": ["tfs"], "status": ["ok"], "format_version": [2]}
+    )
+    settings = upgrade(RunFiles(settings=frame), tmp_path).settings
+    assert settings is not None and list(settings.columns) == list(SETTING_COLUMNS)
+    assert settings.loc[0, "api"] == "tfs"
+
+
 def test_writers_write_todays_version(tmp_path: Path) -> None:
     directory = RunDirectory.create(tmp_path, "r", "name: r\n", tmp_path / "r.yaml")
-    assert json.loads((directory.path / RUN_FILE).read_text())["format_version"] == 2
+    assert json.loads((directory.path / RUN_FILE).read_text())["format_version"] == 3
     directory.write_settings([{"trial_id": "t1", "status": "ok"}])
     settings = pd.read_csv(directory.path / "settings.csv")
     assert list(settings.columns) == list(SETTING_COLUMNS)
@@ -143,14 +211,15 @@ def test_writers_write_todays_version(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["run.json", "trials.csv"])
 def test_a_newer_format_is_refused_in_one_line(tmp_path: Path, where: str) -> None:
     path = make_run_dir(tmp_path, duration=10)
+    newer = FORMAT_VERSION + 1
     if where == "run.json":
         run = json.loads((path / RUN_FILE).read_text())
-        (path / RUN_FILE).write_text(json.dumps({**run, "format_version": 3}))
+        (path / RUN_FILE).write_text(json.dumps({**run, "format_version": newer}))
     else:
         frame = pd.read_csv(path / TRIALS_FILE)
-        frame.loc[2, "format_version"] = 3
+        frame.loc[2, "format_version"] = newer
         frame.to_csv(path / TRIALS_FILE, index=False)
-    with pytest.raises(ResultDirError, match=f"{where}: written in result format 3, newer"):
+    with pytest.raises(ResultDirError, match=f"{where}: written in result format {newer}, newer"):
         load_run(path)
     done = cli("report", "html", str(path))
     assert done.exit_code == 2 and "Traceback" not in done.output

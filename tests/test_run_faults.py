@@ -53,7 +53,7 @@ models:
   specs: [{MODEL}]
 servers:
   - name: stub
-    kind: triton
+    api: triton
     launch: remote
     url: {{url}}
 {WORKLOAD}"""
@@ -63,7 +63,7 @@ models:
   specs: [{MODEL}]
 servers:
   - name: triton
-    kind: triton
+    api: triton
     settings: {{{{max_batch_size: 4, dynamic_batching: false}}}}
 {WORKLOAD}"""
 
@@ -174,7 +174,7 @@ def test_resume_with_another_scenario_is_refused_unless_forced(tmp_path: Path, s
     # Comments, quoting, defaults spelled out and the results folder are not the
     # scenario: same hash.
     same = tmp_path / "same.yaml"
-    text = path.read_text().replace("kind: triton", 'kind: "triton"  # quoted')
+    text = path.read_text().replace("api: triton", 'api: "triton"  # quoted')
     same.write_text(f"# the same\nseed: 0\noutput: elsewhere\n{text}")
     code, output = cli("scenario", "run", same, "--resume", run_dir, "--no-report")
     assert code == 3 and "different scenario" not in output, output

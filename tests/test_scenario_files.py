@@ -86,7 +86,7 @@ def _scenario(files: str, *, settings: str = "{max_batch_size: 4, dynamic_batchi
         f"{files}"
         "servers:\n"
         "  - name: triton\n"
-        "    kind: triton\n"
+        "    api: triton\n"
         f"    settings: {settings}\n"
         "workload:\n"
         "  rates: [40]\n"
@@ -116,7 +116,9 @@ def test_user_files_run_on_local_triton_with_only_swept_fields_rewritten(
     assert set(by_model) == {"net", "hand"}
     module = _mlp(0)
     params = sum(p.numel() for p in module.parameters())
-    assert by_model["net"]["layer_type"] == "onnx" and by_model["hand"]["layer_type"] == "triton"
+    # A file's format has its own column; it is not one of the generated families.
+    assert by_model["net"]["format"] == "onnx" and by_model["hand"]["format"] == "triton"
+    assert by_model["net"]["layer_type"] == by_model["hand"]["layer_type"] == ""
     for row in by_model.values():  # both are ONNX graphs: counted
         assert int(row["params"]) == params
         assert float(row["flops_per_sample"]) == 2 * (6 * 5 + 5 * 3)
@@ -276,7 +278,7 @@ def test_a_model_servebench_cannot_serve_so_is_refused_before_the_run(
     (tmp_path / "net.onnx").write_bytes((user_files / "net.onnx").read_bytes())
     tfs = (
         "name: tfs\nmodels: {files: [{path: net.onnx}]}\n"
-        "servers: [{name: tfs, kind: tfs, launch: docker}]\n"
+        "servers: [{name: tfs, api: tfs, launch: docker}]\n"
         "workload: {rates: [1], duration_s: 1}\n"
     )
     (problem,) = problems(tmp_path, tfs)
@@ -293,7 +295,7 @@ def test_a_model_servebench_cannot_serve_so_is_refused_before_the_run(
     )
     text = (
         "name: flat\nmodels: {files: [{path: flat}]}\n"
-        "servers: [{name: t, kind: triton, settings: {dynamic_batching: true}}]\n"
+        "servers: [{name: t, api: triton, settings: {dynamic_batching: true}}]\n"
         "workload: {rates: [1], batch_sizes: [1, 2], duration_s: 1}\n"
     )
     found = problems(tmp_path, text, "flat.yaml")
@@ -349,6 +351,6 @@ def test_a_torchscript_file_needs_its_shapes_and_is_not_counted(tmp_path: Path) 
     path = write(tmp_path, given, "given.yaml")
     (model,) = expand(load_scenario(path), path.parent).models
     columns = model_columns(model)
-    assert (columns.layer_type, columns.params, columns.flops_per_sample) == (
-        "torchscript", None, None,
+    assert (columns.format, columns.layer_type, columns.params, columns.flops_per_sample) == (
+        "torchscript", None, None, None,
     )  # fmt: skip

@@ -23,7 +23,7 @@ models:
     - {layer_type: dense, depth: 1, width: 8, input_shape: [4]}
 servers:
   - name: t
-    kind: triton
+    api: triton
 workload:
   rates: [10]
   duration_s: 2
@@ -75,7 +75,7 @@ REFUSED = [
         "11 limits.max_concurrency: 1000000000000.0 — must be <=",
     ),
     (
-        ("kind: triton", "kind: triton\n    settings: {max_queue_delay_us: 1.0e+12}"),
+        ("api: triton", "api: triton\n    settings: {max_queue_delay_us: 1.0e+12}"),
         "8 servers[0].settings.max_queue_delay_us: 1000000000000.0 — must be <= 60000000",
     ),
     # item 4: "valid", then the run fails
@@ -93,19 +93,19 @@ REFUSED = [
         "11 workload.trace: 'missing.txt' — ",
     ),
     (
-        ("kind: triton", "kind: triton\n    launch: remote\n    url: 'not a url'"),
+        ("api: triton", "api: triton\n    launch: remote\n    url: 'not a url'"),
         "9 servers[0].url: 'not a url' — host 'not a url' is not a host name or IP address",
     ),
     (
         (
-            "kind: triton",
-            "kind: triton\n    launch: remote\n    url: http://h:8000\n"
+            "api: triton",
+            "api: triton\n    launch: remote\n    url: http://h:8000\n"
             "    protocol: grpc\n    grpc_url: nope",
         ),
         "11 servers[0].grpc_url: 'nope' — a gRPC address is host:port",
     ),
     (
-        ("kind: triton", "kind: triton\n    launch: remote\n    url: 'http://h:0'"),
+        ("api: triton", "api: triton\n    launch: remote\n    url: 'http://h:0'"),
         "9 servers[0].url: 'http://h:0' — port 0",
     ),
     (("  specs:", "  repository: no-such-dir\n  specs:"), "3 models.repository: 'no-such-dir'"),
@@ -130,7 +130,7 @@ REFUSED = [
         "3 models.grid.input_shapes.conv: [5] — conv takes (height, width, channels), got 1 dims",
     ),
     (
-        ("kind: triton", "kind: triton\n    settings: {max_batch_size: []}"),
+        ("api: triton", "api: triton\n    settings: {max_batch_size: []}"),
         "8 servers[0].settings.max_batch_size: [] — must have at least 1 item",
     ),
     (
@@ -194,10 +194,10 @@ def test_a_huge_grid_is_refused_before_any_model_is_built(tmp_path: Path, monkey
 def test_a_huge_settings_matrix_is_refused_before_it_is_listed(tmp_path: Path):
     delays = ", ".join(str(i) for i in range(1000))
     counts = ", ".join(str(i) for i in range(1, 201))
-    settings = f"kind: triton\n    settings: {{max_queue_delay_us: [{delays}], "
+    settings = f"api: triton\n    settings: {{max_queue_delay_us: [{delays}], "
     settings += f"instance_count: [{counts}]}}"
     started = time.perf_counter()
-    found = problems(tmp_path, edit("kind: triton", settings))
+    found = problems(tmp_path, edit("api: triton", settings))
     assert time.perf_counter() - started < 5
     assert any("servers[0].settings: 200,000 combinations; must be <=" in p for p in found), found
 

@@ -49,7 +49,7 @@ def mix_scenario(load: str, mix: str | None = None, *, models: str = "") -> str:
         f"    - {json.dumps(B)}\n"
         f"{models}"
         "servers:\n"
-        "  - {name: triton, kind: triton, settings: {max_batch_size: 4}}\n"
+        "  - {name: triton, api: triton, settings: {max_batch_size: 4}}\n"
         "workload:\n"
         f"{load}"
         "  warmup_s: 0.2\n"

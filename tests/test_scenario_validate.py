@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from servebench.cli import app
 from servebench.netem import BUILTIN_PROFILES, profiles
 from servebench.scenario.plan import expand
+from servebench.scenario.runner import ScenarioRunner, scenario_hash
 from servebench.scenario.validate import ScenarioError, load_scenario
 
 GOOD = """\
@@ -20,7 +21,7 @@ models:
     widths: [16]
 servers:
   - name: triton
-    kind: triton
+    api: triton
     settings:
       dynamic_batching: [false, true]
       instance_count: [1, 2]
@@ -56,10 +57,17 @@ BAD = [
         "18 workload.colour: 'red' — unknown key (allowed: mode,",
     ),
     (
-        "kind: triton",
+        "api: triton",
+        "api: torchserve",
+        "9 servers[0].api: 'torchserve' — must be one of 'triton' or 'tfs'",
+    ),
+    # The old name of `api` is still read, and blamed as written.
+    (
+        "api: triton",
         "kind: torchserve",
         "9 servers[0].kind: 'torchserve' — must be one of 'triton' or 'tfs'",
     ),
+    ("api: triton", "api: triton\n    kind: triton", "10 servers[0].kind: 'triton' — unknown key"),
     (
         "instance_count: [1, 2]",
         "instance_cnt: 2",
@@ -99,15 +107,15 @@ BAD = [
         "14 workload.rates: open loop needs rates, a trace or search: max_rate",
     ),
     ("name: study", "name: my study", "1 name: 'my study' — must be letters, digits"),
-    ("kind: triton\n", "kind: tfs\n", "8 servers[0].launch: TF Serving has no local launcher"),
+    ("api: triton\n", "api: tfs\n", "8 servers[0].launch: TF Serving has no local launcher"),
     (
-        "    kind: triton\n",
-        "    kind: triton\n    launch: remote\n",
+        "    api: triton\n",
+        "    api: triton\n    launch: remote\n",
         "8 servers[0].url: a remote server needs its HTTP/REST address",
     ),
     (
-        "    kind: triton\n",
-        "    kind: triton\n    launch: remote\n    protocol: grpc\n    url: http://127.0.0.1:8000\n",
+        "    api: triton\n",
+        "    api: triton\n    launch: remote\n    protocol: grpc\n    url: http://127.0.0.1:8000\n",
         "8 servers[0].grpc_url: a remote grpc server needs its gRPC address",
     ),
     ("warmup_s: 0.5", "warmup_s: -1", "18 workload.warmup_s: -1 — must be >= 0"),
@@ -131,6 +139,29 @@ def test_bad_scenarios_name_file_line_field_and_reason(tmp_path: Path, old, new,
     assert any(p.startswith(f"{tmp_path / 's.yaml'}:{expected}") for p in found), found
 
 
+def test_the_old_name_kind_reads_as_api_with_a_one_line_warning(tmp_path: Path):
+    old = tmp_path / "old.yaml"
+    old.write_text(GOOD.replace("api: triton", "kind: triton"))
+    new = write(tmp_path, GOOD)
+    scenario = load_scenario(old)
+    assert scenario.servers[0].api == "triton"
+    assert scenario.notes == [
+        f"{old}:9 servers[0].kind: now called api (the old name still works, for now)"
+    ]
+    assert load_scenario(new).notes == []
+    # The same study: an earlier run of it resumes, its trials keep their ids.
+    assert scenario_hash(scenario) == scenario_hash(load_scenario(new))
+    assert [t.id for t in expand(scenario).trials] == [
+        t.id for t in expand(load_scenario(new)).trials
+    ]
+    shown = CliRunner().invoke(app, ["scenario", "validate", str(old)])
+    assert shown.exit_code == 0, shown.output
+    assert f"warning: {old}:9 servers[0].kind: now called api" in shown.output
+    # A run (a cluster job's too, which no one watches) keeps it in run.json.
+    directory = ScenarioRunner(old, output=tmp_path / "results")._directory()
+    assert directory.run["warnings"] == scenario.notes
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path):
     text = GOOD.replace("rates: [50, 100]", "rates: [-1]").replace("lte]", "5g]")
     found = problems(tmp_path, text)
@@ -144,10 +175,10 @@ models:
     - {layer_type: dense, depth: 1, width: 8, input_shape: [4]}
 servers:
   - name: a
-    kind: triton
+    api: triton
     settings: {instance_count: [1, 0]}
   - name: b
-    kind: triton
+    api: triton
     settings: {max_batch_size: 8}
 workload:
   rates: [50, -5]
@@ -291,7 +322,7 @@ def test_an_empty_list_for_a_number_or_list_setting_is_one_error(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(
         "name: s\nmodels: {specs: [{layer_type: dense, depth: 1, width: 8, input_shape: [4]}]}\n"
-        "servers: [{name: t, kind: triton, settings: {instance_count: []}}]\n"
+        "servers: [{name: t, api: triton, settings: {instance_count: []}}]\n"
         "workload: {rates: [1]}\n"
     )
     with pytest.raises(ScenarioError) as caught:

@@ -131,7 +131,7 @@ def test_each_entry_agrees_with_its_server(name):
     transports = get_args(ServerSection.model_fields["protocol"].annotation)
     for transport in transports:
         assert for_server(kind.api.name, transport).server == kind.api.name
-    assert kind.scenario_fields() == {"kind": kind.api.name, "launch": kind.launch.name}
+    assert kind.scenario_fields() == {"api": kind.api.name, "launch": kind.launch.name}
     assert scenario_kind(kind.api.name, kind.launch.name) is kind
 
 
@@ -142,7 +142,7 @@ def test_every_protocol_names_an_api_the_registry_serves():
 
 def test_the_scenario_words_are_the_registrys():
     fields = ServerSection.model_fields
-    assert get_args(fields["kind"].annotation) == api_names() == ("triton", "tfs")
+    assert get_args(fields["api"].annotation) == api_names() == ("triton", "tfs")
     assert get_args(fields["launch"].annotation) == tuple(LAUNCHES) == ("local", "docker", "remote")
     assert set(get_args(fields["model_control"].annotation)) == {
         mode for kind in KINDS.values() for mode in kind.model_control
@@ -162,7 +162,7 @@ def test_every_shipped_scenario_maps_to_a_kind():
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         for server in load_scenario(path).servers:
             kind = server.server_kind
-            assert (kind.api.name, kind.launch.name) == (server.kind, server.launch), path
+            assert (kind.api.name, kind.launch.name) == (server.api, server.launch), path
 
 
 def test_the_overhead_probe_runs_the_registrys_kinds(tmp_path):
@@ -194,21 +194,21 @@ def _problems(tmp_path: Path, server: str) -> list[str]:
 @pytest.mark.parametrize(
     ("server", "expected"),
     [
-        ("{name: t, kind: tfs}",
+        ("{name: t, api: tfs}",
          "servers[0].launch: TF Serving has no local launcher here; use docker (a Docker "
          "engine) or remote (url of a running server)"),
-        ("{name: t, kind: triton, launch: remote, url: 'http://h:1', settings: {a: 1}}",
+        ("{name: t, api: triton, launch: remote, url: 'http://h:1', settings: {a: 1}}",
          "servers[0].settings: {'a': 1} — a remote server's settings cannot be changed"),
-        ("{name: t, kind: tfs, launch: remote, url: 'http://h:1', model_control: explicit}",
+        ("{name: t, api: tfs, launch: remote, url: 'http://h:1', model_control: explicit}",
          "servers[0].model_control: 'explicit' — explicit is Triton's mode; TF Serving has none"),
-        ("{name: t, kind: triton, model_control: explicit}",
+        ("{name: t, api: triton, model_control: explicit}",
          "servers[0].model_control: 'explicit' — only for remote servers (servebench loads "
          "its own)"),
-        ("{name: t, kind: triton, launch: docker, url: 'http://h:1'}",
+        ("{name: t, api: triton, launch: docker, url: 'http://h:1'}",
          "servers[0].url: 'http://h:1' — only remote servers take an address"),
-        ("{name: t, kind: triton, image: 'x:1'}",
+        ("{name: t, api: triton, image: 'x:1'}",
          "servers[0].image: 'x:1' — only docker servers take an image"),
-        ("{name: t, kind: tfs, launch: docker, settings: {max_queue_delay_us: 5}}",
+        ("{name: t, api: tfs, launch: docker, settings: {max_queue_delay_us: 5}}",
          "servers[0].settings.max_queue_delay_us: 5 — unknown key (allowed: enable_batching,"),
     ],
 )  # fmt: skip
@@ -221,7 +221,7 @@ def test_settings_are_the_kinds(tmp_path):
     for kind in KINDS.values():
         if kind.settings is None:
             continue
-        server = f"{{name: t, kind: {kind.api.name}, launch: {kind.launch.name}}}"
+        server = f"{{name: t, api: {kind.api.name}, launch: {kind.launch.name}}}"
         assert _problems(tmp_path, server) == []
         path = tmp_path / "k.yaml"
         section = load_scenario(path).servers[0]
@@ -256,7 +256,7 @@ def triton_export(tmp_path_factory) -> Path:
 
 
 def test_triton_local_builds_its_repository_from_the_setting(tmp_path, triton_export):
-    plan = _plan(tmp_path, "{name: t, kind: triton, settings: {max_batch_size: 4, "
+    plan = _plan(tmp_path, "{name: t, api: triton, settings: {max_batch_size: 4, "
                            "dynamic_batching: false, instance_count: 2}}")  # fmt: skip
     (setting,) = plan.settings
     kind = setting.server.server_kind
@@ -271,7 +271,7 @@ def test_triton_local_builds_its_repository_from_the_setting(tmp_path, triton_ex
 
 def test_tfs_docker_builds_with_the_settings_batching(tmp_path, tfs_family):
     spec = next(iter(tfs_family.specs.values()))
-    server = "{name: t, kind: tfs, launch: docker, gpus: 0, settings: {enable_batching: true, "
+    server = "{name: t, api: tfs, launch: docker, gpus: 0, settings: {enable_batching: true, "
     server += "max_batch_size: 8, batch_timeout_us: 250, inter_op_threads: 3}}"
     plan = _plan(tmp_path, server)
     (setting,) = plan.settings
@@ -286,7 +286,7 @@ def test_tfs_docker_builds_with_the_settings_batching(tmp_path, tfs_family):
 
 @pytest.mark.parametrize("api", ["triton", "tfs"])
 def test_remote_kinds_build_from_the_address(tmp_path, api):
-    plan = _plan(tmp_path, f"{{name: r, kind: {api}, launch: remote, url: 'http://h:8'}}")
+    plan = _plan(tmp_path, f"{{name: r, api: {api}, launch: remote, url: 'http://h:8'}}")
     (setting,) = plan.settings
     built = setting.server.server_kind.build(
         Deployment(setting.server, setting.values, plan.models, tmp_path, tmp_path)

@@ -217,7 +217,7 @@ def test_a_scenario_naming_the_pt_file_runs_it(
         f"    - {{path: {model_file}, input_shapes: {{seq: [10, 8], context: [5]}}}}\n"
         "servers:\n"
         "  - name: triton\n"
-        "    kind: triton\n"
+        "    api: triton\n"
         "    settings: {max_batch_size: 4, dynamic_batching: true}\n"
         "workload:\n"
         "  rates: [20]\n"

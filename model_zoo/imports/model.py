@@ -30,9 +30,10 @@ class ImportedModel:
     """One model file of a scenario, read.
 
     `source_format` is the format the file is in (`formats.FORMATS`' names: onnx, keras,
-    triton, ...) and stands as the row's `layer_type`: an imported model has no layer
-    family, depth or width. `to_savedmodel` says whether TF Serving can serve it (which
-    Triton forms it has is what its import writes: `servers.kinds` reads the folders).
+    triton, ...), trials.csv's `format`: an imported model has no layer family (the
+    column `layer_type`), depth or width. `to_savedmodel` says whether TF Serving can serve
+    it (which Triton forms it has is what its import writes: `servers.kinds` reads the
+    folders).
     """
 
     id: str
@@ -45,10 +46,6 @@ class ImportedModel:
     # The bytes its file may hold (the scenario's limits.max_model_mb), which the run's
     # import of it holds it to again.
     limit: ByteLimit = field(default_factory=model_limit)
-
-    @property
-    def layer_type(self) -> str:
-        return self.source_format
 
     @property
     def batched(self) -> bool:

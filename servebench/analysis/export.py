@@ -176,7 +176,7 @@ def _has_stage_times(row: dict[str, Any]) -> bool:
     """Whether perf_analyzer would show the server's split for this row's server: unless
     its API is one known to publish no per-stage times (TF Serving); a raw HTTP endpoint
     or a name servebench does not know keeps the columns, empty where unmeasured."""
-    api = serving_api(str(row.get("server_kind") or ""))
+    api = serving_api(str(row.get("api") or ""))
     return api is None or api.stage_times
 
 

@@ -401,7 +401,8 @@ def p99_heatmap(trials: pd.DataFrame) -> tuple[str, str]:
     rows_dim, cols_dim = dims
     if dims == ("depth", "width"):
         link = reference_link(ok)
-        ok = ok[ok["link"] == link]
+        # Generated models only: a user's imported one has no depth, width or family.
+        ok = ok[(ok["link"] == link) & ok["depth"].notna() & ok["width"].notna()]
         ok = (
             ok[ok["batch_size"] == ok["batch_size"].min()] if ok["batch_size"].notna().any() else ok
         )

@@ -23,11 +23,14 @@ def _load(path: Path):
     from servebench.scenario.validate import ScenarioError, load_scenario
 
     try:
-        return load_scenario(path)
+        scenario = load_scenario(path)
     except ScenarioError as err:
         for problem in err.problems:
             say(problem)
         raise typer.Exit(code=2) from None
+    for note in scenario.notes:  # valid, but written with an old field name
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    return scenario
 
 
 def _plan(path: Path):

@@ -1,6 +1,6 @@
 """The serving APIs servebench talks to, named once: Triton's and TF Serving's.
 
-A name here is what a scenario's server `kind` says, what trials.csv's `server_kind`
+A name here is what a scenario's server `api` says, what trials.csv's `api` column
 holds, what a protocol's `ProtocolSpec.server` refers to and what each server kind in
 `servers.kinds` serves. It sits at the bottom, beside the well-known ports, because layers
 that may not import one another all need it: the server kinds, the protocols, and the
@@ -37,5 +37,5 @@ SERVING_APIS: dict[str, ServingApi] = {api.name: api for api in (TRITON, TFS)}
 
 def serving_api(name: str) -> ServingApi | None:
     """The API called `name`, None for a name servebench does not know (a raw HTTP
-    endpoint's empty `server_kind`, a file written by another tool)."""
+    endpoint's empty `api`, a file written by another tool)."""
     return SERVING_APIS.get(name)

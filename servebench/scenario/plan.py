@@ -136,7 +136,7 @@ def _coordinates(
 ) -> dict[str, Any]:
     return {
         "server": setting.server.name,
-        "server_kind": setting.server.kind,
+        "api": setting.server.api,
         "setting": setting.id,
         "model": model.id,
         "batch_size": batch_size,
@@ -144,6 +144,11 @@ def _coordinates(
         "load_kind": level.kind,
         "load_level": level.value,
     }
+
+
+# What the API coordinate is called inside a trial id's hash: its name when ids were first
+# made, kept so that an id never changes.
+_ID_API = "server_kind"
 
 
 def trial_id(
@@ -156,10 +161,12 @@ def trial_id(
     """A hash of the trial's coordinates and settings, the same in every run of a scenario.
 
     The link enters as the scenario writes it (a built-in or inline profile's name, a
-    profile file's path), as it always has: ids of earlier runs still match on `--resume`.
+    profile file's path), as it always has, and the API under its name of before (the
+    coordinate `server_kind`): ids of earlier runs still match on `--resume`.
     """
     written = link if isinstance(link, str) else link.name
     coordinates = _coordinates(setting, model, written, batch_size, level)
+    coordinates[_ID_API] = coordinates.pop("api")
     canonical = json.dumps({**coordinates, "settings": setting.values}, sort_keys=True, default=str)
     return "t" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 

@@ -53,7 +53,7 @@ from servebench.scenario.deploy import export_models
 from servebench.scenario.plan import Plan, Trial, expand
 from servebench.scenario.round_runner import RoundRunner, RunControl
 from servebench.scenario.rounds import ROUNDS_KEY, replicate_id, rounds_from_json
-from servebench.scenario.schema import Scenario, TuneSection
+from servebench.scenario.schema import Scenario, ServerSection, TuneSection
 from servebench.scenario.tune import tune_server
 from servebench.scenario.validate import load_scenario
 from servebench.setting_row import build_setting_row
@@ -169,6 +169,8 @@ class ScenarioRunner:
                 unique=True,
             )
             directory.run["scenario_hash"] = self.scenario_hash
+            for note in self.scenario.notes:  # an old field name: kept where jobs are read
+                directory.warn(note)
             return directory
         directory = RunDirectory.open(self.resume)
         earlier = directory.run.get("scenario_hash")
@@ -422,8 +424,15 @@ def scenario_hash(scenario: Scenario) -> str:
     Comments, formatting, key order and defaults spelled out do not change it, nor does
     `output` (where results go); any change to models, servers, workload, links, SLO or
     cost does, which is what --resume must not mix. Values equal to their defaults are
-    left out, so a field a newer servebench adds does not make earlier runs unresumable."""
+    left out, so a field a newer servebench adds does not make earlier runs unresumable; a
+    renamed field is hashed under its old name (`ServerSection.RENAMED`), for the same
+    reason."""
     data = scenario.model_dump(mode="json", exclude={"output"}, exclude_defaults=True)
+    old_names = {new: old for old, new in ServerSection.RENAMED.items()}
+    data["servers"] = [
+        {old_names.get(name, name): value for name, value in server.items()}
+        for server in data["servers"]
+    ]
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, StrictInt, field_validator
 
@@ -271,11 +271,17 @@ _FIELD_NOUNS = {"url": "an address", "grpc_url": "an address", "image": "an imag
 
 
 class ServerSection(Strict):
-    """One server of a scenario: `kind` (the API it serves) and `launch` name its entry in
-    the server-kind registry (`server_kind`), whose rules the checks below read."""
+    """One server of a scenario: `api` (the API it serves: triton, tfs) and `launch` name
+    its entry in the server-kind registry (`server_kind`), whose rules the checks below
+    read."""
+
+    #: Fields renamed since, by their old name. A file that still writes the old name is
+    #: read as if it wrote the new one (`_prepare`); `Scenario.notes` says so, one line
+    #: each (`renamed_fields` finds them).
+    RENAMED: ClassVar[Mapping[str, str]] = {"kind": "api"}
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: ApiName
+    api: ApiName
     launch: LaunchName = "local"
     protocol: Literal["http", "grpc"] = "http"
     url: str | None = Field(default=None, description="remote: the HTTP/REST base URL")
@@ -288,10 +294,21 @@ class ServerSection(Strict):
     ready_timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 30.0
     settings: dict[str, Any] = Field(default_factory=dict)
 
-    @rule("kind", "launch")
+    @classmethod
+    def _prepare(cls, data: Any) -> Any:
+        """The old names as the new ones (a file that writes both keeps both: the old one
+        is then an unknown key, which the schema reports)."""
+        if not isinstance(data, Mapping):
+            return data
+        old = [name for name, new in cls.RENAMED.items() if name in data and new not in data]
+        if not old:
+            return data
+        return {cls.RENAMED[key] if key in old else key: value for key, value in data.items()}
+
+    @rule("api", "launch")
     def _launcher_exists(self, context: Mapping[str, Any]) -> Iterator[Problem]:
         try:
-            scenario_kind(self.kind, self.launch)
+            scenario_kind(self.api, self.launch)
         except ServerKindError as err:
             yield ("launch",), str(err)
 
@@ -312,15 +329,15 @@ class ServerSection(Strict):
         if self.grpc_url and (problem := _grpc_address_problem(self.grpc_url)):
             yield ("grpc_url",), problem
 
-    @rule("kind", "launch", "settings")
+    @rule("api", "launch", "settings")
     def _settings_taken(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        kind = _kind_or_none(self.kind, self.launch)
+        kind = _kind_or_none(self.api, self.launch)
         if kind is not None and kind.settings is None and self.settings:
             yield ("settings",), f"a {kind.launch.name} server's settings cannot be changed"
 
-    @rule("launch", "kind", "model_control")
+    @rule("launch", "api", "model_control")
     def _model_control(self, context: Mapping[str, Any]) -> Iterator[Problem]:
-        kind = _kind_or_none(self.kind, self.launch)
+        kind = _kind_or_none(self.api, self.launch)
         if kind is None or self.model_control in kind.model_control:
             return
         takers = [k for k in KINDS.values() if self.model_control in k.model_control]
@@ -344,7 +361,7 @@ class ServerSection(Strict):
     def server_kind(self) -> ServerKind:
         """The registry entry this section means (a `ServerKindError` on a pair validation
         refuses)."""
-        return scenario_kind(self.kind, self.launch)
+        return scenario_kind(self.api, self.launch)
 
     @property
     def client_protocol(self) -> ProtocolSpec:
@@ -355,8 +372,8 @@ class ServerSection(Strict):
     @property
     def settings_type(self) -> type[SettingsMatrix] | None:
         """The settings matrix the kind takes; None for a kind that takes none (a server
-        servebench attaches to) or a kind and launch that name no kind."""
-        kind = _kind_or_none(self.kind, self.launch)
+        servebench attaches to) or an api and launch that name no kind."""
+        kind = _kind_or_none(self.api, self.launch)
         return kind.settings if kind is not None else None
 
     @property
@@ -365,6 +382,17 @@ class ServerSection(Strict):
         if settings_type is None:
             raise ValueError(f"server {self.name}: a {self.launch} server has no settings")
         return settings_type.model_validate(self.settings)
+
+
+def renamed_fields(data: Any) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Where a scenario's raw data writes a field by its old name (`ServerSection.RENAMED`),
+    with the new name."""
+    servers = data.get("servers") if isinstance(data, Mapping) else None
+    for i, server in enumerate(servers if isinstance(servers, list) else []):
+        if isinstance(server, Mapping):
+            for old, new in ServerSection.RENAMED.items():
+                if old in server and new not in server:
+                    yield ("servers", i, old), new
 
 
 def _kind_or_none(api: str, launch: str) -> ServerKind | None:
@@ -746,6 +774,8 @@ class Scenario(Strict):
     _input_files: dict[Path, InputData] = PrivateAttr(default_factory=dict)
     # Model files read by `imported_model`, by (path, name, shapes).
     _model_files: dict[str, ImportedModel] = PrivateAttr(default_factory=dict)
+    # What its file should change though it validated (a field's old name), one line each.
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("links")
     @classmethod
@@ -802,6 +832,13 @@ class Scenario(Strict):
                 limit=model_limit(self._file_limits.max_model_mb),
             )  # fmt: skip
         return self._model_files[key]
+
+    @property
+    def notes(self) -> list[str]:
+        """What the file it was read from should change though it is valid (an old field
+        name, read as the new one): `validate_source` writes them, the CLI shows them as
+        warnings."""
+        return list(self._notes)
 
     @property
     def _file_limits(self) -> Limits:

@@ -408,25 +408,25 @@ def model_columns(model: ServedModel | ModelMix, *, counted: bool = True) -> Mod
 
     A generated model is counted from its spec (`model_zoo.counting`); a user's file from
     its ONNX graph where it has one (`model_zoo.imports.counts`), its columns empty
-    (unknown) where the graph does not allow; its `layer_type` is the file's format
-    (onnx, keras, triton, ...) and it has no depth or width. A mix has no one family or
-    size: its columns are empty (`mix_json` splits the trial by model).
+    (unknown) where the graph does not allow; it has no family, depth or width, and its
+    `format` is the file's (onnx, keras, triton, ...). A mix has no one family or size:
+    its columns are empty (`mix_json` splits the trial by model).
     """
     if isinstance(model, ModelMix):
         return ModelColumns()
     if isinstance(model, ImportedModel):
         if not counted:
-            return ModelColumns(model.layer_type)
+            return ModelColumns(format=model.source_format)
         graph = model.counts
         return ModelColumns(
-            layer_type=model.layer_type,
+            format=model.source_format,
             params=graph.params,
             flops_per_sample=float(graph.flops) if graph.flops is not None else None,
             weight_bytes=graph.weight_bytes,
             activation_bytes=graph.activation_bytes,
         )
     if not counted:
-        return ModelColumns(model.layer_type, model.depth, model.width)
+        return ModelColumns(layer_type=model.layer_type, depth=model.depth, width=model.width)
     cost = count(model)
     return ModelColumns(
         layer_type=model.layer_type,

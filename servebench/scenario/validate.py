@@ -36,6 +36,7 @@ from servebench.scenario.schema import (
     ServerSection,
     infinite_field,
     over_limit,
+    renamed_fields,
 )
 from servebench.scenario.source import (
     Location,
@@ -124,6 +125,7 @@ def _format(
         # Union members add their type name to the location (e.g. "str", "LinkProfile");
         # the user never wrote those, so they are dropped.
         location = (*prefix, *(p for p in error["loc"] if not _is_union_tag(p)))
+        location = _as_written(location, source)
         owner = _model_at((*location[len(prefix) :], ""), root)
         named = _FIELD_PREFIX.match(error["msg"].removeprefix("Value error, "))
         if error["type"] == "value_error" and named and owner and named[1] in owner.model_fields:
@@ -141,6 +143,17 @@ def _format(
         model = _model_at(location[len(prefix) :], root)
         problems.append(f"{where} {field}: {shown}{_message(error, model)}")
     return list(dict.fromkeys(problems))
+
+
+def _as_written(location: Location, source: ScenarioSource) -> Location:
+    """`location` with a renamed field spelled as the file writes it (its old name), so
+    the problem points at that line and says that word."""
+    if location in source.lines:
+        return location
+    for written, new in renamed_fields(source.data):
+        if location[: len(written)] == (*written[:-1], new):
+            return (*written, *location[len(written) :])
+    return location
 
 
 _FIELD_PREFIX = re.compile(r"^(\w+): (.*)$", re.DOTALL)
@@ -202,7 +215,21 @@ def validate_source(source: ScenarioSource) -> Scenario:
     if problems:
         raise ScenarioError(sorted(dict.fromkeys(problems), key=_line_number))
     assert scenario is not None
+    scenario._notes = _renamed_notes(source)
     return scenario
+
+
+def _renamed_notes(source: ScenarioSource) -> list[str]:
+    """One line per field the file writes by its old name (read as the new one)."""
+    notes = []
+    for location, new in renamed_fields(source.data):
+        line = source.line_of(location)
+        where = f"{source.path}:{line}" if line else str(source.path)
+        notes.append(
+            f"{where} {format_location(location)}: now called {new} (the old name still "
+            "works, for now)"
+        )
+    return notes
 
 
 def _line_number(problem: str) -> int:
@@ -243,7 +270,7 @@ class _Checks:
         problems = []
         context = {LIMITS_CONTEXT_KEY: self.limits}
         for i, server in enumerate(self.scenario.__dict__.get("servers") or []):
-            if server is None or not known(server, "kind", "launch", "settings"):
+            if server is None or not known(server, "api", "launch", "settings"):
                 continue
             settings_type = server.settings_type
             if settings_type is None:  # a kind whose settings are its own, or no kind
@@ -429,7 +456,7 @@ class _Checks:
         """What no server of the scenario can do with `model`, one problem each."""
         problems = []
         for server in self.scenario.__dict__.get("servers") or []:
-            if server is None or not known(server, "kind", "launch"):
+            if server is None or not known(server, "api", "launch"):
                 continue
             kind = server.server_kind
             if kind.export_format == TFS_FORMAT and not model.to_savedmodel:
@@ -622,7 +649,7 @@ class _Checks:
         matrices = {id(server) for server, _ in self.matrices}
         return all(
             server is not None
-            and known(server, "launch", "kind", "settings")
+            and known(server, "launch", "api", "settings")
             and (server.launch == "remote" or id(server) in matrices)
             for server in self.scenario.servers
         )

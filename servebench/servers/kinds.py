@@ -1,7 +1,7 @@
 """Every kind of server servebench runs or attaches to, defined once.
 
 A kind is one `ServerKind` entry in `KINDS`: the API it serves (`common.serving_apis`:
-Triton's or TF Serving's, what a scenario's server `kind` says), how it is launched
+Triton's or TF Serving's, what a scenario's server `api` says), how it is launched
 (`LAUNCHES`: started here, in a container, or attached to at a URL — a scenario's
 `launch`), the `Server` class that starts, stops and loads models, the settings a scenario
 may vary (`servers.settings`), the `model_zoo` export format it serves, and how one is
@@ -10,7 +10,7 @@ built from a scenario's server section and an export folder (`ServerKind.build`)
 Everything that starts a server goes through this table: the scenario runner
 (`scenario.deploy`, which `servebench scenario run`, cluster jobs and the overhead serving
 probe all run), `servebench ui` and `servebench models serve`. The scenario schema maps
-its `kind` and `launch` to an entry with `scenario_kind`, the one place that pairing is
+its `api` and `launch` to an entry with `scenario_kind`, the one place that pairing is
 decided, and reads its rules (which settings, which fields, which model-control modes) off
 the entry. `tests/test_server_kinds.py` keeps every other module from testing API names.
 
@@ -181,9 +181,9 @@ class ServerKind:
         return self.server_class()(**self.preset, **settings)
 
     def scenario_fields(self) -> dict[str, str]:
-        """The `kind` and `launch` of a scenario's server section that mean this kind (what
+        """The `api` and `launch` of a scenario's server section that mean this kind (what
         `scenario_kind` maps back to it)."""
-        return {"kind": self.api.name, "launch": self.launch.name}
+        return {"api": self.api.name, "launch": self.launch.name}
 
     def build(self, deployment: Deployment) -> Server:
         """The server for one scenario setting (not started): its repository written
@@ -314,7 +314,7 @@ _STARTED_TRITON: dict[str, Any] = {
     "export_s_per_model": 5.0,
 }
 
-# Order matters where kinds are listed: a scenario's `kind` values and an API's launches
+# Order matters where kinds are listed: a scenario's `api` values and an API's launches
 # are shown in this order.
 KINDS: dict[str, ServerKind] = {
     kind.name: kind
@@ -350,7 +350,7 @@ KINDS: dict[str, ServerKind] = {
 
 
 def api_names() -> tuple[str, ...]:
-    """The APIs some kind serves, in table order: a scenario's `kind` values."""
+    """The APIs some kind serves, in table order: a scenario's `api` values."""
     return tuple(dict.fromkeys(kind.api.name for kind in KINDS.values()))
 
 
@@ -365,14 +365,14 @@ def server_kind(name: str) -> ServerKind:
 
 
 def scenario_kind(api: str, launch: str) -> ServerKind:
-    """The kind a scenario's server section means by its `kind` (an API) and `launch`;
+    """The kind a scenario's server section means by its `api` and `launch`;
     a `ServerKindError` saying which launches that API has otherwise."""
     for kind in KINDS.values():
         if kind.api.name == api and kind.launch.name == launch:
             return kind
     offered = [k for k in KINDS.values() if k.api.name == api]
     if not offered:
-        raise ServerKindError(f"kind: {api!r} is not one of {', '.join(api_names())}")
+        raise ServerKindError(f"api: {api!r} is not one of {', '.join(api_names())}")
     alternatives = " or ".join(f"{k.launch.name} ({k.launch.means})" for k in offered)
     raise ServerKindError(
         f"{offered[0].api.title} has no {launch} launcher here; use {alternatives}"
