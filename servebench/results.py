@@ -275,7 +275,7 @@ _LOAD = (
     _column("mode", _TEXT, "", "open | closed loop"),
     _column("load", _TEXT, "", "the load in words, e.g. 'constant 500 req/s'"),
     _column("concurrency", _INT, "clients", "closed loop: clients in flight"),
-    _column("processes", _INT, "", "generator processes"),
+    _column("generators", _INT, "", "generators that sent the load (a gang: more than 1)"),
     _column("count", _INT, "requests", "requests measured"),
     _column("ok", _INT, "requests", "requests answered successfully"),
     _column("errors", _INT, "requests", "requests that failed"),
@@ -1072,8 +1072,9 @@ def _upgrade_rows(
 
 
 #: Columns renamed since, by their old name (format 3: the API was `server_kind`, the word
-#: that means a registry entry elsewhere).
-RENAMED_COLUMNS = {"server_kind": "api"}
+#: that means a registry entry elsewhere; the generators were `processes`, the gang's
+#: older name).
+RENAMED_COLUMNS = {"server_kind": "api", "processes": "generators"}
 
 
 def _renamed_from_2(frame: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:

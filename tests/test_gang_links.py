@@ -112,7 +112,7 @@ def test_a_scenario_gang_through_a_link_has_an_emulator_per_generator(
     assert outcome.status == "complete", outcome.reason
     run_dir = outcome.directory.path
     (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
-    assert row.status == "ok" and row.processes == 2 and row.protocol == protocol
+    assert row.status == "ok" and row.generators == 2 and row.protocol == protocol
     assert row.link == "flat20"
     records = pq.read_table(run_dir / "records.parquet").to_pandas()
     assert len(records) == row.count == 40 and records.ok.all()

@@ -292,7 +292,7 @@ def test_scenario_workload_inputs(model, tmp_path):
     )
     outcome = ScenarioRunner(path, output=tmp_path / "gang").run()
     (row,) = pd.read_csv(outcome.directory.path / "trials.csv").to_dict("records")
-    assert row["status"] == "ok" and row["processes"] == 2, row["reason"]
+    assert row["status"] == "ok" and row["generators"] == 2, row["reason"]
     assert row["count"] > 0 and json.loads(row["errors_by_kind"]) == {"wrong_answer": row["count"]}
 
     path.write_text(text.replace("workload:\n", "workload:\n  inputs: data/none.npz\n"))

@@ -215,7 +215,7 @@ def test_a_scenario_trial_runs_its_load_from_a_gang(tmp_path, triton_install, pr
     assert outcome.status == "complete", outcome.reason
     run_dir = outcome.directory.path
     (row,) = pd.read_csv(run_dir / "trials.csv").itertuples()
-    assert row.status == "ok" and row.processes == 2 and row.protocol == protocol
+    assert row.status == "ok" and row.generators == 2 and row.protocol == protocol
     records = pq.read_table(run_dir / "records.parquet").to_pandas()
     assert len(records) == row.count >= 300 and records.ok.all()
     assert sorted(records.seq) == sorted(set(records.seq))

@@ -279,7 +279,7 @@ def test_two_processes_split_the_schedule_and_merge_records(server, tmp_path):
     path = tmp_path / "records.parquet"
     s = run_load(f"{server}/work", arrivals=constant(400), duration=2, generators=2, records=path)
     table = read_records(path)
-    assert s.count == 800 == table.num_rows and s.processes == 2
+    assert s.count == 800 == table.num_rows and s.generators == 2
     assert sorted(table["seq"].to_pylist()) == list(range(800))
     low, high = sent_rate_bounds(table, 400)
     assert low <= s.achieved_rate <= high

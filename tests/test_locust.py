@@ -195,7 +195,7 @@ def test_triton_user_classes_run_clean(triton_dense_model, tmp_path, user_class,
     )  # fmt: skip
     name = f"{triton_dense_model.name} b2 {protocol}"
     row = check_clean_run(outcome, name, batch_size=2)
-    assert row["client_protocol"] == protocol and row["server_kind"] == "triton"
+    assert row["client_protocol"] == protocol and row["api"] == "triton"
 
 
 @pytest.mark.parametrize(
@@ -207,7 +207,7 @@ def test_tfs_user_classes_run_clean(tfs_family, tmp_path, user_class, protocol):
     host = double.rest_url if protocol == "tfs-rest" else double.grpc_address
     outcome = run_locust(tmp_path, user_class, "--host", host, "--model", model)
     row = check_clean_run(outcome, f"{model} b1 {protocol}", batch_size=1)
-    assert row["server_kind"] == "tfs"
+    assert row["api"] == "tfs"
 
 
 def _wrong_signature(path: Path, spec, max_batch_size: int) -> Path:

@@ -145,7 +145,9 @@ def fixture_run(root: Path, name: str, *, format_2: bool) -> Path:
         run = json.loads((path / RUN_FILE).read_text())
         (path / RUN_FILE).write_text(json.dumps({**run, "format_version": 2}))
         frame["layer_type"] = frame["layer_type"].where(~imported, frame["format"])
-        frame = frame.drop(columns=["format"]).rename(columns={"api": "server_kind"})
+        frame["generators"] = 1
+        renamed = {"api": "server_kind", "generators": "processes"}
+        frame = frame.drop(columns=["format"]).rename(columns=renamed)
         frame["format_version"] = 2
     frame.to_csv(path / TRIALS_FILE, index=False)
     return path
@@ -155,6 +157,7 @@ def test_a_format_2_run_reads_with_api_and_format(tmp_path: Path) -> None:
     path = fixture_run(tmp_path, "old", format_2=True)
     trials = load_run(path).trials
     assert "server_kind" not in trials.columns and set(trials["api"]) == {"triton"}
+    assert "processes" not in trials.columns and set(trials["generators"]) == {1}
     imported = trials["format"].notna()
     assert set(trials.loc[imported, "format"]) == {"onnx"} and imported.sum() == 2
     assert trials.loc[imported, "layer_type"].isna().all()

@@ -197,7 +197,7 @@ def test_both_producers_write_the_same_columns_from_the_same_records(
     only_scenario = {  # what a Locust swarm does not have: telemetry, model counts, settings
         *aggregate([], model="m"), "client_minus_server_s", "host_peak_flops",
         "layer_type", "depth", "width", "params", "flops_per_sample", "weight_bytes",
-        "activation_bytes", "load", "concurrency", "processes", "client_cpu_s",
+        "activation_bytes", "load", "concurrency", "generators", "client_cpu_s",
     }  # fmt: skip
     # The scenario's load summary here is an open loop's (lateness judged), Locust's closed.
     loop = {"mode", "target_rate", "scheduled_rate", "latency_mean"}

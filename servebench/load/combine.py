@@ -61,7 +61,7 @@ def summarize_reports(
     summary.load = settings.describe()
     summary.concurrency = settings.concurrency
     summary.batch_size = settings.batch_size
-    summary.processes = settings.generators
+    summary.generators = settings.generators
     summary.windows = list(windows)
     summary.stable = rules.stable
     if rules.early_stop is not None:

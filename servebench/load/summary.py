@@ -102,7 +102,7 @@ class LoadSummary:
     load: str = ""  # the load in words: "constant 500 req/s", "concurrency 64"
     concurrency: int | None = None
     batch_size: int = 1
-    processes: int | None = None  # generator processes, where servebench ran the load
+    generators: int | None = None  # generators that sent the load, where servebench ran it
     windows: list[WindowStats] = field(default_factory=list)
     stable: bool | None = None
     verdict: str = VALID

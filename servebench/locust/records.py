@@ -32,7 +32,7 @@ class Coordinates:
     """What a request was; requests with equal coordinates in one swarm form one trial."""
 
     server: str
-    server_kind: str
+    api: str
     protocol: str
     model: str
     version: str

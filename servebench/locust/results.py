@@ -185,7 +185,7 @@ def trial_row(
         trial_id=trial_id,
         index=index,
         server=coords.server,
-        server_kind=coords.server_kind,
+        api=coords.api,
         setting=f"swarm {swarm}",
         model=coords.model,
         batch_size=coords.batch_size,

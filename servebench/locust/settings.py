@@ -78,7 +78,8 @@ class UserSettings:
         return replace(self, model=model)
 
     @property
-    def server_kind(self) -> str:
+    def api(self) -> str:
+        """The API the protocol speaks (trials.csv's `api`)."""
         return REGISTRY[self.protocol].server or ""
 
     @property

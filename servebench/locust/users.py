@@ -112,7 +112,7 @@ class ServebenchUser(User):
             )
             self._coordinates = Coordinates(
                 server=settings.url,
-                server_kind=settings.server_kind,
+                api=settings.api,
                 protocol=settings.protocol,
                 model=settings.model,
                 version=settings.version,
