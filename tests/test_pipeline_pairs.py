@@ -143,7 +143,7 @@ def test_a_scenario_trial_runs_every_feature_at_once(tmp_path, triton_install):
         f"    - {json.dumps(A)}\n"
         f"    - {json.dumps(B)}\n"
         "servers:\n"
-        "  - {name: triton, kind: triton, settings: {max_batch_size: 4}}\n"
+        "  - {name: triton, api: triton, settings: {max_batch_size: 4}}\n"
         "links: [links/flat5.yaml]\n"
         "workload:\n"
         "  mode: closed\n"
