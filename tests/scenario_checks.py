@@ -21,6 +21,8 @@ from server_checks import wait_for_a_trial
 
 from servebench.scenario.validate import ScenarioError, load_scenario
 
+#: The smallest model a scenario names: one dense layer of 8 on 4 inputs (flow style).
+DENSE_SPEC = "{layer_type: dense, depth: 1, width: 8, input_shape: [4]}"
 TINY_SETTINGS = {"max_batch_size": 4, "dynamic_batching": False}
 #: 40 requests/s at batch sizes 1 and 2 for a second each: `{**TINY_WORKLOAD, ...}` varies it.
 TINY_WORKLOAD = {

@@ -35,26 +35,26 @@ def target(url: str, protocol: str, model: str = "{model}") -> list[str]:
 
 
 HTTP_MODEL = target("{http}", "triton-http")
-GRPC_MODEL = target("{grpc}", "triton-grpc")
+
+# Each side of Triton: its protocol and how it says a model is missing.
+SIDES = {"http": ("triton-http", "not found"), "grpc": ("triton-grpc", "NOT_FOUND")}
 
 CASES = {
     # name: (arguments, what the line must say); {http}, {grpc}, {model} filled in
-    "wrong model, http": (
-        target("{http}", "triton-http", "nope"),
-        ["{http}", "'nope'", "not found"],
-    ),
-    "wrong model, grpc": (
-        target("{grpc}", "triton-grpc", "nope"),
-        ["{grpc}", "'nope'", "NOT_FOUND"],
-    ),
-    "unknown version, http": (
-        [*HTTP_MODEL, "--model-version", "7"],
-        ["{http}", "version 7"],
-    ),
-    "unknown version, grpc": (
-        [*GRPC_MODEL, "--model-version", "7"],
-        ["{grpc}", "version 7"],
-    ),
+    **{
+        f"wrong model, {side}": (
+            target(f"{{{side}}}", protocol, "nope"),
+            [f"{{{side}}}", "'nope'", missing],
+        )
+        for side, (protocol, missing) in SIDES.items()
+    },
+    **{
+        f"unknown version, {side}": (
+            [*target(f"{{{side}}}", protocol), "--model-version", "7"],
+            [f"{{{side}}}", "version 7"],
+        )
+        for side, (protocol, _) in SIDES.items()
+    },
     "gRPC on the HTTP port": (
         target("{http_hostport}", "triton-grpc"),
         ["{http_hostport}", "try --protocol triton-http"],

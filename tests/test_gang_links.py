@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +24,7 @@ from link_checks import rtt_floor_s
 from scenario_checks import tiny_scenario, write
 
 from servebench.clients.base import InferenceError
+from servebench.common.background import BackgroundThread
 from servebench.load import LoadPlan, LoadSettings, constant, read_records, run
 from servebench.load.plan import UNNAMED
 from servebench.netem import LinkProfile
@@ -48,31 +48,22 @@ WORKLOAD = {
 EMULATOR = "servebench.netem.worker"
 
 
-class EmulatorWatch:
+class EmulatorWatch(BackgroundThread):
     """Every link emulator process under this one, and its parent, seen while it ran (a
     look every 50 ms from a thread; an emulator lives from its generator's connect to its
     close, seconds here)."""
 
     def __init__(self) -> None:
+        super().__init__("emulator-watch")
         self.seen: dict[int, int] = {}  # emulator pid -> its parent's pid
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _watch(self) -> None:
+    def run(self) -> None:
         me = psutil.Process()
-        while not self._stop.wait(0.05):
+        while not self.stop.wait(0.05):
             for process in me.children(recursive=True):
                 if _is_emulator(process):
                     with contextlib.suppress(psutil.Error):
                         self.seen.setdefault(process.pid, process.ppid())
-
-    def __enter__(self) -> EmulatorWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _is_emulator(process: psutil.Process) -> bool:

@@ -9,18 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
-from scenario_checks import problems, write
+from scenario_checks import DENSE_SPEC, problems, write
 from typer.testing import CliRunner
 
 from servebench.cli import app
 from servebench.scenario.plan import expand
 from servebench.scenario.validate import load_scenario
 
-BASE = """\
+BASE = f"""\
 name: limits
 models:
   specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4]}
+    - {DENSE_SPEC}
 servers:
   - name: t
     api: triton
@@ -29,9 +29,6 @@ workload:
   duration_s: 2
 links: [direct]
 """
-
-
-SPEC = "{layer_type: dense, depth: 1, width: 8, input_shape: [4]}"
 
 
 def edit(old: str, new: str) -> str:
@@ -60,7 +57,7 @@ REFUSED = [
     (
         (
             "  specs:",
-            f"  mutate: {{base: {SPEC}, count: 100000000}}\n  specs:",
+            f"  mutate: {{base: {DENSE_SPEC}, count: 100000000}}\n  specs:",
         ),
         "3 models.mutate.count: 100000000 — must be <= 1,000; raise limits.max_models",
     ),

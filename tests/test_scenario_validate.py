@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from scenario_checks import problems, write
+from scenario_checks import DENSE_SPEC, problems, write
 from typer.testing import CliRunner
 
 from servebench.cli import app
@@ -168,24 +168,24 @@ def test_every_problem_is_reported_at_once(tmp_path: Path):
     assert len(found) == 2
 
 
-SIX_ERRORS = """\
+SIX_ERRORS = f"""\
 name: six
 models:
   specs:
-    - {layer_type: dense, depth: 1, width: 8, input_shape: [4]}
+    - {DENSE_SPEC}
 servers:
   - name: a
     api: triton
-    settings: {instance_count: [1, 0]}
+    settings: {{instance_count: [1, 0]}}
   - name: b
     api: triton
-    settings: {max_batch_size: 8}
+    settings: {{max_batch_size: 8}}
 workload:
   rates: [50, -5]
   think_time_s: 1
   batch_sizes: [1, 64]
 links: [direct, 5g]
-cost: {instance: m9.huge}
+cost: {{instance: m9.huge}}
 """
 
 
