@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from servebench.cli import cluster_simulate
+from servebench.cli.command import with_options
 from servebench.cli.usage import fail, say
 from servebench.cli.values import BadValue, Host, Number, OutputDir, Port, ScenarioFile, Url
 from servebench.common.limits import MAX_GPUS
@@ -119,80 +121,85 @@ def _check_bind(host: str, token: str | None) -> None:
         raise fail(str(err)) from None
 
 
-def _lead(
-    connect: Connect, policy: str, max_wait_s: float, state_dir: Path, results: Path,
-    host: str, port: int, token: str | None,
-) -> None:  # fmt: skip
-    """What `up` and `leader` share: check the options, then serve a leader on the Dask
-    client `connect` opens until a signal (`servebench.cluster.service.lead`)."""
-    from servebench.cluster.leader import LeaderError
-    from servebench.cluster.service import lead
-    from servebench.cluster.store import StoreError
-    from servebench.common.dask_cluster import SchedulerUnreachable
+@dataclass(frozen=True)
+class LeadOptions:
+    """What `up` and `leader` share: the leader's policy, store, results and API."""
 
-    chosen = _policy(policy, max_wait_s)
-    _check_bind(host, token)
-    try:
-        lead(
-            connect, policy=chosen, state_dir=state_dir, results=results, host=host, port=port,
-            token=token, say=_say,
-        )  # fmt: skip
-    except (LeaderError, StoreError, SchedulerUnreachable) as err:
-        raise fail(str(err)) from None
+    policy: PolicyOption = "two-tier"
+    state_dir: StateDirOption = DEFAULT_STATE_DIR
+    results: ResultsOption = DEFAULT_RESULTS
+    host: HostOption = "127.0.0.1"
+    port: PortOption = 8642
+    token: TokenOption = None
+    max_wait_s: MaxWaitOption = 3600.0
+
+    def lead(self, connect: Connect) -> None:
+        """Check the options, then serve a leader on the Dask client `connect` opens until
+        a signal (`servebench.cluster.service.lead`)."""
+        from servebench.cluster.leader import LeaderError
+        from servebench.cluster.service import lead
+        from servebench.cluster.store import StoreError
+        from servebench.common.dask_cluster import SchedulerUnreachable
+
+        chosen = _policy(self.policy, self.max_wait_s)
+        _check_bind(self.host, self.token)
+        try:
+            lead(
+                connect, policy=chosen, state_dir=self.state_dir, results=self.results,
+                host=self.host, port=self.port, token=self.token, say=_say,
+            )  # fmt: skip
+        except (LeaderError, StoreError, SchedulerUnreachable) as err:
+            raise fail(str(err)) from None
 
 
 def _say(text: str) -> None:
     console.print(escape(text), highlight=False, soft_wrap=True)
 
 
-@app.command()
-def up(
+@dataclass(frozen=True)
+class UpOptions(LeadOptions):
+    """`servebench cluster up`'s options: the leader's, and its local followers'."""
+
     followers: Annotated[
         int,
         typer.Option(
             help="followers to start on this machine",
             parser=Number(int, ge=1, le=MAX_LOCAL_FOLLOWERS, why="this machine's CPUs x 4"),
         ),
-    ] = 1,
-    policy: PolicyOption = "two-tier",
-    state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    results: ResultsOption = DEFAULT_RESULTS,
-    host: HostOption = "127.0.0.1",
-    port: PortOption = 8642,
-    token: TokenOption = None,
+    ] = 1
     label: Annotated[
         list[str], typer.Option(help="key=value for every local follower (repeatable)")
-    ] = [],  # noqa: B006
-    max_wait_s: MaxWaitOption = 3600.0,
-) -> None:
+    ] = field(default_factory=list)
+
+
+@app.command()
+@with_options(UpOptions)
+def up(options: UpOptions) -> None:
     """A leader and a Dask LocalCluster of FOLLOWERS followers on this machine; Ctrl-C
     stops all of them and leaves the store consistent."""
     from servebench.cluster.service import local_followers
 
-    labels = _labels(label)
-    connect = functools.partial(local_followers, followers, labels)
-    _lead(connect, policy, max_wait_s, state_dir, results, host, port, token)
+    labels = _labels(options.label)
+    options.lead(functools.partial(local_followers, options.followers, labels))
+
+
+@dataclass(frozen=True)
+class LeaderOptions(LeadOptions):
+    """`servebench cluster leader`'s options: the leader's, and the scheduler it joins."""
+
+    scheduler: Annotated[
+        str, typer.Option(help="the Dask scheduler's address, tcp://HOST:PORT", parser=SCHEDULER)
+    ] = field(kw_only=True)
 
 
 @app.command()
-def leader(
-    scheduler: Annotated[
-        str, typer.Option(help="the Dask scheduler's address, tcp://HOST:PORT", parser=SCHEDULER)
-    ],
-    policy: PolicyOption = "two-tier",
-    state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    results: ResultsOption = DEFAULT_RESULTS,
-    host: HostOption = "127.0.0.1",
-    port: PortOption = 8642,
-    token: TokenOption = None,
-    max_wait_s: MaxWaitOption = 3600.0,
-) -> None:
+@with_options(LeaderOptions)
+def leader(options: LeaderOptions) -> None:
     """A leader on an existing Dask scheduler: followers (`servebench cluster follower`,
     or `dask worker` with servebench's resources and preload) join that scheduler."""
     from servebench.cluster.service import existing_scheduler
 
-    connect = functools.partial(existing_scheduler, scheduler)
-    _lead(connect, policy, max_wait_s, state_dir, results, host, port, token)
+    options.lead(functools.partial(existing_scheduler, options.scheduler))
 
 
 @app.command()

@@ -26,11 +26,10 @@ def with_options(
     parameters = [
         inspect.Parameter(
             field.name,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            # Keyword-only: a subclass's required field may follow its base's defaults.
+            inspect.Parameter.KEYWORD_ONLY,
             annotation=hints[field.name],
-            default=inspect.Parameter.empty
-            if field.default is dataclasses.MISSING
-            else field.default,
+            default=_default(field),
         )
         for field in dataclasses.fields(options)  # type: ignore[arg-type]
     ]
@@ -44,3 +43,12 @@ def with_options(
         return command
 
     return wrap
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A field's default as typer takes it (a factory's value: a fresh list), or none."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return inspect.Parameter.empty
