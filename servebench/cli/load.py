@@ -687,7 +687,12 @@ def _measure(o: LoadOptions, client: Plan, metrics: ServerMetrics | None) -> Loa
             return run(
                 client.load,
                 records=o.records,
-                subscribers=(on_measuring, on_progress) if on_progress else (on_measuring,),
+                # Only what listens: a subscriber makes the load count its requests live.
+                subscribers=tuple(
+                    s
+                    for s in (on_measuring if metrics is not None else None, on_progress)
+                    if s is not None
+                ),
             )
     except InferenceError as exc:  # the server went away after the check above
         raise fail(asyncio.run(explain(exc, client.protocol, o.url, o.model))) from None

@@ -29,6 +29,33 @@ _MASK = BLOCK - 1
 _STREAM = 0x6D6978  # "mix"
 
 
+class Picks:
+    """The seeded choice by weight: request `seq`'s pick is the index `index(seq)`, drawn a
+    block at a time from a generator keyed by (seed, block), so it is a function of `seq`
+    and the seed alone. The one draw of every mix: a load's (`Mix`) and Locust users'."""
+
+    def __init__(self, weights: Sequence[float], seed: int):
+        shares = np.asarray(weights, dtype=np.float64)
+        self.shares = shares / shares.sum()
+        self._cdf = np.cumsum(self.shares)
+        self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
+        self.seed = seed
+        self._block = -1
+        self._block_picks: list[int] = []
+
+    def index(self, seq: int) -> int:
+        """Request `seq`'s pick (a list look-up but once a block)."""
+        if seq >> _SHIFT != self._block:
+            self._block = seq >> _SHIFT
+            self._block_picks = self.draw(self._block).tolist()
+        return self._block_picks[seq & _MASK]
+
+    def draw(self, block: int) -> np.ndarray:
+        """The picks of requests block * BLOCK ... (block + 1) * BLOCK - 1."""
+        rng = np.random.default_rng((self.seed, _STREAM, block))
+        return np.searchsorted(self._cdf, rng.random(BLOCK), side="right").astype(np.int8)
+
+
 @dataclass(frozen=True)
 class MixTarget:
     """One model of a mix: its id (the records' `model`), its weight, a connected client
@@ -64,10 +91,8 @@ class Mix:
         # empty, `load.plan.UNNAMED`) names none.
         self.named = any(self.models)
         self.seed = seed
-        weights = np.array([t.weight for t in self.targets], dtype=np.float64)
-        self.shares = weights / weights.sum()
-        self._cdf = np.cumsum(self.shares)
-        self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
+        self.picks = Picks([t.weight for t in self.targets], seed)
+        self.shares = self.picks.shares
         self._block = -1
         self._block_targets: list[MixTarget] = []
 
@@ -78,7 +103,7 @@ class Mix:
         blocks = seqs // BLOCK
         for block in np.unique(blocks):
             mine = blocks == block
-            codes[mine] = self._draw(int(block))[seqs[mine] - block * BLOCK] + 1
+            codes[mine] = self.picks.draw(int(block))[seqs[mine] - block * BLOCK] + 1
         return codes
 
     def target(self, seq: int) -> MixTarget:
@@ -86,9 +111,6 @@ class Mix:
         a block (shifts, not divmod: a builtin call costs more than both)."""
         if seq >> _SHIFT != self._block:
             self._block = seq >> _SHIFT
-            self._block_targets = [self.targets[i] for i in self._draw(self._block).tolist()]
+            picks = self.picks.draw(self._block).tolist()
+            self._block_targets = [self.targets[i] for i in picks]
         return self._block_targets[seq & _MASK]
-
-    def _draw(self, block: int) -> np.ndarray:
-        rng = np.random.default_rng((self.seed, _STREAM, block))
-        return np.searchsorted(self._cdf, rng.random(BLOCK), side="right").astype(np.int8)

@@ -6,9 +6,8 @@ them each request goes to.
 `a`. So a scenario's mix reaches the users through the same option (and the web form's
 field) as a single model, and the trial rows carry the mix's id as a scenario run's do.
 
-Each request's model is a seeded draw by weight, as in a scenario run's mix
-(`servebench.load.mix`, whose sequence is drawn otherwise: per block of request numbers).
-The users of one process share one draw per mix (`ModelChoice`), so the k-th request of a
+Each request's model is a seeded draw by weight, the very draw of a scenario run's mix
+(`servebench.load.mix.Picks`): the k-th request gets the k-th pick. The users of one process share one draw per mix (`ModelChoice`), so the k-th request of a
 swarm goes to the same model whichever user sends it and however fast the server answers.
 Each swarm starts the draw again; with `--processes`, each process draws the same
 sequence on its own.
@@ -18,9 +17,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from servebench.common.limits import MAX_MIX_MODELS
+from servebench.load.mix import Picks
 
 _PREFIX, _SUFFIX = "mix(", ")"
 
@@ -52,15 +50,16 @@ def mix_members(model: str) -> tuple[tuple[str, float], ...] | None:
 
 
 class ModelChoice:
-    """The seeded draw of a mix's models by weight: `next()` is the index of the model the
-    next request goes to. One per process and mix (users are greenlets of one thread, so
-    no lock is needed)."""
+    """The seeded draw of a mix's models by weight (`load.mix.Picks`, a scenario run's own):
+    `next()` is the index of the model the next request goes to, the k-th request of a
+    swarm getting the k-th pick of a load with the same seed. One per process and mix
+    (users are greenlets of one thread, so no lock is needed)."""
 
     def __init__(self, weights: tuple[float, ...], seed: int):
-        shares = np.asarray(weights, dtype=np.float64)
-        self._cdf = np.cumsum(shares / shares.sum())
-        self._cdf[-1] = 1.0  # rounding must not leave a draw past the last model
-        self._rng = np.random.default_rng(seed)
+        self._picks = Picks(weights, seed)
+        self._seq = 0
 
     def next(self) -> int:
-        return int(np.searchsorted(self._cdf, self._rng.random(), side="right"))
+        pick = self._picks.index(self._seq)
+        self._seq += 1
+        return pick
