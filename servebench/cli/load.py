@@ -526,12 +526,12 @@ class LoadOptions:
         (`clients.probe.checked_connect`): the address, each model, version, protocol,
         request size and input data. ValueError saying which."""
         from servebench.clients.factory import ModelClients
-        from servebench.clients.probe import checked_connect
+        from servebench.clients.probe import checked_connect, chosen_protocol
         from servebench.load import LoadPlan
 
         targets = self.targets()
         named = targets[0].model != ""
-        protocol, probed = _chosen_protocol(
+        protocol, probed = chosen_protocol(
             self.protocol, self.url, targets[0].model if named else self.model
         )
         if named and protocol == "http":
@@ -708,20 +708,6 @@ def _write_json(path: Path, summary: LoadSummary, server: dict[str, Any] | None)
     if server is not None:
         document["server"] = server
     path.write_text(json.dumps(document, indent=2) + "\n")
-
-
-def _chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, bool]:
-    """`--protocol`; else, for a named model, the model protocol `url` answers (asked
-    once), as perf_analyzer's users expect of a model; else plain `http` to the URL as an
-    endpoint. With whether it was asked (the load says so once its checks pass, so that a
-    refusal stays one line). ValueError naming `--protocol` when the answers fit none."""
-    from servebench.clients.probe import probed_protocol
-
-    if protocol is not None:
-        return protocol, False
-    if not model:
-        return "http", False
-    return asyncio.run(probed_protocol(url, model)), True
 
 
 def _headers(items: list[str]) -> dict[str, str]:

@@ -183,3 +183,15 @@ def default_metrics_url(protocol: str, url: str) -> str | None:
     except ValueError:
         return None
     return f"http://{host}:{spec.metrics_port}/metrics"
+
+
+def chosen_protocol(protocol: str | None, url: str, model: str) -> tuple[str, bool]:
+    """`--protocol`; else, for a named model, the model protocol `url` answers (asked
+    once), as perf_analyzer's users expect of a model; else plain `http` to the URL as an
+    endpoint. With whether it was asked (the load says so once its checks pass, so that a
+    refusal stays one line). ValueError naming `--protocol` when the answers fit none."""
+    if protocol is not None:
+        return protocol, False
+    if not model:
+        return "http", False
+    return asyncio.run(probed_protocol(url, model)), True
