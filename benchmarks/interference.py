@@ -54,7 +54,7 @@ from model_zoo.spec import ModelSpec  # noqa: E402
 from servebench.clients.factory import create_client  # noqa: E402
 from servebench.common.quantiles import percentile  # noqa: E402
 from servebench.load import LoadPlan, Measuring, OneClient  # noqa: E402
-from servebench.load import run as run_load  # noqa: E402
+from servebench.load import run as run_plan  # noqa: E402
 from servebench.load.arrivals import poisson  # noqa: E402
 from servebench.load.settings import LoadSettings  # noqa: E402
 from servebench.telemetry.interference import InterferenceSampler  # noqa: E402
@@ -101,7 +101,7 @@ def measure(
             sampler.start(exclude_trees=[server_pid], exclude_processes=[os.getpid()])
 
     plan = LoadPlan(settings, OneClient(client))
-    summary = run_load(plan, subscribers=(opened,), handle_signals=False)
+    summary = run_plan(plan, subscribers=(opened,), handle_signals=False)
     record = sampler.stop()
     return Window(
         condition, record.cpu_pressure, record.other_cpu, record.steal,

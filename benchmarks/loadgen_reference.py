@@ -106,7 +106,7 @@ class LoopSut:
     its own thread; LoadGen's issue thread only hands the queries over."""
 
     def __init__(self, url: str, model: str, seed: int, loop: str) -> None:
-        # uvloop is what `servebench load` runs on (load.runner picks it when installed);
+        # uvloop is what `servebench load` runs on (load.in_process picks it when installed);
         # `--loop asyncio` shows what the plain asyncio loop changes.
         self.loop = uvloop.new_event_loop() if loop == "uvloop" else asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -9,7 +9,7 @@ types, so a circle through it is a circle of the design (two modules that each n
 other), only hidden from the interpreter.
 
 A package's `__init__` is a module of its own (`servebench.load`), with the imports it
-writes; importing `servebench.load.runner` runs that `__init__` first, but that implicit
+writes; importing `servebench.load.in_process` runs that `__init__` first, but that implicit
 step is no edge here (a package whose `__init__` gathers its modules would otherwise be a
 circle with each of them). Imports by a name in a string (`importlib.import_module`: the
 protocol registry, `servebench.load`'s lazy names) are not seen.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from scenario_checks import tiny_scenario, write
 
+from servebench.load import Started
 from servebench.pricing import cost_at_qps, load_prices
 from servebench.scenario.validate import ScenarioError, load_scenario
 
@@ -217,14 +218,14 @@ def test_a_pause_during_the_last_trial_leaves_the_run_complete(
         "paused", settings=settings, workload={**one, "rates": [20]}, slo=SLO, **sections
     )
     runner = ScenarioRunner(write(tmp_path, text), output=tmp_path / "results")
-    set_engine = runner._set_engine
+    on_load_event = runner._on_load_event
 
-    def pause_when_the_load_starts(engine: object) -> None:
-        set_engine(engine)
-        if engine is not None:
+    def pause_when_the_load_starts(event: object) -> None:
+        on_load_event(event)
+        if isinstance(event, Started):
             runner._pause()
 
-    runner._set_engine = pause_when_the_load_starts
+    runner._on_load_event = pause_when_the_load_starts
     outcome = runner.run()
     assert (outcome.status, outcome.completed) == ("complete", 1), outcome.reason
 
@@ -245,15 +246,15 @@ def test_a_paused_run_leaves_its_report_to_the_resumed_run(
         "paused", settings={"max_batch_size": [1, 4]}, workload={**one, "rates": [20]}, slo=SLO
     )
     path, results = write(tmp_path, text), tmp_path / "results"
-    set_engine = ScenarioRunner._set_engine
+    on_load_event = ScenarioRunner._on_load_event
 
-    def pause_when_the_first_load_starts(self: ScenarioRunner, engine: object) -> None:
-        set_engine(self, engine)
-        if engine is not None and self.state.paused is None:
+    def pause_when_the_first_load_starts(self: ScenarioRunner, event: object) -> None:
+        on_load_event(self, event)
+        if isinstance(event, Started) and self.state.paused is None:
             self._pause()
 
     with monkeypatch.context() as patched:
-        patched.setattr(ScenarioRunner, "_set_engine", pause_when_the_first_load_starts)
+        patched.setattr(ScenarioRunner, "_on_load_event", pause_when_the_first_load_starts)
         paused = CliRunner().invoke(app, ["scenario", "run", str(path), "--output", str(results)])
     (run,) = results.iterdir()
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted", paused.output
@@ -398,16 +399,16 @@ def test_an_interrupted_race_resumes_with_the_same_replicates(
 
     path = _race_scenario(tmp_path)
     runner = ScenarioRunner(path, output=tmp_path / "results")
-    set_engine, loads = runner._set_engine, []
+    on_load_event, loads = runner._on_load_event, []
 
-    def pause_at_the_fourth_load(engine: object) -> None:
-        set_engine(engine)
-        if engine is not None:
-            loads.append(engine)
+    def pause_at_the_fourth_load(event: object) -> None:
+        on_load_event(event)
+        if isinstance(event, Started):
+            loads.append(event)
             if len(loads) == 4:
                 runner._pause()
 
-    runner._set_engine = pause_at_the_fourth_load
+    runner._on_load_event = pause_at_the_fourth_load
     paused = runner.run()
     assert paused.status == "interrupted", paused.reason
     run = paused.directory.path

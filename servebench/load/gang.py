@@ -443,7 +443,7 @@ class _Watch:
         if not (final or time.monotonic() >= self.due):
             return
         self.due = time.monotonic() + PUBLISH_EVERY
-        if self.coordinator.due() == float("inf") and not final:
+        if not (final or self.coordinator.watching):
             return  # no rule to look, no figures wanted
         from distributed import Variable
 

@@ -33,6 +33,7 @@ from ddsketch.pb.ddsketch_pb2 import DDSketch as SketchMessage
 from ddsketch.pb.proto import DDSketchProto
 from ddsketch.store import DenseStore
 
+from servebench.common.slo_judge import count_at_or_under
 from servebench.load.records import OK
 from servebench.load.stats import Columns
 
@@ -141,9 +142,9 @@ class PartCounts:
         with self._lock:
             self._total.add(cols.latency, ok)
             if self.rules.bound_s is not None:
-                # float64, as the row's and `common.slo_judge`'s comparisons are.
+                # The one comparison with a bound (`common.slo_judge`), as the row's.
                 latency = cols.latency[ok].astype(np.float64)
-                self._at_or_under += int((latency <= self.rules.bound_s).sum())
+                self._at_or_under += count_at_or_under(latency, self.rules.bound_s)
             if self.rules.window_s is not None:
                 index = np.floor(
                     (cols.completion.astype(np.float64) - self.rules.windows_from)

@@ -71,10 +71,6 @@ class LoadPlan:
             raise ValueError("load plan: each model of a mix needs its id")
 
     @property
-    def parts(self) -> int:
-        return self.settings.generators
-
-    @property
     def models(self) -> tuple[str, ...]:
         return tuple(t.model for t in self.targets)
 

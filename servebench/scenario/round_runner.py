@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.progress import Progress, TaskID
 
 from servebench.load import LoadControl
+from servebench.load.events import Subscriber
 from servebench.pricing import InstancePrice
 from servebench.results import RunDirectory, TrialRow, no_space
 from servebench.scenario.deploy import ServerGroup, server_groups
@@ -43,12 +44,13 @@ from servebench.trial_row import disturbed, failed_row
 
 @dataclass
 class RunControl:
-    """What the scenario runner lends the loop: whether it is stopping, and the control
-    its Ctrl-C stops every load through."""
+    """What the scenario runner lends the loop: whether it is stopping, the control its
+    Ctrl-C stops every load through, and its subscriber to every load's events."""
 
     interrupted: Callable[[], str | None]  # the reason, once stopped by a signal
     left_out: Callable[[], bool]  # stopping: the next replicate is left out (noted)
     load: LoadControl
+    on_load_event: Subscriber
 
 
 class RoundRunner:
@@ -224,6 +226,7 @@ class RoundRunner:
             host_peak_flops=self.peak_flops,
             price=self.price,
             control=self.control.load,
+            subscribers=(self.control.on_load_event,),
             model_names=group.names(trial.setting),
             interference=self.interference,
         )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -37,7 +38,7 @@ from rich.progress import (
 )
 
 from servebench.common.quantiles import CONFIDENCE
-from servebench.load import LoadControl, run_in_loop
+from servebench.load import LoadControl, LoadEvent, PartLost, run_in_loop
 from servebench.pricing import InstancePrice, estimate_cost
 from servebench.results import (
     ResultDirError,
@@ -235,6 +236,7 @@ class ScenarioRunner:
                         interrupted=lambda: self.state.interrupted,
                         left_out=self._left_out,
                         load=self.state.control,
+                        on_load_event=self._on_load_event,
                     ),
                 )
                 try:
@@ -252,6 +254,15 @@ class ScenarioRunner:
             # A pause that comes while the run closes is moot, and must not end it (the
             # default action of SIGUSR1).
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+    def _on_load_event(self, event: LoadEvent) -> None:
+        """Every load's events (from the thread that runs it): a lost generator is said at
+        once, beside the progress bars; the trial's row names it again."""
+        if isinstance(event, PartLost):
+            self.console.print(
+                f"[yellow]generator {event.index} lost[/yellow]: {escape(event.why)}",
+                highlight=False,
+            )
 
     def _replicates_left(self, directory: RunDirectory) -> bool:
         """Whether a resumed run still has replicates to measure (its plan trials all have

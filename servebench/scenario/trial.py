@@ -19,6 +19,7 @@ from pathlib import Path
 
 from model_zoo.counting import count
 from model_zoo.imports import ImportedModel, ServedModel
+from servebench.clients.base import ErrorKind, InferenceError
 from servebench.common.errors import ServebenchError
 from servebench.common.quantiles import CONFIDENCE
 from servebench.common.verdict_codes import UNUSABLE_STEP, VerdictCode
@@ -39,6 +40,7 @@ from servebench.load import (
     run,
 )
 from servebench.load.engine import SERVER_UNREACHABLE
+from servebench.load.events import Subscriber
 from servebench.netem import LinkProfile
 from servebench.pricing import InstancePrice
 from servebench.results import TrialRow
@@ -86,6 +88,8 @@ class TrialContext:
     model_names: Mapping[str, str] = field(default_factory=dict)
     # The run's sampler of what disturbs a measured window from outside (None: not judged).
     interference: InterferenceSampler | None = None
+    # Who else hears every load's events (the scenario runner).
+    subscribers: tuple[Subscriber, ...] = ()
 
     def served(self, model: str) -> str:
         return self.model_names.get(model, model)
@@ -209,16 +213,23 @@ async def run_trial(trial: Trial, ctx: TrialContext, trial_id: str | None = None
 
         async def measure(rate: float | None, trial_id: str) -> LoadSummary:
             settings = load_settings(scenario, trial, trial_id, ctx.base_dir, rate)
-            summary = await asyncio.to_thread(
-                functools.partial(
-                    run,
-                    LoadPlan(settings, clients, targets),
-                    records=sink,
-                    control=ctx.control,
-                    subscribers=(on_event,),
-                    handle_signals=False,  # the scenario runner's, through ctx.control
+            try:
+                summary = await asyncio.to_thread(
+                    functools.partial(
+                        run,
+                        LoadPlan(settings, clients, targets),
+                        records=sink,
+                        control=ctx.control,
+                        subscribers=(on_event, *ctx.subscribers),
+                        handle_signals=False,  # the scenario runner's, through ctx.control
+                    )
                 )
-            )
+            except InferenceError as exc:
+                if exc.kind not in _GONE_ERRORS:
+                    raise
+                # Each load connects anew (a search's steps too): a refused connect is
+                # the news a load of refusals would bring, sooner.
+                raise ServerGoneError(f"{SERVER_UNREACHABLE}: {exc.detail or exc}") from None
             link = clients.describe(settings.generators)
             if summary.gang is not None and link is not None:
                 summary.gang = replace(summary.gang, link=link)
@@ -320,6 +331,7 @@ async def _search(trial, trial_id, ctx, measure) -> tuple[LoadSummary, Search]:
 
 
 _GONE_KINDS = {"connection_refused", "connection_reset"}
+_GONE_ERRORS = {ErrorKind.CONNECTION_REFUSED, ErrorKind.CONNECTION_RESET}
 
 
 def _server_gone(summary: LoadSummary) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 class ServerMetrics:
     """The server's counters at the start of the measured part of a load and at its end.
 
-    `start` is the load runner's `on_measure_start`: the first scrape is taken before the
+    `start` is called on the load's `Measuring` event: the first scrape is taken before the
     first measured send, so warm-up requests do not enter the server's figures (with
     `quiet`, closed loop in one process, none is in flight then and the counters are let
     settle first; see `load.engine`). The last scrape, after every answer, is let settle
