@@ -103,6 +103,7 @@ def test_live_figures_come_during_the_run_and_a_stop_keeps_every_record(server, 
         records=path,
         control=control,
         subscribers=(on_progress,),
+        live=True,
     )
     table = read_records(path)
     assert 0 < s.count == table.num_rows < 100 * 120

@@ -693,6 +693,7 @@ def _measure(o: LoadOptions, client: Plan, metrics: ServerMetrics | None) -> Loa
                     for s in (on_measuring if metrics is not None else None, on_progress)
                     if s is not None
                 ),
+                live=on_progress is not None,
             )
     except InferenceError as exc:  # the server went away after the check above
         raise fail(asyncio.run(explain(exc, client.protocol, o.url, o.model))) from None

@@ -37,16 +37,17 @@ def run(
     records: str | Path | RecordSink | None = None,
     control: LoadControl | None = None,
     subscribers: tuple[Subscriber, ...] = (),
+    live: bool = False,
     use_uvloop: bool | None = None,
     handle_signals: bool = True,
 ) -> LoadSummary:
     """Run one load from start to end; `records` is a Parquet path or a sink (or None).
 
     `control` stops it from any thread (`LoadControl`: what was measured is kept);
-    `subscribers` receive its events (`load.events`). With `handle_signals` (in the main
+    `subscribers` receive its events (`load.events`), `Progress` only with `live`. With `handle_signals` (in the main
     thread), the first SIGINT/SIGTERM stops it as `control` would and a second aborts.
     """
     control = control if control is not None else LoadControl()
     with signals_stop(control, handle_signals):
-        load = LoadRun(plan, records, control, Events(*subscribers), use_uvloop)
+        load = LoadRun(plan, records, control, Events(*subscribers, live=live), use_uvloop)
         return executor_for(plan).run(load)

@@ -77,10 +77,12 @@ Subscriber = Callable[[LoadEvent], None]
 
 
 class Events:
-    """The subscribers of one load; `publish` calls each in turn."""
+    """The subscribers of one load; `publish` calls each in turn. `live`: whether they want
+    `Progress` (its figures cost the parts live counting, so only when asked)."""
 
-    def __init__(self, *subscribers: Subscriber | None) -> None:
+    def __init__(self, *subscribers: Subscriber | None, live: bool = False) -> None:
         self._subscribers = [s for s in subscribers if s is not None]
+        self.live = live and bool(self._subscribers)
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)

@@ -182,13 +182,13 @@ class Coordinator:
 
     @property
     def watching(self) -> bool:
-        """Whether any rule or subscriber reads the parts' counts at all."""
-        return bool(self.rules) or bool(self.events)
+        """Whether any rule, or the live figures, read the parts' counts at all."""
+        return bool(self.rules) or self.events.live
 
     def due(self) -> float:
         """The schedule offset of the next look any rule or the live figures want."""
         wanted = [r.due() for r in self.rules]
-        if self.events:
+        if self.events.live:
             wanted.append(self._next_progress)
         return min(wanted, default=math.inf)
 
@@ -198,7 +198,7 @@ class Coordinator:
                 if now >= rule.due() and (request := rule.look(merged, now)) is not None:
                     self.control.stop(*request)
                     break
-        if self.events and (final or now >= self._next_progress):
+        if self.events.live and (final or now >= self._next_progress):
             self._next_progress = now + PUBLISH_EVERY
             self.events.publish(Progress(self.live.figures(merged, max(0.0, now))))
 
